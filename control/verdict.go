@@ -1,0 +1,62 @@
+package control
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Advance is one request to move a table's verdict forward.
+type Advance struct {
+	Table          string          // the tracked table's name, as configured
+	FinalizedUntil time.Time       // the candidate: every period ending at or before it is complete
+	EndTime        time.Time       // the time read from the progress
+	EndOffset      json.RawMessage // that source's endOffset; nil is stored as SQL NULL
+	QueryID        string          // provenance
+	RunID          string          // provenance
+	BatchID        int64           // provenance
+}
+
+// Verdict is a table's row in the control table, as it stands.
+type Verdict struct {
+	Table          string
+	FinalizedUntil time.Time // UTC
+	EndTime        time.Time // UTC; zero when NULL
+	EndOffset      json.RawMessage
+	QueryID        string
+	RunID          string
+	BatchID        int64
+	UpdatedAt      time.Time // UTC: when the verdict last moved
+}
+
+// Track is an explicit track request persisted so that it survives a
+// restart of the service. Spec is opaque to this package.
+type Track struct {
+	QueryID   string
+	RunID     string
+	Table     string
+	Spec      json.RawMessage
+	CreatedAt time.Time
+	// DoneAt is when the run's tracker finished (after termination); zero
+	// while the run is still tracked.
+	DoneAt time.Time
+}
+
+// The errors this package returns, wrapped with context. Callers test them
+// with errors.Is.
+var (
+	// ErrNotFound means the table has no row (no verdict yet).
+	ErrNotFound = errors.New("no verdict for table")
+	// ErrInvalidName means a control-table name is not a valid
+	// [schema.]identifier.
+	ErrInvalidName = errors.New("invalid control table name")
+	// ErrSchemaTooNew means the database was migrated by a newer finalizer
+	// than this binary; this binary refuses to touch it.
+	ErrSchemaTooNew = errors.New("control table schema is newer than this binary")
+	// ErrNotMigrated means the control table does not exist or is behind this
+	// binary and migrations were not run (serve --no-migrate).
+	ErrNotMigrated = errors.New("control table schema is not migrated")
+	// ErrUnavailable means PostgreSQL could not be reached or the connection
+	// broke; the operation may succeed if retried.
+	ErrUnavailable = errors.New("postgresql unavailable")
+)
