@@ -511,3 +511,42 @@ func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// Remove deletes the cluster directory dir, first stopping (with pg_ctl
+// stop -m immediate) a postmaster left running there by a process that died
+// without calling Stop. It fails with ErrInUse while a Cluster holds dir,
+// and returns nil when dir does not exist. Data is lost: it is meant for
+// throwaway clusters such as those of pgtest.
+func Remove(ctx context.Context, dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("remove postgres cluster: %w", err)
+	}
+	if !exists(dir) {
+		return nil
+	}
+	c := &Cluster{dir: dir, dataDir: filepath.Join(dir, dataDirName), log: zap.NewNop()}
+	if c.owner, err = lookupOwner(); err != nil {
+		return fmt.Errorf("remove postgres cluster %s: %w", dir, err)
+	}
+	lk, holder, err := lock(filepath.Join(dir, lockName))
+	if errors.Is(err, errLocked) {
+		return fmt.Errorf("remove postgres cluster %s: %w: held by process %d", dir, ErrInUse, holder)
+	}
+	if err != nil {
+		return fmt.Errorf("remove postgres cluster %s: %w", dir, err)
+	}
+	defer lk.unlock()
+	if runningPostmaster(c.dataDir) != 0 {
+		if c.binDir, err = c.pickBinDir("", false); err != nil {
+			return fmt.Errorf("remove postgres cluster %s: %w", dir, err)
+		}
+		if _, err := c.run(ctx, "pg_ctl", "stop", "-w", "-s", "-m", "immediate", "-D", c.dataDir); err != nil {
+			return fmt.Errorf("remove postgres cluster %s: %w", dir, err)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove postgres cluster: %w", err)
+	}
+	return nil
+}

@@ -269,6 +269,20 @@ func TestLifecycle(t *testing.T) {
 		if c4.Port() != c3.Port() {
 			t.Errorf("port %d after restart, want the remembered %d", c4.Port(), c3.Port())
 		}
+
+		if err := Remove(ctx, dir); !errors.Is(err, ErrInUse) {
+			t.Fatalf("Remove of a held cluster: err = %v, want ErrInUse", err)
+		}
+		c4.lock.unlock() // as if the test binary holding it had panicked
+		if err := Remove(ctx, dir); err != nil {
+			t.Fatal(err)
+		}
+		if exists(dir) {
+			t.Errorf("%s still exists after Remove", dir)
+		}
+		if !portFree(c4.Port()) {
+			t.Errorf("port %d still taken after Remove: the orphan postmaster runs on", c4.Port())
+		}
 	})
 }
 
