@@ -1,0 +1,299 @@
+package finalizer_test
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// fakeClock is a Clock whose time moves only when a test says so. Timers
+// fire when the clock passes their deadline.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+	starts []time.Duration // every Start duration, in order
+}
+
+func newFakeClock(now time.Time) *fakeClock { return &fakeClock{now: now} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer() backoff.Timer {
+	return &fakeTimer{c: c, ch: make(chan time.Time, 1)}
+}
+
+// Advance moves the clock and fires the timers that are due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	now := c.now
+	var due []*fakeTimer
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		if !t.at.After(now) {
+			due = append(due, t)
+		} else {
+			kept = append(kept, t)
+		}
+	}
+	c.timers = kept
+	c.mu.Unlock()
+	for _, t := range due {
+		select {
+		case t.ch <- now:
+		default:
+		}
+	}
+}
+
+// Waiting returns how many timers are armed.
+func (c *fakeClock) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
+// Starts returns the durations timers were started with, retry timers
+// only (the registry janitor's 30 s timer is left out).
+func (c *fakeClock) Starts() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []time.Duration
+	for _, d := range c.starts {
+		if d != 30*time.Second {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+type fakeTimer struct {
+	c  *fakeClock
+	ch chan time.Time
+	at time.Time
+}
+
+func (t *fakeTimer) Start(d time.Duration) {
+	t.c.mu.Lock()
+	t.at = t.c.now.Add(d)
+	t.c.timers = append(t.c.timers, t)
+	t.c.starts = append(t.c.starts, d)
+	t.c.mu.Unlock()
+}
+
+func (t *fakeTimer) Stop() {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	for i, o := range t.c.timers {
+		if o == t {
+			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
+			return
+		}
+	}
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+// fakeStore is a control table in memory. failures makes the next n
+// advances fail.
+type fakeStore struct {
+	mu       sync.Mutex
+	rows     map[string]control.Verdict
+	calls    []control.Advance
+	failures int
+	err      error
+	called   chan struct{}
+}
+
+var errDown = errors.New("postgresql unavailable: connection refused")
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{rows: map[string]control.Verdict{}, called: make(chan struct{}, 100)}
+}
+
+func (s *fakeStore) Advance(_ context.Context, a control.Advance) (control.Verdict, bool, error) {
+	s.mu.Lock()
+	defer func() {
+		s.mu.Unlock()
+		select {
+		case s.called <- struct{}{}:
+		default:
+		}
+	}()
+	s.calls = append(s.calls, a)
+	if s.failures > 0 || s.err != nil {
+		if s.failures > 0 {
+			s.failures--
+		}
+		err := s.err
+		if err == nil {
+			err = errDown
+		}
+		return control.Verdict{}, false, err
+	}
+	v, ok := s.rows[a.Table]
+	if ok && !a.FinalizedUntil.After(v.FinalizedUntil) {
+		return v, false, nil
+	}
+	v = control.Verdict{Table: a.Table, FinalizedUntil: a.FinalizedUntil, EndTime: a.EndTime, EndOffset: a.EndOffset,
+		QueryID: a.QueryID, RunID: a.RunID, BatchID: a.BatchID}
+	s.rows[a.Table] = v
+	return v, true, nil
+}
+
+func (s *fakeStore) setFailing(n int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures, s.err = n, err
+}
+
+func (s *fakeStore) Calls() []control.Advance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]control.Advance(nil), s.calls...)
+}
+
+func (s *fakeStore) Verdict(table string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rows[table].FinalizedUntil
+}
+
+// fakeBus routes events to the mailboxes subscribed to their run, as the
+// listener's subject filter does.
+type fakeBus struct {
+	mu     sync.Mutex
+	boxes  map[string][]*listener.Mailbox
+	unsubs map[string]int
+	subs   map[string]int
+}
+
+func newFakeBus() *fakeBus {
+	return &fakeBus{boxes: map[string][]*listener.Mailbox{}, unsubs: map[string]int{}, subs: map[string]int{}}
+}
+
+func (b *fakeBus) Subscribe(queryID, runID string, box *listener.Mailbox) (finalizer.Subscription, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.boxes[runID] = append(b.boxes[runID], box)
+	b.subs[runID]++
+	return &fakeSub{b: b, runID: runID, box: box}, nil
+}
+
+func (b *fakeBus) Publish(ev *progress.Event) {
+	b.mu.Lock()
+	boxes := append([]*listener.Mailbox(nil), b.boxes[ev.RunID]...)
+	b.mu.Unlock()
+	for _, box := range boxes {
+		box.Offer(ev)
+	}
+}
+
+func (b *fakeBus) Unsubscribes(runID string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unsubs[runID]
+}
+
+type fakeSub struct {
+	b     *fakeBus
+	runID string
+	box   *listener.Mailbox
+	once  sync.Once
+}
+
+func (s *fakeSub) Unsubscribe() error {
+	s.once.Do(func() {
+		s.b.mu.Lock()
+		defer s.b.mu.Unlock()
+		s.b.unsubs[s.runID]++
+		boxes := s.b.boxes[s.runID]
+		for i, b := range boxes {
+			if b == s.box {
+				s.b.boxes[s.runID] = append(boxes[:i], boxes[i+1:]...)
+				break
+			}
+		}
+	})
+	return nil
+}
+
+const (
+	queryA = "8d268dc2-bc9c-4be8-97a9-b135d2943028"
+	runA   = "e225d92f-2545-48f8-87a2-9c0309580f8a"
+	runB   = "11111111-2222-4333-8444-555555555555"
+)
+
+var batchSeq int64
+
+// cdcProgress is a progress of run whose source ends at commitTS (naive
+// UTC, the reference's CDC offset shape).
+func cdcProgress(runID, commitTS string) *progress.Event {
+	batchSeq++
+	return &progress.Event{
+		Kind: progress.KindProgress, QueryID: queryA, RunID: runID,
+		Timestamp: time.Now().UTC(), BatchID: batchSeq,
+		Sources: []progress.Source{{EndOffset: []byte(`{"lsn":"0x00000027000001a80003","commit_ts":"` + commitTS + `"}`)}},
+	}
+}
+
+func terminated(runID string) *progress.Event {
+	return &progress.Event{Kind: progress.KindTerminated, QueryID: queryA, RunID: runID, BatchID: -1}
+}
+
+func idle(runID string) *progress.Event {
+	return &progress.Event{Kind: progress.KindIdle, QueryID: queryA, RunID: runID, BatchID: -1, Timestamp: time.Now().UTC()}
+}
+
+func hourSpec(t *testing.T) progress.Spec {
+	t.Helper()
+	s, err := progress.ParseSpec(progress.SpecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func utc(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func untils(calls []control.Advance) []time.Time {
+	out := make([]time.Time, len(calls))
+	for i, c := range calls {
+		out[i] = c.FinalizedUntil
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}

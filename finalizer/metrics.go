@@ -1,0 +1,129 @@
+package finalizer
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the Prometheus collectors of the finalization engine. The
+// zero value is not usable; call NewMetrics. All methods are safe for
+// concurrent use.
+type Metrics struct {
+	// Events counts listener events by kind and outcome (accepted,
+	// malformed, mismatch, ignored, oversized).
+	Events *prometheus.CounterVec
+	// Candidates counts what trackers did with a progress: advanced (the
+	// verdict moved), unchanged (written, another writer was ahead),
+	// same_period (no write needed), no_time (no usable time), capped (a
+	// time beyond the clock plus the skew allowance was capped).
+	Candidates *prometheus.CounterVec
+	// Advances counts verdict moves.
+	Advances prometheus.Counter
+	// Writes counts control-table statements that succeeded.
+	Writes prometheus.Counter
+	// FailedAdvances counts advances that still failed after their retries.
+	FailedAdvances prometheus.Counter
+	// Retries counts retries of a failed advance (the 1 s and 2 s ones).
+	Retries prometheus.Counter
+	// TrackedRuns is the number of live trackers.
+	TrackedRuns prometheus.Gauge
+	// StaleRuns is the number of live trackers whose run has been silent for
+	// longer than the stale threshold.
+	StaleRuns prometheus.Gauge
+	// AdvanceSeconds is the latency of one advance statement.
+	AdvanceSeconds prometheus.Histogram
+
+	now      func() time.Time
+	mu       sync.Mutex
+	verdicts map[string]time.Time
+	lagDesc  *prometheus.Desc
+	tsDesc   *prometheus.Desc
+}
+
+// NewMetrics returns the engine's collectors, registered with reg when reg
+// is not nil. now is the clock used for the verdict lag (nil = time.Now).
+func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
+	if now == nil {
+		now = time.Now
+	}
+	m := &Metrics{
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "finalizer_events_total",
+			Help: "Listener events received, by kind and outcome.",
+		}, []string{"kind", "outcome"}),
+		Candidates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "finalizer_candidates_total",
+			Help: "Progress events evaluated by trackers, by outcome.",
+		}, []string{"outcome"}),
+		Advances: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "finalizer_advances_total",
+			Help: "Verdict moves written to the control table.",
+		}),
+		Writes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "finalizer_control_writes_total",
+			Help: "Advance statements executed successfully (moved or not).",
+		}),
+		FailedAdvances: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "finalizer_advance_failures_total",
+			Help: "Advances that failed after their retries (retried again on the run's next event).",
+		}),
+		Retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "finalizer_advance_retries_total",
+			Help: "Retries of a failed advance.",
+		}),
+		TrackedRuns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "finalizer_tracked_runs",
+			Help: "Trackers currently running (one per run and table).",
+		}),
+		StaleRuns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "finalizer_stale_runs",
+			Help: "Trackers whose run has sent no event for longer than the stale threshold.",
+		}),
+		AdvanceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "finalizer_advance_seconds",
+			Help:    "Latency of one advance statement.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		now:      now,
+		verdicts: make(map[string]time.Time),
+		lagDesc: prometheus.NewDesc("finalizer_verdict_lag_seconds",
+			"Seconds between now and the table's finalized_until.", []string{"table"}, nil),
+		tsDesc: prometheus.NewDesc("finalizer_verdict_timestamp_seconds",
+			"The table's finalized_until as a Unix timestamp.", []string{"table"}, nil),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Events, m.Candidates, m.Advances, m.Writes, m.FailedAdvances,
+			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, verdictCollector{m})
+	}
+	return m
+}
+
+// ObserveVerdict records a table's verdict for the lag gauges. An older
+// value than the one recorded is ignored.
+func (m *Metrics) ObserveVerdict(table string, until time.Time) {
+	m.mu.Lock()
+	if old, ok := m.verdicts[table]; !ok || until.After(old) {
+		m.verdicts[table] = until
+	}
+	m.mu.Unlock()
+}
+
+// verdictCollector exports the lag of every observed table at scrape time.
+type verdictCollector struct{ m *Metrics }
+
+func (c verdictCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.m.lagDesc
+	ch <- c.m.tsDesc
+}
+
+func (c verdictCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.m.now()
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	for table, until := range c.m.verdicts {
+		ch <- prometheus.MustNewConstMetric(c.m.lagDesc, prometheus.GaugeValue, now.Sub(until).Seconds(), table)
+		ch <- prometheus.MustNewConstMetric(c.m.tsDesc, prometheus.GaugeValue, float64(until.UnixMilli())/1000, table)
+	}
+}

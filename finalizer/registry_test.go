@@ -1,0 +1,187 @@
+package finalizer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+func TestDiscoveredRunTrackedByRuleAndTemplate(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "bronze.{name}", Query: "cdc_*", Spec: hourSpec(t)})
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "cdc_orders", Kind: progress.KindStarted})
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runB, Name: "other", Kind: progress.KindStarted})
+	eventually(t, "tracked", func() bool { return len(r.reg.Status()) == 1 })
+	eventually(t, "other run ignored", func() bool { return r.reg.Known(runB) })
+	if s := r.reg.Status()[0]; s.Table != "bronze.cdc_orders" || s.RunID != runA {
+		t.Fatalf("status = %+v", s)
+	}
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+	r.bus.Publish(terminated(runA))
+	if res := r.join(t, runA); !res.Done {
+		t.Fatal("not done")
+	}
+	if v := r.store.Verdict("bronze.cdc_orders"); !v.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("verdict = %v", v)
+	}
+	if !r.reg.Known(runA) {
+		t.Fatal("a finished run must stay known so its stray events are not parsed")
+	}
+}
+
+func TestTrackTwiceIsOneTracker(t *testing.T) {
+	r := newRig(t)
+	r.track(t, runA, "t")
+	ok, err := r.reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t)})
+	if err != nil || ok {
+		t.Fatalf("second track = %v, %v; want false, nil", ok, err)
+	}
+}
+
+func TestJoinUnknownRun(t *testing.T) {
+	r := newRig(t)
+	if _, err := r.reg.Join(context.Background(), runB); !errors.Is(err, finalizer.ErrUnknownRun) {
+		t.Fatalf("err = %v, want ErrUnknownRun", err)
+	}
+}
+
+func TestJoinTimesOutWhileRunIsLive(t *testing.T) {
+	r := newRig(t)
+	r.track(t, runA, "t")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	res, err := r.reg.Join(ctx, runA)
+	if err != nil || res.Done {
+		t.Fatalf("join = %+v, %v; want not done", res, err)
+	}
+}
+
+// A new run of the same query supersedes the old run's tracker: it applies
+// what is pending and stops.
+func TestNewRunSupersedesOldRun(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "t", Query: "orders", Spec: hourSpec(t)})
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindStarted})
+	eventually(t, "tracked", func() bool { return len(r.reg.Status()) == 1 })
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T13:05:00"))
+	eventually(t, "first write", func() bool { return len(r.store.Calls()) == 1 })
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runB, Name: "orders", Kind: progress.KindStarted})
+	if res := r.join(t, runA); !res.Done {
+		t.Fatal("old run not stopped")
+	}
+	st := r.reg.Status()
+	if len(st) != 1 || st[0].RunID != runB {
+		t.Fatalf("status = %+v, want only the new run", st)
+	}
+}
+
+// A run silent for longer than ExpireAfter is stopped; before that it is
+// shown as stale.
+func TestSilentRunIsStaleThenExpired(t *testing.T) {
+	clock := newFakeClock(utc("2026-09-28T15:00:00Z"))
+	store, bus := newFakeStore(), newFakeBus()
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Events: bus, Store: store, Clock: clock,
+		StaleAfter: time.Minute, ExpireAfter: time.Hour, Logger: zap.NewNop()})
+	defer reg.Close(context.Background())
+	if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t)}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	if st := reg.Status(); len(st) != 1 || !st[0].Stale {
+		t.Fatalf("status = %+v, want stale", st)
+	}
+	eventually(t, "janitor re-armed", func() bool { return clock.Waiting() == 1 })
+	clock.Advance(65 * time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if res, err := reg.Join(ctx, runA); err != nil || !res.Done {
+		t.Fatalf("join = %+v, %v; want the expired tracker done", res, err)
+	}
+}
+
+type fakeTracks struct {
+	mu       sync.Mutex
+	saved    []control.Track
+	finished []string
+}
+
+func (f *fakeTracks) SaveTrack(_ context.Context, t control.Track) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.saved = append(f.saved, t)
+	return nil
+}
+
+func (f *fakeTracks) FinishTrack(_ context.Context, runID, table string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.finished = append(f.finished, runID+"/"+table)
+	return nil
+}
+
+// Explicit tracks are persisted before they start, marked done when the
+// run terminates, and resumed by Recover.
+func TestExplicitTrackPersistedAndRecovered(t *testing.T) {
+	clock := newFakeClock(utc("2026-09-28T15:00:00Z"))
+	store, bus, tracks := newFakeStore(), newFakeBus(), &fakeTracks{}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Events: bus, Store: store, Tracks: tracks, Clock: clock})
+	if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t), Explicit: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(tracks.saved) != 1 || len(tracks.finished) != 0 {
+		t.Fatalf("saved %d, finished %v; want 1 saved, none finished (the run did not terminate)", len(tracks.saved), tracks.finished)
+	}
+	var opts progress.SpecOptions
+	if err := json.Unmarshal(tracks.saved[0].Spec, &opts); err != nil {
+		t.Fatalf("spec persisted as %s: %v", tracks.saved[0].Spec, err)
+	}
+
+	// A restart: the new registry resumes the track.
+	reg = finalizer.NewRegistry(finalizer.RegistryConfig{Events: bus, Store: store, Tracks: tracks, Clock: clock})
+	defer reg.Close(context.Background())
+	if err := reg.Recover(context.Background(), tracks.saved, nil); err != nil {
+		t.Fatal(err)
+	}
+	bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+	bus.Publish(terminated(runA))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if res, err := reg.Join(ctx, runA); err != nil || !res.Done {
+		t.Fatalf("join = %+v, %v", res, err)
+	}
+	eventually(t, "finished", func() bool {
+		tracks.mu.Lock()
+		defer tracks.mu.Unlock()
+		return len(tracks.finished) == 1
+	})
+	if v := store.Verdict("t"); !v.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("verdict = %v", v)
+	}
+}
+
+// Recover tracks retained runs that a rule matches, and a retained run that
+// already terminated applies its last progress once.
+func TestRecoverRetainedRuns(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
+	runs := []listener.Run{
+		{QueryID: queryA, RunID: runA, Name: "a", Kind: progress.KindProgress},
+		{QueryID: queryA, RunID: runB, Name: "b", Kind: progress.KindTerminated, Terminated: true},
+	}
+	if err := r.reg.Recover(context.Background(), nil, runs); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.reg.Status(); len(st) != 2 {
+		t.Fatalf("status = %+v, want 2 trackers", st)
+	}
+}

@@ -1,0 +1,381 @@
+package finalizer
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// Defaults of a tracker's behaviour.
+const (
+	// DefaultRetryDelay is the wait before the first retry of a failed
+	// advance; each later retry waits twice as long (1 s, then 2 s).
+	DefaultRetryDelay = time.Second
+	// DefaultRetries is how many times a failed advance is retried in place
+	// before it is logged and left to the run's next event.
+	DefaultRetries = 2
+	// DefaultWarnEvery is the least time between two warnings of one
+	// tracker's failure streak (the first failure is always an error line).
+	DefaultWarnEvery = 10 * time.Minute
+	// DefaultFutureSkew is how far beyond the service's own clock a
+	// progress's time may be before it is capped.
+	DefaultFutureSkew = 5 * time.Minute
+	// DefaultAdvanceTimeout bounds one advance statement.
+	DefaultAdvanceTimeout = 10 * time.Second
+)
+
+// Store is what a tracker needs of the control table: a forward-only
+// advance that returns the verdict as it now stands and whether this call
+// moved it. *control.Store implements it.
+type Store interface {
+	Advance(ctx context.Context, a control.Advance) (control.Verdict, bool, error)
+}
+
+// TrackerConfig configures one tracker. QueryID, RunID, Table, Box and
+// Store are required; zero values of the others take the defaults above.
+type TrackerConfig struct {
+	QueryID string
+	RunID   string
+	Table   string
+	Spec    progress.Spec
+	Box     *listener.Mailbox
+	Store   Store
+
+	Clock          Clock         // nil = SystemClock
+	Logger         *zap.Logger   // nil = no logs
+	Metrics        *Metrics      // nil = unregistered collectors
+	RetryDelay     time.Duration // 0 = DefaultRetryDelay
+	Retries        int           // 0 = DefaultRetries; negative = no retry
+	WarnEvery      time.Duration // 0 = DefaultWarnEvery
+	FutureSkew     time.Duration // 0 = DefaultFutureSkew
+	AdvanceTimeout time.Duration // 0 = DefaultAdvanceTimeout
+}
+
+// TrackerStatus is a snapshot of one tracker, for status and the HTTP API.
+type TrackerStatus struct {
+	QueryID string `json:"query_id"`
+	RunID   string `json:"run_id"`
+	Table   string `json:"table"`
+	Spec    string `json:"spec"`
+	// Written is the last candidate this tracker wrote (or found already
+	// reached); zero when none yet.
+	Written time.Time `json:"written,omitzero"`
+	// LastEvent is when the tracker last received an event of its run.
+	LastEvent time.Time `json:"last_event,omitzero"`
+	// LastError is the last failed advance's error, "" after a success.
+	LastError string `json:"last_error,omitempty"`
+	// Failures is the number of failed advances in a row.
+	Failures int `json:"failures,omitempty"`
+	// Terminated is true once the run's termination arrived.
+	Terminated bool `json:"terminated,omitempty"`
+	// Done is true once the worker has stopped.
+	Done bool `json:"done,omitempty"`
+	// Stale is true when the run has been silent longer than the registry's
+	// stale threshold (set by the registry).
+	Stale bool `json:"stale,omitempty"`
+	// Explicit is true for tracks made with `finalizer track`.
+	Explicit bool `json:"explicit,omitempty"`
+}
+
+// Tracker advances one table from one run. Its worker goroutine takes the
+// newest progress from the run's Mailbox, turns it into a candidate and
+// advances the table's verdict when the candidate is later than the one it
+// last wrote. It stops after applying what is left when the run terminates,
+// when Stop is called, or when its context is cancelled.
+type Tracker struct {
+	cfg   TrackerConfig
+	log   *zap.Logger
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+	start time.Time
+
+	// Owned by the worker goroutine.
+	written  time.Time
+	lastWarn time.Time
+
+	mu         sync.Mutex
+	lastErr    error
+	failures   int
+	lastEvent  time.Time
+	terminated bool
+	shownWrite time.Time
+}
+
+// StartTracker starts the worker of cfg. The worker stops when the run
+// terminates, on Stop (after applying what is pending) or when ctx is
+// cancelled (abandoning an advance in flight). Wait for it with Done or Join.
+func StartTracker(ctx context.Context, cfg TrackerConfig) *Tracker {
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil, cfg.Clock.Now)
+	}
+	if cfg.RetryDelay == 0 {
+		cfg.RetryDelay = DefaultRetryDelay
+	}
+	if cfg.Retries == 0 {
+		cfg.Retries = DefaultRetries
+	}
+	if cfg.WarnEvery == 0 {
+		cfg.WarnEvery = DefaultWarnEvery
+	}
+	if cfg.FutureSkew == 0 {
+		cfg.FutureSkew = DefaultFutureSkew
+	}
+	if cfg.AdvanceTimeout == 0 {
+		cfg.AdvanceTimeout = DefaultAdvanceTimeout
+	}
+	t := &Tracker{
+		cfg:   cfg,
+		log:   cfg.Logger.With(zap.String("table", cfg.Table), zap.String("query_id", cfg.QueryID), zap.String("run_id", cfg.RunID)),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		start: cfg.Clock.Now(),
+	}
+	t.lastEvent = t.start
+	go t.run(ctx)
+	return t
+}
+
+// Stop asks the worker to apply what is pending and exit. It does not wait;
+// use Done or Join. Safe to call more than once.
+func (t *Tracker) Stop() { t.once.Do(func() { close(t.stop) }) }
+
+// Done is closed when the worker has exited.
+func (t *Tracker) Done() <-chan struct{} { return t.done }
+
+// Join waits until the worker has exited or ctx is done. It reports whether
+// the worker finished; whether its last advance succeeded is LastError.
+func (t *Tracker) Join(ctx context.Context) bool {
+	select {
+	case <-t.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Failures returns the number of failed advances in a row and the last
+// one's error; 0 and nil after a success.
+func (t *Tracker) Failures() (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.failures, t.lastErr
+}
+
+// Status returns a snapshot of the tracker.
+func (t *Tracker) Status() TrackerStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := TrackerStatus{
+		QueryID:    t.cfg.QueryID,
+		RunID:      t.cfg.RunID,
+		Table:      t.cfg.Table,
+		Spec:       t.cfg.Spec.String(),
+		Written:    t.shownWrite,
+		LastEvent:  t.lastEvent,
+		Failures:   t.failures,
+		Terminated: t.terminated,
+	}
+	if t.lastErr != nil {
+		s.LastError = t.lastErr.Error()
+	}
+	select {
+	case <-t.done:
+		s.Done = true
+	default:
+	}
+	return s
+}
+
+func (t *Tracker) run(ctx context.Context) {
+	defer close(t.done)
+	t.log.Debug("tracker started", zap.String("spec", t.cfg.Spec.String()))
+	box := t.cfg.Box
+	var pending *progress.Event // newest progress not yet applied
+	for {
+		stopping := false
+		select {
+		case <-box.Wake():
+		case <-t.stop:
+			stopping = true
+		case <-ctx.Done():
+			t.log.Debug("tracker cancelled")
+			return
+		}
+		mail := box.Take()
+		if mail.Progress != nil || mail.Idle || mail.Terminated != nil {
+			t.mu.Lock()
+			t.lastEvent = t.cfg.Clock.Now()
+			t.terminated = mail.Terminated != nil
+			t.mu.Unlock()
+		}
+		if mail.Progress != nil {
+			pending = mail.Progress
+		}
+		if pending != nil && t.apply(ctx, pending) {
+			pending = nil
+		}
+		if mail.Terminated != nil {
+			t.log.Info("run terminated; tracker done",
+				zap.Bool("pending_failed", pending != nil),
+				zap.String("error_class", mail.Terminated.ErrorClass),
+				zap.Bool("with_exception", mail.Terminated.Exception != ""))
+			return
+		}
+		if stopping || ctx.Err() != nil {
+			t.log.Debug("tracker stopped", zap.Bool("pending_failed", pending != nil))
+			return
+		}
+	}
+}
+
+// apply advances the verdict from ev when its candidate is later than the
+// last one written. It reports whether ev is done with: written, not
+// needed, or without a usable time. It returns false when the advance
+// failed after its retries, so that the next event retries it.
+func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
+	m := t.cfg.Metrics
+	cand, ok := t.cfg.Spec.Candidate(ev)
+	if !ok {
+		m.Candidates.WithLabelValues("no_time").Inc()
+		t.log.Debug("progress has no usable time", zap.Int64("batch_id", ev.BatchID))
+		return true
+	}
+	if limit := t.cfg.Clock.Now().Add(t.cfg.FutureSkew); cand.Time.After(limit) {
+		m.Candidates.WithLabelValues("capped").Inc()
+		capped := progress.Floor(limit.Add(-t.cfg.Spec.Delay), t.cfg.Spec.Granularity, t.cfg.Spec.Location)
+		t.log.Warn("progress time is ahead of this service's clock; capped",
+			zap.Time("time", cand.Time), zap.Time("capped_until", capped), zap.Int64("batch_id", ev.BatchID))
+		if capped.Before(cand.Until) {
+			cand.Until = capped
+		}
+	}
+	if !t.written.IsZero() && !cand.Until.After(t.written) {
+		m.Candidates.WithLabelValues("same_period").Inc()
+		return true
+	}
+	adv := control.Advance{
+		Table:          t.cfg.Table,
+		FinalizedUntil: cand.Until,
+		EndTime:        cand.Time,
+		EndOffset:      cand.EndOffset,
+		QueryID:        ev.QueryID,
+		RunID:          ev.RunID,
+		BatchID:        ev.BatchID,
+	}
+	var (
+		verdict control.Verdict
+		moved   bool
+	)
+	op := func() error {
+		actx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
+		defer cancel()
+		began := time.Now()
+		v, mv, err := t.cfg.Store.Advance(actx, adv)
+		m.AdvanceSeconds.Observe(time.Since(began).Seconds())
+		if err != nil {
+			if ctx.Err() != nil {
+				return backoff.Permanent(err)
+			}
+			return err
+		}
+		verdict, moved = v, mv
+		return nil
+	}
+	var b backoff.BackOff = &backoff.ZeroBackOff{}
+	if t.cfg.Retries > 0 {
+		exp := backoff.NewExponentialBackOff(
+			backoff.WithInitialInterval(t.cfg.RetryDelay),
+			backoff.WithMultiplier(2),
+			backoff.WithRandomizationFactor(0),
+			backoff.WithMaxInterval(time.Hour),
+			backoff.WithMaxElapsedTime(0),
+			backoff.WithClockProvider(t.cfg.Clock),
+		)
+		b = backoff.WithMaxRetries(exp, uint64(t.cfg.Retries))
+	} else {
+		b = &backoff.StopBackOff{}
+	}
+	notify := func(err error, next time.Duration) {
+		m.Retries.Inc()
+		t.log.Debug("advance failed; retrying", zap.Error(err), zap.Duration("in", next))
+	}
+	err := backoff.RetryNotifyWithTimer(op, backoff.WithContext(b, ctx), notify, t.cfg.Clock.NewTimer())
+	if err != nil {
+		if ctx.Err() != nil {
+			t.log.Warn("advance abandoned at shutdown; the run's retained progress re-applies it on the next start",
+				zap.Time("candidate", cand.Until))
+			return false
+		}
+		t.fail(err, cand)
+		return false
+	}
+	t.succeed(verdict, moved, cand, ev)
+	return true
+}
+
+func (t *Tracker) fail(err error, cand progress.Candidate) {
+	m := t.cfg.Metrics
+	m.FailedAdvances.Inc()
+	t.mu.Lock()
+	t.failures++
+	t.lastErr = err
+	n := t.failures
+	t.mu.Unlock()
+	now := t.cfg.Clock.Now()
+	switch {
+	case n == 1:
+		t.lastWarn = now
+		t.log.Error("advance failed; the run's next event retries it",
+			zap.Error(err), zap.Time("candidate", cand.Until), zap.Int("retries", max(t.cfg.Retries, 0)))
+	case now.Sub(t.lastWarn) >= t.cfg.WarnEvery:
+		t.lastWarn = now
+		t.log.Warn("advance still failing",
+			zap.Error(err), zap.Int("failures_in_a_row", n), zap.Time("candidate", cand.Until))
+	}
+}
+
+func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate, ev *progress.Event) {
+	m := t.cfg.Metrics
+	m.Writes.Inc()
+	t.written = cand.Until
+	if v.FinalizedUntil.After(t.written) {
+		t.written = v.FinalizedUntil // another writer is ahead: no need to write below it
+	}
+	t.mu.Lock()
+	failures := t.failures
+	t.failures, t.lastErr = 0, nil
+	t.shownWrite = t.written
+	t.mu.Unlock()
+	if failures > 0 {
+		t.log.Info("advance succeeded again", zap.Int("failures_before", failures))
+	}
+	if !v.FinalizedUntil.IsZero() {
+		m.ObserveVerdict(t.cfg.Table, v.FinalizedUntil)
+	}
+	if moved {
+		m.Advances.Inc()
+		m.Candidates.WithLabelValues("advanced").Inc()
+		t.log.Info("verdict moved",
+			zap.Time("finalized_until", v.FinalizedUntil),
+			zap.Time("end_time", cand.Time),
+			zap.Int64("batch_id", ev.BatchID))
+		return
+	}
+	m.Candidates.WithLabelValues("unchanged").Inc()
+	t.log.Debug("verdict already at or past candidate",
+		zap.Time("candidate", cand.Until), zap.Time("finalized_until", v.FinalizedUntil))
+}

@@ -1,0 +1,305 @@
+package finalizer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type rig struct {
+	clock *fakeClock
+	store *fakeStore
+	bus   *fakeBus
+	reg   *finalizer.Registry
+	logs  *observer.ObservedLogs
+}
+
+func newRig(t *testing.T, rules ...finalizer.Rule) *rig {
+	t.Helper()
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := &rig{clock: newFakeClock(utc("2026-09-29T00:00:00Z")), store: newFakeStore(), bus: newFakeBus(), logs: logs}
+	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
+		Events: r.bus, Store: r.store, Rules: rules, Clock: r.clock, Logger: zap.New(core),
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.reg.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return r
+}
+
+func (r *rig) track(t *testing.T, runID, table string) {
+	t.Helper()
+	ok, err := r.reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runID, Table: table, Spec: hourSpec(t)})
+	if err != nil || !ok {
+		t.Fatalf("track: %v %v", ok, err)
+	}
+}
+
+func (r *rig) join(t *testing.T, runID string) finalizer.JoinResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := r.reg.Join(ctx, runID)
+	if err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	return res
+}
+
+// Reference test 4: 13:10, 13:40 (same hour: no write), another run's
+// progress and termination (ignored), 14:05 and this run's termination.
+func TestWorkerAdvancesOncePerPeriodAndIgnoresOtherRuns(t *testing.T) {
+	r := newRig(t)
+	r.track(t, runA, "bronze.orders")
+
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T13:10:00"))
+	eventually(t, "first write", func() bool { return len(r.store.Calls()) == 1 })
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T13:40:00"))
+	r.bus.Publish(cdcProgress(runB, "2026-09-28T18:00:00"))
+	r.bus.Publish(terminated(runB))
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+	r.bus.Publish(terminated(runA))
+
+	if res := r.join(t, runA); !res.Done || res.LastError != "" {
+		t.Fatalf("join = %+v, want done without error", res)
+	}
+	got := untils(r.store.Calls())
+	want := []time.Time{utc("2026-09-28T13:00:00Z"), utc("2026-09-28T14:00:00Z")}
+	if len(got) != len(want) || !got[0].Equal(want[0]) || !got[1].Equal(want[1]) {
+		t.Fatalf("advances = %v, want exactly %v", got, want)
+	}
+	if n := r.bus.Unsubscribes(runA); n != 1 {
+		t.Fatalf("run A unsubscribed %d times, want 1", n)
+	}
+	if v := r.store.Verdict("bronze.orders"); !v.Equal(want[1]) {
+		t.Fatalf("verdict = %v, want %v", v, want[1])
+	}
+}
+
+// The second progress of the same period writes nothing even when the
+// first one was the very first (which always writes).
+func TestSamePeriodWritesNothing(t *testing.T) {
+	r := newRig(t)
+	r.track(t, runA, "t")
+	for _, ts := range []string{"2026-09-28T13:01:00", "2026-09-28T13:20:00", "2026-09-28T13:59:59.999"} {
+		r.bus.Publish(cdcProgress(runA, ts))
+	}
+	r.bus.Publish(terminated(runA))
+	r.join(t, runA)
+	if calls := r.store.Calls(); len(calls) != 1 {
+		t.Fatalf("%d writes, want 1", len(calls))
+	}
+}
+
+// Reference test 5: a progress offered just before stop is still applied.
+func TestProgressJustBeforeStopIsApplied(t *testing.T) {
+	r := newRig(t)
+	r.track(t, runA, "t")
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T14:37:12.345"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.reg.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := r.store.Verdict("t"); !v.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("verdict = %v, want 14:00", v)
+	}
+}
+
+// A failed advance is retried 1 s and 2 s later, then left for the next
+// event.
+func TestFailedAdvanceRetriedAfterOneAndTwoSeconds(t *testing.T) {
+	r := newRig(t)
+	r.store.setFailing(2, nil)
+	r.track(t, runA, "t")
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+
+	eventually(t, "first attempt", func() bool { return len(r.store.Calls()) == 1 })
+	eventually(t, "retry timer", func() bool { return r.clock.Waiting() == 2 }) // janitor + retry
+	r.clock.Advance(999 * time.Millisecond)
+	if n := len(r.store.Calls()); n != 1 {
+		t.Fatalf("retried before 1 s: %d calls", n)
+	}
+	r.clock.Advance(time.Millisecond)
+	eventually(t, "second attempt", func() bool { return len(r.store.Calls()) == 2 })
+	eventually(t, "second retry timer", func() bool { return r.clock.Waiting() == 2 })
+	r.clock.Advance(1999 * time.Millisecond)
+	if n := len(r.store.Calls()); n != 2 {
+		t.Fatalf("retried before 2 s: %d calls", n)
+	}
+	r.clock.Advance(time.Millisecond)
+	eventually(t, "verdict", func() bool { return r.store.Verdict("t").Equal(utc("2026-09-28T14:00:00Z")) })
+	starts := r.clock.Starts()
+	if len(starts) != 2 || starts[0] != time.Second || starts[1] != 2*time.Second {
+		t.Fatalf("retry delays = %v, want [1s 2s]", starts)
+	}
+}
+
+// After the in-place retries fail, the run's idle event retries the
+// advance (queries that stop together have no next progress).
+func TestIdleEventRetriesFailedAdvance(t *testing.T) {
+	r := newRig(t)
+	r.store.setFailing(3, nil)
+	r.track(t, runA, "t")
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+	for i := 1; i <= 2; i++ {
+		eventually(t, "attempt", func() bool { return len(r.store.Calls()) == i })
+		eventually(t, "retry timer", func() bool { return r.clock.Waiting() == 2 })
+		r.clock.Advance(time.Duration(i) * time.Second)
+	}
+	eventually(t, "failure recorded", func() bool { return r.reg.Status()[0].Failures == 1 })
+	if v := r.store.Verdict("t"); !v.IsZero() {
+		t.Fatalf("verdict moved while failing: %v", v)
+	}
+	r.bus.Publish(idle(runA))
+	eventually(t, "verdict after idle", func() bool { return r.store.Verdict("t").Equal(utc("2026-09-28T14:00:00Z")) })
+	eventually(t, "error cleared", func() bool { return r.reg.Status()[0].LastError == "" })
+}
+
+// An advance that fails after the run terminated is still retried in
+// place before the worker stops; join reports the failure otherwise.
+func TestTerminationAppliesPendingAndReportsLastError(t *testing.T) {
+	r := newRig(t)
+	r.store.setFailing(100, nil)
+	r.track(t, runA, "t")
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+	r.bus.Publish(terminated(runA))
+	for i := 1; i <= 2; i++ {
+		eventually(t, "retry timer", func() bool { return r.clock.Waiting() == 2 })
+		r.clock.Advance(time.Duration(i) * time.Second)
+	}
+	res := r.join(t, runA)
+	if !res.Done || res.LastError == "" {
+		t.Fatalf("join = %+v, want done with the last error", res)
+	}
+	if n := len(r.store.Calls()); n != 3 {
+		t.Fatalf("%d attempts, want 3 (1 + 2 retries)", n)
+	}
+}
+
+// Reference test 6: a failing tracker keeps its error, logs one error per
+// streak and rate-limited warnings after it, and a success clears it.
+func TestFailureStreakLoggingAndRecovery(t *testing.T) {
+	r := newRig(t)
+	r.store.setFailing(1_000_000, nil)
+	r.reg.Close(context.Background()) // use a tracker without retries, directly
+	box := newBox()
+	tr := finalizer.StartTracker(context.Background(), finalizer.TrackerConfig{
+		QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t), Box: box, Store: r.store,
+		Clock: r.clock, Logger: zap.New(observerCore(r)), Retries: -1,
+	})
+	defer func() { tr.Stop(); <-tr.Done() }()
+
+	step := func(ts string, advance time.Duration, want int) {
+		t.Helper()
+		r.clock.Advance(advance)
+		box.Offer(cdcProgress(runA, ts))
+		eventually(t, "failure counted", func() bool { f, _ := tr.Failures(); return f == want })
+	}
+	step("2026-09-28T13:05:00", 0, 1)
+	step("2026-09-28T14:05:00", time.Minute, 2)
+	step("2026-09-28T15:05:00", time.Minute, 3)
+	step("2026-09-28T16:05:00", 10*time.Minute, 4) // 12 min after the first: one warning
+
+	errs := r.logs.FilterMessage("advance failed; the run's next event retries it").Len()
+	warns := r.logs.FilterMessage("advance still failing").All()
+	if errs != 1 {
+		t.Fatalf("%d error lines, want 1 per streak", errs)
+	}
+	if len(warns) != 1 || warns[0].ContextMap()["failures_in_a_row"] != int64(4) {
+		t.Fatalf("warnings = %v, want one with failures_in_a_row=4", warns)
+	}
+	if _, err := tr.Failures(); err == nil {
+		t.Fatal("last error not kept")
+	}
+
+	r.store.setFailing(0, nil)
+	box.Offer(cdcProgress(runA, "2026-09-28T17:05:00"))
+	eventually(t, "success clears the error", func() bool { f, err := tr.Failures(); return err == nil && f == 0 })
+	if v := r.store.Verdict("t"); !v.Equal(utc("2026-09-28T17:00:00Z")) {
+		t.Fatalf("verdict = %v", v)
+	}
+}
+
+// A run already terminated when tracked (its termination is already in the
+// mailbox with its last progress): apply the last progress once and stop.
+func TestRunTerminatedBeforeTracking(t *testing.T) {
+	r := newRig(t)
+	box := newBox()
+	box.Offer(cdcProgress(runA, "2026-09-28T12:30:00"))
+	box.Offer(terminated(runA))
+	tr := finalizer.StartTracker(context.Background(), finalizer.TrackerConfig{
+		QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t), Box: box, Store: r.store, Clock: r.clock,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if !tr.Join(ctx) {
+		t.Fatal("tracker did not finish")
+	}
+	if calls := r.store.Calls(); len(calls) != 1 || !calls[0].FinalizedUntil.Equal(utc("2026-09-28T12:00:00Z")) {
+		t.Fatalf("advances = %v, want one at 12:00", untils(calls))
+	}
+}
+
+// A progress whose time is beyond the service's clock plus the skew
+// allowance is capped: it cannot finalize periods that have not happened.
+func TestFutureTimeIsCapped(t *testing.T) {
+	r := newRig(t) // the clock is at 2026-09-29T00:00Z
+	r.track(t, runA, "t")
+	r.bus.Publish(cdcProgress(runA, "2027-01-01T00:00:00"))
+	r.bus.Publish(terminated(runA))
+	r.join(t, runA)
+	if v := r.store.Verdict("t"); !v.Equal(utc("2026-09-29T00:00:00Z")) {
+		t.Fatalf("verdict = %v, want capped at 00:00 (clock 00:00 + 5 min)", v)
+	}
+}
+
+// A progress without a usable time gives no candidate and no write.
+func TestProgressWithoutTimeWritesNothing(t *testing.T) {
+	r := newRig(t)
+	r.track(t, runA, "t")
+	ev := cdcProgress(runA, "")
+	r.bus.Publish(ev)
+	r.bus.Publish(terminated(runA))
+	r.join(t, runA)
+	if n := len(r.store.Calls()); n != 0 {
+		t.Fatalf("%d writes, want 0", n)
+	}
+}
+
+// Older progress (a replay, or a JetStream message after a newer live one)
+// never moves the verdict back.
+func TestOlderProgressNeverMovesBack(t *testing.T) {
+	r := newRig(t)
+	r.track(t, runA, "t")
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+	eventually(t, "write", func() bool { return len(r.store.Calls()) == 1 })
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T11:05:00"))
+	r.bus.Publish(terminated(runA))
+	r.join(t, runA)
+	if v := r.store.Verdict("t"); !v.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("verdict = %v, want 14:00", v)
+	}
+}
+
+func newBox() *listener.Mailbox { return listener.NewMailbox() }
+
+func observerCore(r *rig) zapcore.Core {
+	core, logs := observer.New(zapcore.DebugLevel)
+	r.logs = logs
+	return core
+}
