@@ -59,4 +59,12 @@ var (
 	// ErrUnavailable means PostgreSQL could not be reached or the connection
 	// broke; the operation may succeed if retried.
 	ErrUnavailable = errors.New("postgresql unavailable")
+	// ErrInvalidAdvance means an Advance lacks a table or a time, or its
+	// EndOffset is not JSON; nothing was written.
+	ErrInvalidAdvance = errors.New("invalid advance")
+	// ErrInvalidTrack means a Track lacks its query id, run id or table, or
+	// its Spec is not JSON; nothing was written.
+	ErrInvalidTrack = errors.New("invalid track")
+	// ErrClosed means the Store was closed.
+	ErrClosed = errors.New("control store is closed")
 )

@@ -1,0 +1,172 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+)
+
+// migration is one step of the control table's schema. Steps are applied
+// in order, each once, in the transaction that records its version; a
+// released binary's steps are never edited, only appended to.
+type migration struct {
+	version int
+	about   string
+	sql     func(n names) string
+}
+
+var migrations = []migration{
+	{1, "control table and explicit tracks", func(n names) string {
+		return `
+CREATE TABLE ` + n.table + ` (
+	table_name      text PRIMARY KEY,
+	finalized_until timestamptz,
+	end_time        timestamptz,
+	end_offset      jsonb,
+	query_id        text,
+	run_id          text,
+	batch_id        bigint,
+	updated_at      timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE ` + n.table + ` IS 'finalizer: one row per tracked table. A period [start, end) of a table is complete when finalized_until >= end. finalized_until only moves forward.';
+COMMENT ON COLUMN ` + n.table + `.finalized_until IS 'every period ending at or before it is complete';
+COMMENT ON COLUMN ` + n.table + `.end_time IS 'the time read from the progress that last moved the verdict';
+COMMENT ON COLUMN ` + n.table + `.end_offset IS 'that source''s endOffset';
+COMMENT ON COLUMN ` + n.table + `.updated_at IS 'when the verdict last moved';
+CREATE TABLE ` + n.tracks + ` (
+	query_id   text NOT NULL,
+	run_id     text NOT NULL,
+	table_name text NOT NULL,
+	spec       jsonb,
+	created_at timestamptz NOT NULL DEFAULT now(),
+	done_at    timestamptz,
+	PRIMARY KEY (run_id, table_name)
+);
+COMMENT ON TABLE ` + n.tracks + ` IS 'finalizer: explicit track requests, kept so that they survive a restart; done_at is set when the run''s tracker finished.';
+`
+	}},
+}
+
+// SchemaVersion is the control-table schema version this binary migrates
+// to and works with: the version of the last of its migrations.
+const SchemaVersion = 1
+
+// Migrate creates the control table and the tables beside it, or brings
+// them up to SchemaVersion. It creates the schema if it is missing. It
+// holds a transaction-level advisory lock for the control table while it
+// works, so replicas migrating at once take turns; when the schema is
+// current it changes nothing. A database migrated by a newer binary is left
+// untouched and gives ErrSchemaTooNew.
+func (s *Store) Migrate(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("migrate %s: %w", s.n.display, ErrClosed)
+	}
+	var applied []int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		applied = applied[:0]
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockKey()); err != nil {
+			return err
+		}
+		var nspExists bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", s.n.nspName).Scan(&nspExists); err != nil {
+			return err
+		}
+		if !nspExists {
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+s.n.nsp); err != nil {
+				return err
+			}
+		}
+		version, found, err := s.version(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if !found {
+			if _, err := tx.Exec(ctx, `CREATE TABLE `+s.n.schema+` (
+	version    integer PRIMARY KEY,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+				return err
+			}
+		}
+		if version > SchemaVersion {
+			return errTooNew(version)
+		}
+		for _, m := range migrations {
+			if m.version <= version {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.sql(s.n)); err != nil {
+				return fmt.Errorf("version %d (%s): %w", m.version, m.about, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+s.n.schema+" (version) VALUES ($1)", m.version); err != nil {
+				return err
+			}
+			applied = append(applied, m.version)
+		}
+		return nil
+	})
+	if errors.Is(err, ErrSchemaTooNew) {
+		return fmt.Errorf("migrate %s: %w", s.n.display, err)
+	}
+	if err != nil {
+		return wrap(ctx, "migrate "+s.n.display, err)
+	}
+	for _, v := range applied {
+		s.log.Info("control table migrated", zap.Int("version", v))
+	}
+	return nil
+}
+
+// CheckSchema reports whether the control table is at SchemaVersion
+// without changing anything (serve --no-migrate): nil when it is,
+// ErrNotMigrated when it is missing or older, ErrSchemaTooNew when newer.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("check schema of %s: %w", s.n.display, ErrClosed)
+	}
+	version, found, err := s.version(ctx, s.pool)
+	switch {
+	case err != nil:
+		return wrap(ctx, "check schema of "+s.n.display, err)
+	case !found:
+		return fmt.Errorf("check schema of %s: %w: %s does not exist; run finalizer serve without --no-migrate once",
+			s.n.display, ErrNotMigrated, s.n.display+schemaSuffix)
+	case version > SchemaVersion:
+		return fmt.Errorf("check schema of %s: %w", s.n.display, errTooNew(version))
+	case version < SchemaVersion:
+		return fmt.Errorf("check schema of %s: %w: at version %d, this binary needs %d", s.n.display, ErrNotMigrated, version, SchemaVersion)
+	}
+	return nil
+}
+
+func errTooNew(version int) error {
+	return fmt.Errorf("%w: version %d, this binary knows up to %d; upgrade finalizer", ErrSchemaTooNew, version, SchemaVersion)
+}
+
+// querier is what version needs of a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// version returns the highest applied migration, and whether the schema
+// table exists at all.
+func (s *Store) version(ctx context.Context, q querier) (version int, found bool, err error) {
+	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.n.schema).Scan(&found); err != nil || !found {
+		return 0, false, err
+	}
+	if err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+s.n.schema).Scan(&version); err != nil {
+		return 0, true, err
+	}
+	return version, true, nil
+}
+
+// lockKey is the advisory lock key of this control table's migrations.
+func (s *Store) lockKey() int64 {
+	h := fnv.New64a()
+	h.Write([]byte("finalizer migrate " + s.n.table))
+	return int64(h.Sum64())
+}

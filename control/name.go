@@ -1,0 +1,78 @@
+package control
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultSchema is the schema of a control-table name given without one.
+const DefaultSchema = "public"
+
+// maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer identifiers are
+// silently truncated by the server, so they are refused here.
+const maxIdentLen = 63
+
+// Suffixes of the tables kept beside the control table.
+const (
+	schemaSuffix = "_schema" // applied migrations
+	tracksSuffix = "_tracks" // persisted explicit tracks
+)
+
+var identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*$`)
+
+// ParseTableName splits a control-table name "[schema.]name" into its
+// schema (DefaultSchema when absent) and name. Each part must be a plain
+// SQL identifier (a letter or underscore, then letters, digits, _ or $);
+// quotes, dots beyond the one separator, spaces and semicolons are
+// refused with ErrInvalidName. Both parts are folded to lower case, as
+// PostgreSQL folds unquoted names, so "Ops.Verdicts" is the table a user
+// reaches as ops.verdicts in psql. The name must leave room for the
+// "_schema" and "_tracks" tables kept beside it (56 bytes at most).
+func ParseTableName(s string) (schema, name string, err error) {
+	parts := strings.Split(s, ".")
+	switch len(parts) {
+	case 1:
+		schema, name = DefaultSchema, parts[0]
+	case 2:
+		schema, name = parts[0], parts[1]
+	default:
+		return "", "", fmt.Errorf("%w %q: want [schema.]name", ErrInvalidName, s)
+	}
+	for _, part := range []string{schema, name} {
+		if !identPattern.MatchString(part) {
+			return "", "", fmt.Errorf("%w %q: %q is not a plain identifier (letters, digits, _ and $, not starting with a digit)", ErrInvalidName, s, part)
+		}
+	}
+	if len(schema) > maxIdentLen {
+		return "", "", fmt.Errorf("%w %q: schema longer than %d bytes", ErrInvalidName, s, maxIdentLen)
+	}
+	if len(name)+len(schemaSuffix) > maxIdentLen {
+		return "", "", fmt.Errorf("%w %q: name longer than %d bytes", ErrInvalidName, s, maxIdentLen-len(schemaSuffix))
+	}
+	return strings.ToLower(schema), strings.ToLower(name), nil
+}
+
+// names are the quoted, ready-to-use identifiers of one control table and
+// the tables kept beside it.
+type names struct {
+	display string // schema.name, for messages
+	table   string // "schema"."name"
+	schema  string // "schema"."name_schema"
+	tracks  string // "schema"."name_tracks"
+	nspName string // schema, unquoted, for catalog lookups
+	nsp     string // "schema"
+}
+
+func newNames(schema, name string) names {
+	return names{
+		display: schema + "." + name,
+		table:   pgx.Identifier{schema, name}.Sanitize(),
+		schema:  pgx.Identifier{schema, name + schemaSuffix}.Sanitize(),
+		tracks:  pgx.Identifier{schema, name + tracksSuffix}.Sanitize(),
+		nspName: schema,
+		nsp:     pgx.Identifier{schema}.Sanitize(),
+	}
+}

@@ -1,0 +1,192 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+)
+
+// Defaults of a Store.
+const (
+	// DefaultTable is the control table used when Options.Table is empty.
+	DefaultTable = "public.table_finalization"
+	// NotifyChannel is the channel a move is announced on, with the payload
+	// {"table": ..., "finalized_until": RFC 3339 UTC}.
+	NotifyChannel = "finalizer_verdict"
+	// DefaultMaxConns is the pool size when Options.MaxConns is zero. The
+	// LISTEN connection of Wait is not counted: it is its own.
+	DefaultMaxConns = 8
+	// DefaultConnectTimeout bounds one connection attempt when the URL
+	// sets no connect_timeout.
+	DefaultConnectTimeout = 10 * time.Second
+	// DefaultApplicationName is reported to the server (pg_stat_activity)
+	// when the URL sets no application_name; the LISTEN connection reports
+	// it with the suffix "-listen".
+	DefaultApplicationName = "finalizer"
+)
+
+// Options configure Open. The zero value is usable.
+type Options struct {
+	// Table is the control table, "[schema.]name" (see ParseTableName);
+	// empty means DefaultTable.
+	Table string
+	// MaxConns caps the connection pool; zero means DefaultMaxConns.
+	MaxConns int32
+	// Logger receives what nobody can be returned an error for (the LISTEN
+	// connection's reconnects); nil discards it.
+	Logger *zap.Logger
+}
+
+// Store is the control table in one PostgreSQL database. Its methods are
+// safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *zap.Logger
+	n    names
+	sql  statements
+
+	lis       *listener
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+// Open returns a Store for the database at url (a postgres:// URL or a
+// key=value DSN) and the control table o.Table. It does not connect:
+// PostgreSQL may be down at start, and every operation connects as needed
+// (failing with ErrUnavailable while it is down). It fails on a malformed
+// url and with ErrInvalidName on a bad table name. Call Migrate or
+// CheckSchema before use, and Close after.
+func Open(ctx context.Context, url string, o Options) (*Store, error) {
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	schema, name, err := ParseTableName(o.Table)
+	if err != nil {
+		return nil, fmt.Errorf("open control store: %w", err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("open control store: %w", err)
+	}
+	cfg.MaxConns = o.MaxConns
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	cfg.MinConns = 0
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = DefaultApplicationName
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open control store: %w", err)
+	}
+	s := &Store{pool: pool, log: o.Logger, n: newNames(schema, name)}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	s.log = s.log.With(zap.String("control_table", s.n.display))
+	s.sql = newStatements(s.n)
+	listenCfg := cfg.ConnConfig.Copy()
+	listenCfg.RuntimeParams["application_name"] = cfg.ConnConfig.RuntimeParams["application_name"] + "-listen"
+	s.lis = newListener(func(ctx context.Context) (*pgx.Conn, error) {
+		return pgx.ConnectConfig(ctx, listenCfg)
+	}, s.log)
+	return s, nil
+}
+
+// Table returns the control table's name as "schema.name".
+func (s *Store) Table() string { return s.n.display }
+
+// Ping checks that PostgreSQL answers; ErrUnavailable when it does not.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("ping: %w", ErrClosed)
+	}
+	return wrap(ctx, "ping", s.pool.Ping(ctx))
+}
+
+// Close stops Wait's LISTEN connection (pending Waits return ErrClosed)
+// and closes the pool, blocking until connections in use are returned.
+// It is safe to call twice.
+func (s *Store) Close() {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.lis.close()
+		s.pool.Close()
+	})
+}
+
+// wrap gives err its context and translates driver errors into this
+// package's errors, keeping the driver's error as the cause:
+//
+//   - connection failures, broken connections, server shutdown or
+//     overload: ErrUnavailable
+//   - a missing control table or schema: ErrNotMigrated
+//
+// Once ctx is done, the error is ctx's (the caller gave up; the server is
+// not to blame). Other errors (authentication, permissions, a missing
+// database) are returned as they are, wrapped.
+func wrap(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(err, ctxErr) {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		return fmt.Errorf("%s: %w: %w", op, ctxErr, err)
+	}
+	if sentinel := classify(err); sentinel != nil {
+		return fmt.Errorf("%s: %w: %w", op, sentinel, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// classify returns the sentinel error err stands for, or nil.
+func classify(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08", // connection exception
+			pgErr.Code == "57P01", // admin_shutdown (pg_terminate_backend, fast shutdown)
+			pgErr.Code == "57P02", // crash_shutdown
+			pgErr.Code == "57P03", // cannot_connect_now (starting up, shutting down)
+			pgErr.Code == "53300", // too_many_connections
+			pgErr.Code == "25006": // read_only_sql_transaction (a standby after failover)
+			return ErrUnavailable
+		case pgErr.Code == "42P01", // undefined_table
+			pgErr.Code == "3F000": // invalid_schema_name
+			return ErrNotMigrated
+		}
+		return nil
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr),
+		errors.As(err, &netErr),
+		errors.Is(err, pgconn.ErrConnClosed),
+		errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE),
+		pgconn.SafeToRetry(err):
+		return ErrUnavailable
+	}
+	return nil
+}

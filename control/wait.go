@@ -1,0 +1,266 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+)
+
+// Timing of the LISTEN connection shared by Wait calls.
+const (
+	// DefaultListenPing is how long the LISTEN connection may stay silent
+	// before it is pinged, so that a connection that died without a word
+	// (a failover, a dropped network path) is noticed and replaced.
+	DefaultListenPing = 30 * time.Second
+	// DefaultReconnectMin and DefaultReconnectMax bound the exponential
+	// delay between attempts to reconnect it.
+	DefaultReconnectMin = 50 * time.Millisecond
+	DefaultReconnectMax = 5 * time.Second
+)
+
+// Wait blocks until table's verdict reaches until (finalized_until >=
+// until as instants) and returns it; a verdict already there returns at
+// once. It waits on NotifyChannel, not by polling: all Waits of a Store share
+// one LISTEN connection, opened by the first, which re-checks every waiter
+// after each (re)connect, so a notification lost while it was down cannot
+// leave a waiter hanging. It returns ctx's error wrapped when ctx is done,
+// ErrClosed when the Store is closed, and ErrUnavailable when a check of
+// the table fails because PostgreSQL is unreachable (a broken LISTEN
+// connection alone is not an error: it is replaced, and Wait keeps waiting).
+func (s *Store) Wait(ctx context.Context, table string, until time.Time) (Verdict, error) {
+	op := "wait for " + table
+	w, err := s.lis.register(table, until)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("%s: %w", op, err)
+	}
+	defer s.lis.unregister(w)
+	for {
+		v, err := s.Get(ctx, table)
+		switch {
+		case err == nil && v.Reaches(until):
+			return v, nil
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return Verdict{}, fmt.Errorf("%s: %w", op, err)
+		}
+		select {
+		case <-ctx.Done():
+			return Verdict{}, fmt.Errorf("%s: %w", op, ctx.Err())
+		case <-s.lis.closing:
+			return Verdict{}, fmt.Errorf("%s: %w", op, ErrClosed)
+		case <-w.wake:
+		}
+	}
+}
+
+// waiter is one Wait call, woken (never blocking the listener) when its
+// table may have reached until.
+type waiter struct {
+	table string
+	until time.Time
+	wake  chan struct{} // capacity 1: wakes coalesce
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// listener owns the LISTEN connection shared by the Waits of one Store: a
+// goroutine started by the first Wait and stopped by close.
+type listener struct {
+	connect func(context.Context) (*pgx.Conn, error)
+	log     *zap.Logger
+	ping    time.Duration
+	minWait time.Duration
+	maxWait time.Duration
+
+	closing chan struct{} // closed by close
+	done    chan struct{} // closed when the goroutine has returned
+
+	mu      sync.Mutex
+	waiters map[string]map[*waiter]struct{}
+	running bool // the goroutine was started
+	closed  bool
+	pid     uint32 // backend pid of the current LISTEN connection, 0 when none
+	cancel  context.CancelFunc
+}
+
+func newListener(connect func(context.Context) (*pgx.Conn, error), log *zap.Logger) *listener {
+	return &listener{
+		connect: connect,
+		log:     log,
+		ping:    DefaultListenPing,
+		minWait: DefaultReconnectMin,
+		maxWait: DefaultReconnectMax,
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+		waiters: map[string]map[*waiter]struct{}{},
+	}
+}
+
+// register adds a waiter, starting the goroutine on first use.
+func (l *listener) register(table string, until time.Time) (*waiter, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	if !l.running {
+		l.running = true
+		ctx, cancel := context.WithCancel(context.Background())
+		l.cancel = cancel
+		go l.run(ctx)
+	}
+	w := &waiter{table: table, until: until, wake: make(chan struct{}, 1)}
+	if l.waiters[table] == nil {
+		l.waiters[table] = map[*waiter]struct{}{}
+	}
+	l.waiters[table][w] = struct{}{}
+	return w, nil
+}
+
+func (l *listener) unregister(w *waiter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.waiters[w.table], w)
+	if len(l.waiters[w.table]) == 0 {
+		delete(l.waiters, w.table)
+	}
+}
+
+// close stops the goroutine and waits for it; pending Waits see closing.
+func (l *listener) close() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	close(l.closing)
+	running := l.running
+	if running {
+		l.cancel()
+	}
+	l.mu.Unlock()
+	if running {
+		<-l.done
+	}
+}
+
+// backendPID returns the server process of the LISTEN connection, 0 while
+// there is none.
+func (l *listener) backendPID() uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pid
+}
+
+// run keeps a LISTEN connection up until ctx is done, reconnecting with an
+// exponential delay.
+func (l *listener) run(ctx context.Context) {
+	defer close(l.done)
+	delay := l.minWait
+	for {
+		listened, err := l.session(ctx)
+		l.setPID(0)
+		if ctx.Err() != nil {
+			return
+		}
+		if listened {
+			delay = l.minWait
+		}
+		l.log.Warn("LISTEN connection lost; reconnecting", zap.Error(err), zap.Duration("in", delay))
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(delay*2, l.maxWait)
+	}
+}
+
+// session connects, listens, re-checks every waiter, then dispatches
+// notifications until the connection fails or ctx is done. listened says
+// whether it got as far as LISTEN.
+func (l *listener) session(ctx context.Context) (listened bool, err error) {
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
+		return false, err
+	}
+	l.setPID(conn.PgConn().PID())
+	// Anything announced before LISTEN took effect was missed: every waiter
+	// looks at the table again.
+	l.wakeAll()
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, l.ping)
+		n, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case err == nil:
+			l.dispatch(n.Payload)
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case waitCtx.Err() != nil:
+			// Silent for a while: make sure the connection is alive.
+			if err := conn.Ping(ctx); err != nil {
+				return true, err
+			}
+		default:
+			return true, err
+		}
+	}
+}
+
+func (l *listener) setPID(pid uint32) {
+	l.mu.Lock()
+	l.pid = pid
+	l.mu.Unlock()
+}
+
+// wakeAll wakes every waiter.
+func (l *listener) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ws := range l.waiters {
+		for w := range ws {
+			w.signal()
+		}
+	}
+}
+
+// dispatch wakes the waiters of the notified table that the new verdict
+// reaches; a payload it cannot read wakes all of that table's (or, without
+// a table, everyone), who then look for themselves.
+func (l *listener) dispatch(payload string) {
+	var n notification
+	if err := json.Unmarshal([]byte(payload), &n); err != nil || n.Table == "" {
+		l.wakeAll()
+		return
+	}
+	until, err := time.Parse(time.RFC3339Nano, n.FinalizedUntil)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for w := range l.waiters[n.Table] {
+		if err != nil || !w.until.After(until) {
+			w.signal()
+		}
+	}
+}
