@@ -117,6 +117,7 @@ type trackKey struct{ runID, table string }
 type entry struct {
 	req     Request
 	ready   chan struct{} // closed once t is set or the start failed
+	reaped  chan struct{} // closed once the finished tracker is unsubscribed and recorded
 	t       *Tracker
 	sub     Subscription
 	lastErr string
@@ -198,7 +199,7 @@ func (r *Registry) Track(ctx context.Context, req Request) (bool, error) {
 		r.mu.Unlock()
 		return false, nil
 	}
-	e := &entry{req: req, ready: make(chan struct{})}
+	e := &entry{req: req, ready: make(chan struct{}), reaped: make(chan struct{})}
 	r.trackers[key] = e
 	r.live[req.RunID]++
 	r.finished.del(req.RunID)
@@ -269,6 +270,7 @@ func (r *Registry) start(ctx context.Context, e *entry) error {
 // reap waits for e's worker, unsubscribes and records the result.
 func (r *Registry) reap(e *entry) {
 	defer r.wg.Done()
+	defer close(e.reaped)
 	<-e.t.Done()
 	r.cfg.Metrics.TrackedRuns.Dec()
 	if err := e.sub.Unsubscribe(); err != nil {
@@ -337,7 +339,9 @@ func (r *Registry) Join(ctx context.Context, runID string) (JoinResult, error) {
 		if e.t == nil {
 			continue
 		}
-		if !e.t.Join(ctx) {
+		select {
+		case <-e.reaped:
+		case <-ctx.Done():
 			return JoinResult{}, nil
 		}
 		if _, err := e.t.Failures(); err != nil && res.LastError == "" {
