@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// DefaultDialTimeout bounds connecting to NATS from a client command.
+const DefaultDialTimeout = 5 * time.Second
+
+// addNATSClientFlags adds the flags of the commands that talk to NATS.
+func addNATSClientFlags(fs *pflag.FlagSet) {
+	fs.String("nats-url", DefaultNATSURL, "NATS server URL(s), comma-separated")
+	fs.String("subject-prefix", listener.DefaultPrefix, "subject prefix of the listener events")
+	addNATSAuthFlags(fs)
+}
+
+// dialNATS connects a client command to NATS; failure is exit code 2.
+func dialNATS(ctx context.Context, fs *pflag.FlagSet) (*listener.Listener, error) {
+	var c NATSConfig
+	applyNATSAuthFlags(fs, &c)
+	url, _ := fs.GetString("nats-url")
+	prefix, _ := fs.GetString("subject-prefix")
+	dctx, cancel := context.WithTimeout(ctx, DefaultDialTimeout)
+	defer cancel()
+	l, err := listener.Dial(dctx, listener.Options{
+		URL: url, Prefix: prefix, APIPrefix: c.APIPrefix, Name: "finalizer-cli",
+		User: c.User, Password: c.Password, Token: c.Token, NKeySeedFile: c.NKeySeed, CredsFile: c.Creds,
+		TLSCAFile: c.TLSCA, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey,
+	})
+	if err != nil {
+		return nil, usageError(fmt.Errorf("connect to NATS at %s: %w", url, err))
+	}
+	return l, nil
+}
+
+func newTrackCmd(stdout io.Writer) *cobra.Command {
+	var queryID, runID, table string
+	var spec progress.SpecOptions
+	cmd := &cobra.Command{
+		Use:   "track --query-id Q --run-id R --table T",
+		Short: "Track one run of a query into a table (a request to the running service)",
+		Long: `Asks the running service to track one run of a streaming query: every progress of
+that run moves the table's verdict, once per period, until the run terminates. The track
+is persisted and survives a restart of the service. A new run of the same query tracked
+into the same table supersedes the old run's tracker.
+
+Exit codes: 0 tracked (or already tracked), 2 usage error or no service reachable.`,
+		Example: `  finalizer track --query-id 8d268dc2-bc9c-4be8-97a9-b135d2943028 \
+    --run-id e225d92f-2545-48f8-87a2-9c0309580f8a --table bronze.orders --granularity hour`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := required("query-id", queryID, "run-id", runID, "table", table); err != nil {
+				return err
+			}
+			if _, err := progress.ParseSpec(spec); err != nil {
+				return usageError(err)
+			}
+			l, err := dialNATS(cmd.Context(), cmd.Flags())
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			rep, err := l.RequestTrack(cmd.Context(), listener.TrackRequest{
+				QueryID: strings.ToLower(queryID), RunID: strings.ToLower(runID), Table: table, Spec: spec,
+			})
+			if err != nil {
+				return usageError(err)
+			}
+			if rep.Error != "" || !rep.OK {
+				return usageError(fmt.Errorf("track refused: %s", rep.Error))
+			}
+			if rep.Tracked {
+				fmt.Fprintf(stdout, "tracking run %s of query %s into %s\n", runID, queryID, table)
+			} else {
+				fmt.Fprintf(stdout, "run %s is already tracked into %s\n", runID, table)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&queryID, "query-id", "", "the query's id (required)")
+	fs.StringVar(&runID, "run-id", "", "the run's id (required)")
+	fs.StringVar(&table, "table", "", "the table whose verdict this run moves (required)")
+	addSpecFlags(fs, &spec)
+	addNATSClientFlags(fs)
+	return cmd
+}
+
+// addSpecFlags adds the tracking spec flags (CONTRACT.md §3).
+func addSpecFlags(fs *pflag.FlagSet, s *progress.SpecOptions) {
+	fs.StringVar(&s.Time, "time", progress.DefaultTime, "offset:<JSON Pointer> into the source's endOffset, watermark, or trigger")
+	fs.StringVar(&s.Source, "source", progress.DefaultSource, "index into the progress's sources, or all (the earliest time)")
+	fs.StringVar(&s.Granularity, "granularity", progress.DefaultGranularity, "period: minute, hour or day")
+	fs.StringVar(&s.Timezone, "timezone", progress.DefaultTimezone, "IANA time zone whose wall clock sets period boundaries")
+	fs.StringVar(&s.Delay, "delay", progress.DefaultDelay, "allowed lateness subtracted before flooring")
+}
+
+func newJoinCmd(stdout io.Writer) *cobra.Command {
+	var runID string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "join --run-id R [--timeout D]",
+		Short: "Wait until a run's tracker has applied its last progress after termination",
+		Long: `Waits until every tracker of the run has finished: the run terminated and its last
+progress was applied (or the tracker was stopped). If the last advance failed, join still
+reports done and prints the error on stderr.
+
+Exit codes: 0 done, 1 timed out, 2 usage error, unknown run or no service reachable.`,
+		Example: `  finalizer join --run-id e225d92f-2545-48f8-87a2-9c0309580f8a --timeout 5m`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := required("run-id", runID); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			l, err := dialNATS(ctx, cmd.Flags())
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			for {
+				step := time.Minute
+				if dl, ok := ctx.Deadline(); ok {
+					step = min(step, time.Until(dl))
+				}
+				if step <= 0 {
+					return negative("run %s: not done within %s", runID, timeout)
+				}
+				rep, err := l.RequestJoin(ctx, listener.JoinRequest{RunID: strings.ToLower(runID), Timeout: step})
+				if err != nil {
+					if ctx.Err() != nil {
+						return negative("run %s: not done within %s", runID, timeout)
+					}
+					return usageError(err)
+				}
+				if rep.Error != "" {
+					return usageError(fmt.Errorf("join: %s", rep.Error))
+				}
+				if rep.Done {
+					if rep.LastError != "" {
+						fmt.Fprintf(cmd.ErrOrStderr(), "finalizer: warning: the run's last advance failed: %s\n", rep.LastError)
+					}
+					fmt.Fprintf(stdout, "run %s: done\n", runID)
+					return nil
+				}
+			}
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&runID, "run-id", "", "the run's id (required)")
+	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait as long as it takes)")
+	addNATSClientFlags(fs)
+	return cmd
+}

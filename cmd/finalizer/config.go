@@ -1,0 +1,195 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// Defaults of the service's configuration (CONTRACT.md §3, §7).
+const (
+	DefaultDataDir     = "./finalizer-data"
+	DefaultNATSListen  = "127.0.0.1:4222"
+	DefaultNATSURL     = "nats://127.0.0.1:4222"
+	DefaultHTTPListen  = "127.0.0.1:8080"
+	DefaultHTTPURL     = "http://127.0.0.1:8080"
+	DefaultShutdown    = 10 * time.Second
+	DefaultStaleAfter  = finalizer.DefaultStaleAfter
+	DefaultExpireAfter = finalizer.DefaultExpireAfter
+)
+
+// Config is the service's configuration: the YAML file, then environment
+// variables and flags over it.
+type Config struct {
+	NATS         NATSConfig     `yaml:"nats"`
+	Postgres     PostgresConfig `yaml:"postgres"`
+	ControlTable string         `yaml:"control_table"`
+	Prefix       string         `yaml:"subject_prefix"`
+	Stream       StreamConfig   `yaml:"stream"`
+	HTTP         HTTPConfig     `yaml:"http"`
+	DataDir      string         `yaml:"data_dir"`
+	Log          LogConfig      `yaml:"log"`
+	Tracking     TrackingConfig `yaml:"tracking"`
+	Tables       []TableConfig  `yaml:"tables"`
+}
+
+// NATSConfig says which NATS to use: an external server (URL) or the
+// embedded one (Listen).
+type NATSConfig struct {
+	URL       string `yaml:"url"`
+	Listen    string `yaml:"listen"`
+	APIPrefix string `yaml:"api_prefix"`
+	User      string `yaml:"user"`
+	Password  string `yaml:"password"`
+	Token     string `yaml:"token"`
+	NKeySeed  string `yaml:"nkey_seed_file"`
+	Creds     string `yaml:"credentials_file"`
+	TLSCA     string `yaml:"tls_ca_file"`
+	TLSCert   string `yaml:"tls_cert_file"`
+	TLSKey    string `yaml:"tls_key_file"`
+}
+
+// PostgresConfig says which PostgreSQL to use; an empty URL means the
+// managed private cluster under the data dir.
+type PostgresConfig struct {
+	URL       string `yaml:"url"`
+	NoMigrate bool   `yaml:"no_migrate"`
+}
+
+// StreamConfig is the JetStream stream that retains the last events.
+type StreamConfig struct {
+	Name   string   `yaml:"name"`
+	MaxAge Duration `yaml:"max_age"`
+}
+
+// HTTPConfig is the HTTP API's listen address ("" or "off" disables it).
+type HTTPConfig struct {
+	Listen string `yaml:"listen"`
+}
+
+// LogConfig sets the log format (json or console) and level.
+type LogConfig struct {
+	Format string `yaml:"format"`
+	Level  string `yaml:"level"`
+}
+
+// TrackingConfig holds the tracker tunables.
+type TrackingConfig struct {
+	StaleAfter  Duration `yaml:"stale_after"`
+	ExpireAfter Duration `yaml:"expire_after"`
+	FutureSkew  Duration `yaml:"future_skew"`
+	Shutdown    Duration `yaml:"shutdown_timeout"`
+}
+
+// TableConfig is one declarative tracking rule.
+type TableConfig struct {
+	Table       string `yaml:"table"`
+	Query       string `yaml:"query"`
+	Time        string `yaml:"time"`
+	Source      string `yaml:"source"`
+	Granularity string `yaml:"granularity"`
+	Timezone    string `yaml:"timezone"`
+	Delay       string `yaml:"delay"`
+}
+
+// Duration is a time.Duration written as "10m" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML reads a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (e.g. 10m, 1h30m)", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// defaultConfig returns the embedded defaults.
+func defaultConfig() Config {
+	return Config{
+		NATS:         NATSConfig{Listen: DefaultNATSListen, APIPrefix: listener.DefaultAPIPrefix},
+		ControlTable: control.DefaultTable,
+		Prefix:       listener.DefaultPrefix,
+		Stream:       StreamConfig{Name: listener.DefaultStream, MaxAge: Duration(listener.DefaultMaxAge)},
+		HTTP:         HTTPConfig{Listen: DefaultHTTPListen},
+		DataDir:      DefaultDataDir,
+		Log:          LogConfig{Format: "json", Level: "info"},
+		Tracking: TrackingConfig{
+			StaleAfter:  Duration(DefaultStaleAfter),
+			ExpireAfter: Duration(DefaultExpireAfter),
+			FutureSkew:  Duration(finalizer.DefaultFutureSkew),
+			Shutdown:    Duration(DefaultShutdown),
+		},
+	}
+}
+
+// loadConfigFile reads path over cfg: $VARS are expanded, unknown keys are
+// errors that name the key and line.
+func loadConfigFile(path string, cfg *Config) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	// $VARS expand as in a shell: an unset variable is empty, and
+	// validation names the field that ends up empty.
+	dec := yaml.NewDecoder(strings.NewReader(os.ExpandEnv(string(raw))))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// rules validates the tables section and returns its rules.
+func (c Config) rules() ([]finalizer.Rule, error) {
+	var out []finalizer.Rule
+	for i, t := range c.Tables {
+		spec, err := progress.ParseSpec(progress.SpecOptions{Time: t.Time, Source: t.Source, Granularity: t.Granularity, Timezone: t.Timezone, Delay: t.Delay})
+		if err != nil {
+			return nil, fmt.Errorf("config tables[%d] (%s): %w", i, t.Table, err)
+		}
+		r := finalizer.Rule{Table: t.Table, Query: t.Query, Spec: spec}
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("config tables[%d]: %w", i, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// validate checks what flags and the file cannot check by type.
+func (c Config) validate() error {
+	if _, _, err := control.ParseTableName(c.ControlTable); err != nil {
+		return fmt.Errorf("control_table %q: %w", c.ControlTable, err)
+	}
+	if c.Prefix == "" || strings.ContainsAny(c.Prefix, "*> \t") || strings.HasPrefix(c.Prefix, ".") || strings.HasSuffix(c.Prefix, ".") || strings.Contains(c.Prefix, "..") {
+		return fmt.Errorf("subject_prefix %q: want one or more NATS tokens separated by dots, without wildcards", c.Prefix)
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		return fmt.Errorf("log.format %q: want json or console", c.Log.Format)
+	}
+	if c.NATS.URL == "" && c.NATS.Listen == "" {
+		return fmt.Errorf("nats: set url (external server) or listen (embedded server)")
+	}
+	if _, err := c.rules(); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/control"
+)
+
+// maxLongPoll bounds the wait of GET /v1/tables/{table}/final.
+const maxLongPoll = 5 * time.Minute
+
+// newHTTPHandler serves the HTTP API (CONTRACT.md §6).
+func newHTTPHandler(s *service, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		checks := map[string]string{"postgres": "ok", "nats": "ok"}
+		code := http.StatusOK
+		if err := s.store.Ping(ctx); err != nil {
+			checks["postgres"], code = err.Error(), http.StatusServiceUnavailable
+		}
+		if err := s.bus.Ready(ctx); err != nil {
+			checks["nats"], code = err.Error(), http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, checks)
+	})
+	mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"runs": s.reg.Status()})
+	})
+	mux.HandleFunc("GET /v1/tables", func(w http.ResponseWriter, r *http.Request) {
+		vs, err := s.store.List(r.Context())
+		if err != nil {
+			s.httpError(w, err)
+			return
+		}
+		runs, now := s.reg.Status(), time.Now().UTC()
+		out := make([]tableStatus, 0, len(vs))
+		for _, v := range vs {
+			out = append(out, toTableStatus(v, now, runs))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"tables": out})
+	})
+	mux.HandleFunc("GET /v1/tables/{table}", func(w http.ResponseWriter, r *http.Request) {
+		v, err := s.store.Get(r.Context(), r.PathValue("table"))
+		if err != nil {
+			s.httpError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, toTableStatus(v, time.Now().UTC(), s.reg.Status()))
+	})
+	mux.HandleFunc("GET /v1/tables/{table}/final", func(w http.ResponseWriter, r *http.Request) {
+		table := r.PathValue("table")
+		q := r.URL.Query()
+		end, err := parseTS(q.Get("period_end"))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "period_end: " + err.Error()})
+			return
+		}
+		var wait time.Duration
+		if ws := q.Get("wait"); ws != "" {
+			if wait, err = time.ParseDuration(ws); err != nil || wait < 0 {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "wait: want a duration such as 30s"})
+				return
+			}
+			wait = min(wait, maxLongPoll)
+		}
+		resp := map[string]any{"table": table, "period_end": end, "final": false}
+		if wait > 0 {
+			ctx, cancel := context.WithTimeout(r.Context(), wait)
+			defer cancel()
+			v, err := s.store.Wait(ctx, table, end)
+			switch {
+			case err == nil:
+				resp["final"], resp["finalized_until"] = true, v.FinalizedUntil
+				writeJSON(w, http.StatusOK, resp)
+				return
+			case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+			default:
+				s.httpError(w, err)
+				return
+			}
+		}
+		v, err := s.store.Get(r.Context(), table)
+		switch {
+		case errors.Is(err, control.ErrNotFound):
+		case err != nil:
+			s.httpError(w, err)
+			return
+		default:
+			resp["finalized_until"] = v.FinalizedUntil
+			resp["final"] = !end.After(v.FinalizedUntil)
+		}
+		writeJSON(w, http.StatusOK, resp)
+	})
+	return mux
+}
+
+func (s *service) httpError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, control.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+	case errors.Is(err, control.ErrUnavailable):
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+	default:
+		s.log.Error("http request failed", zap.Error(err))
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// lockDataDir takes an exclusive lock on dir so that a second serve on the
+// same data dir fails with a clear message instead of sharing its NATS
+// store and PostgreSQL cluster. The lock dies with the process, so a
+// kill -9 leaves nothing to clean up.
+func lockDataDir(dir string) (func(), error) {
+	path := filepath.Join(dir, "finalizer.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		pid, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data dir %s is in use by another finalizer serve (pid %s); stop it or use another --data-dir",
+				dir, strings.TrimSpace(string(pid)))
+		}
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+)
+
+// addPostgresClientFlags adds the flags of the commands that read the
+// control table.
+func addPostgresClientFlags(fs *pflag.FlagSet) {
+	fs.String("postgres-url", "", "PostgreSQL URL (default: the managed cluster of --data-dir, while serve runs)")
+	fs.String("data-dir", DefaultDataDir, "data dir of the serve whose managed PostgreSQL to read")
+	fs.String("control-table", control.DefaultTable, "control table, schema-qualified")
+}
+
+// openStore opens the control table for a client command.
+func openStore(ctx context.Context, fs *pflag.FlagSet) (*control.Store, error) {
+	url, _ := fs.GetString("postgres-url")
+	dir, _ := fs.GetString("data-dir")
+	table, _ := fs.GetString("control-table")
+	if url == "" {
+		raw, err := os.ReadFile(filepath.Join(dir, postgresURLFile))
+		if err != nil {
+			return nil, usageError(fmt.Errorf("no --postgres-url, and no managed PostgreSQL under %s (start `finalizer serve` there, or pass --postgres-url)", dir))
+		}
+		url = strings.TrimSpace(string(raw))
+	}
+	s, err := control.Open(ctx, url, control.Options{Table: table, MaxConns: 2})
+	if err != nil {
+		return nil, usageError(err)
+	}
+	if err := s.CheckSchema(ctx); err != nil {
+		s.Close()
+		if errors.Is(err, control.ErrNotMigrated) {
+			return nil, usageError(fmt.Errorf("control table %s does not exist yet: start `finalizer serve` once to create it", table))
+		}
+		return nil, usageError(err)
+	}
+	return s, nil
+}
+
+// parseTS reads a command-line time: RFC 3339 with any offset, or a naive
+// date-time (or date) read as UTC.
+func parseTS(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UTC(), nil
+	}
+	for _, layout := range []string{"2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999", "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not a time: want RFC 3339 (2026-09-28T15:00:00Z, 2026-09-28T12:00:00-03:00) or a naive UTC time (2026-09-28T15:00:00)", s)
+}
+
+func newIsFinalCmd(stdout io.Writer) *cobra.Command {
+	var table, periodEnd string
+	cmd := &cobra.Command{
+		Use:   "is-final --table T --period-end TS",
+		Short: "Check once whether the period ending at TS is final",
+		Long: `Checks once whether every period of the table ending at or before TS is complete
+(finalized_until >= TS). TS is RFC 3339 with any offset; a naive time is UTC.
+
+Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection error.`,
+		Example: `  finalizer is-final --table bronze.orders --period-end 2026-09-28T15:00:00Z && run_the_batch_job`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := required("table", table, "period-end", periodEnd); err != nil {
+				return err
+			}
+			end, err := parseTS(periodEnd)
+			if err != nil {
+				return usageError(err)
+			}
+			s, err := openStore(cmd.Context(), cmd.Flags())
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			final, err := s.IsFinal(cmd.Context(), table, end)
+			if err != nil {
+				return usageError(err)
+			}
+			if !final {
+				fmt.Fprintf(stdout, "%s: period ending %s is not final\n", table, end.Format(time.RFC3339))
+				return negative("")
+			}
+			fmt.Fprintf(stdout, "%s: period ending %s is final\n", table, end.Format(time.RFC3339))
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&table, "table", "", "the table (required)")
+	fs.StringVar(&periodEnd, "period-end", "", "end of the period to check (required)")
+	addPostgresClientFlags(fs)
+	return cmd
+}
+
+func newWaitCmd(stdout io.Writer) *cobra.Command {
+	var table, until string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait --table T --until TS [--timeout D]",
+		Short: "Block until finalized_until >= TS (LISTEN/NOTIFY, not a poll loop)",
+		Long: `Blocks until the table's verdict reaches TS, woken by PostgreSQL's NOTIFY on the
+finalizer_verdict channel (no polling). Returns at once when it is already final.
+TS is RFC 3339 with any offset; a naive time is UTC.
+
+Exit codes: 0 final, 1 timed out, 2 usage or connection error.`,
+		Example: `  finalizer wait --table bronze.orders --until 2026-09-28T15:00:00Z --timeout 2h`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := required("table", table, "until", until); err != nil {
+				return err
+			}
+			ts, err := parseTS(until)
+			if err != nil {
+				return usageError(err)
+			}
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			s, err := openStore(ctx, cmd.Flags())
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			v, err := s.Wait(ctx, table, ts)
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) {
+					return negative("%s: not final until %s within %s", table, ts.Format(time.RFC3339), timeout)
+				}
+				if errors.Is(err, context.Canceled) {
+					return negative("%s: interrupted", table)
+				}
+				return usageError(err)
+			}
+			fmt.Fprintf(stdout, "%s: final until %s\n", table, v.FinalizedUntil.Format(time.RFC3339))
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&table, "table", "", "the table (required)")
+	fs.StringVar(&until, "until", "", "the time the verdict must reach (required)")
+	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait as long as it takes)")
+	addPostgresClientFlags(fs)
+	return cmd
+}
+
+// tableStatus is one table in `status --json` and GET /v1/tables.
+type tableStatus struct {
+	Table          string                    `json:"table"`
+	FinalizedUntil time.Time                 `json:"finalized_until"`
+	LagSeconds     float64                   `json:"lag_seconds"`
+	EndTime        time.Time                 `json:"end_time,omitzero"`
+	EndOffset      json.RawMessage           `json:"end_offset,omitempty"`
+	QueryID        string                    `json:"query_id,omitempty"`
+	RunID          string                    `json:"run_id,omitempty"`
+	BatchID        int64                     `json:"batch_id"`
+	UpdatedAt      time.Time                 `json:"updated_at"`
+	Runs           []finalizer.TrackerStatus `json:"runs"`
+}
+
+func toTableStatus(v control.Verdict, now time.Time, runs []finalizer.TrackerStatus) tableStatus {
+	ts := tableStatus{
+		Table: v.Table, FinalizedUntil: v.FinalizedUntil, LagSeconds: now.Sub(v.FinalizedUntil).Seconds(),
+		EndTime: v.EndTime, EndOffset: v.EndOffset, QueryID: v.QueryID, RunID: v.RunID, BatchID: v.BatchID,
+		UpdatedAt: v.UpdatedAt, Runs: []finalizer.TrackerStatus{},
+	}
+	for _, r := range runs {
+		if r.Table == v.Table {
+			ts.Runs = append(ts.Runs, r)
+		}
+	}
+	return ts
+}
+
+func newStatusCmd(stdout io.Writer) *cobra.Command {
+	var table, httpURL string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--table T] [--json]",
+		Short: "Show verdicts, lag, tracked runs and their last errors",
+		Long: `Shows every table's verdict (or one table's) from the control table: finalized_until,
+its lag behind now, when it last moved and from which run; and the runs the service
+tracks, with their last error, read from the service's HTTP API (--http-url) when it is
+reachable.
+
+Exit codes: 0 shown, 2 usage or connection error (or --table without a verdict).`,
+		Example: `  finalizer status
+  finalizer status --table bronze.orders --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			s, err := openStore(ctx, cmd.Flags())
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			var verdicts []control.Verdict
+			if table != "" {
+				v, err := s.Get(ctx, table)
+				if err != nil {
+					return usageError(err)
+				}
+				verdicts = []control.Verdict{v}
+			} else if verdicts, err = s.List(ctx); err != nil {
+				return usageError(err)
+			}
+			runs, runsErr := fetchRuns(ctx, httpURL)
+			now := time.Now().UTC()
+			out := make([]tableStatus, 0, len(verdicts))
+			for _, v := range verdicts {
+				out = append(out, toTableStatus(v, now, runs))
+			}
+			if asJSON {
+				doc := map[string]any{"tables": out, "runs": runs}
+				if runsErr != nil {
+					doc["runs_error"] = runsErr.Error()
+				}
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(doc)
+			}
+			printStatus(stdout, out, runs, runsErr, table)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&table, "table", "", "show only this table")
+	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	fs.StringVar(&httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, for tracked runs ("" to skip)`)
+	addPostgresClientFlags(fs)
+	return cmd
+}
+
+// fetchRuns reads the tracked runs from the service's HTTP API.
+func fetchRuns(ctx context.Context, base string) ([]finalizer.TrackerStatus, error) {
+	runs := []finalizer.TrackerStatus{}
+	if base == "" {
+		return runs, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/v1/runs", nil)
+	if err != nil {
+		return runs, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return runs, fmt.Errorf("service not reachable at %s: %w", base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return runs, fmt.Errorf("service at %s answered %s", base, resp.Status)
+	}
+	var doc struct {
+		Runs []finalizer.TrackerStatus `json:"runs"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return runs, fmt.Errorf("service at %s: %w", base, err)
+	}
+	if doc.Runs != nil {
+		runs = doc.Runs
+	}
+	return runs, nil
+}
+
+func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStatus, runsErr error, only string) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tFINALIZED_UNTIL\tLAG\tLAST MOVE\tBY RUN\tBATCH")
+	for _, t := range tables {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", t.Table, t.FinalizedUntil.Format(time.RFC3339),
+			fmtLag(t.LagSeconds), t.UpdatedAt.Format(time.RFC3339), short(t.RunID), t.BatchID)
+	}
+	if len(tables) == 0 {
+		fmt.Fprintln(tw, "(no verdicts yet)")
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	if runsErr != nil {
+		fmt.Fprintf(w, "tracked runs: unknown (%v)\n", runsErr)
+		return
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].Table < runs[j].Table })
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TRACKED RUN\tTABLE\tQUERY\tLAST EVENT\tSTATE\tLAST ERROR")
+	n := 0
+	for _, r := range runs {
+		if only != "" && r.Table != only {
+			continue
+		}
+		n++
+		state := "running"
+		switch {
+		case r.Done:
+			state = "done"
+		case r.Stale:
+			state = "STALE"
+		case r.Failures > 0:
+			state = fmt.Sprintf("FAILING (%d)", r.Failures)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Table, short(r.QueryID), r.LastEvent.UTC().Format(time.RFC3339), state, r.LastError)
+	}
+	if n == 0 {
+		fmt.Fprintln(tw, "(none)")
+	}
+	tw.Flush()
+}
+
+func fmtLag(sec float64) string {
+	d := time.Duration(sec * float64(time.Second)).Round(time.Second)
+	return d.String()
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}

@@ -1,0 +1,326 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/embeddednats"
+	"github.com/finalizer-dev/finalizer/pgcluster/pgtest"
+)
+
+const (
+	queryA = "8d268dc2-bc9c-4be8-97a9-b135d2943028"
+	runA   = "e225d92f-2545-48f8-87a2-9c0309580f8a"
+	runB   = "0f5b2b7c-6f0e-4d8e-9d42-3c1f2a7b9e11"
+	queryC = "5c1a7f2e-98b3-4c1d-a8e0-7d1e4b2c3f40"
+	runC   = "9a7e3d21-4b5c-4f6e-8a9b-0c1d2e3f4a5b"
+)
+
+// The reference scenario (anchor-finalization.md, test 4) through the real
+// service: 13:10 writes, 13:40 (same hour) does not, another run's progress
+// and termination change nothing, 14:05 writes, termination ends the
+// tracker; join reports done and the table got exactly two writes.
+func TestReferenceScenario(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL})
+	pub := connect(t, s.natsURL)
+	nats := []string{"--nats-url", s.natsURL}
+
+	code, out, errOut := cli(t, nil, append([]string{"track", "--query-id", queryA, "--run-id", runA, "--table", "bronze.orders"}, nats...)...)
+	if code != 0 {
+		t.Fatalf("track exit %d: %s %s", code, out, errOut)
+	}
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T13:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T13:00:00Z")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T13:40:00"))
+	pub.publish("progress", queryA, runB, cdcProgressJSON(queryA, runB, "orders-v1", "2026-09-28T18:00:00"))
+	pub.publish("terminated", queryA, runB, terminatedJSON(queryA, runB))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T14:05:00"))
+	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
+
+	code, out, errOut = cli(t, nil, append([]string{"join", "--run-id", runA, "--timeout", "20s"}, nats...)...)
+	if code != 0 {
+		t.Fatalf("join exit %d: %s %s", code, out, errOut)
+	}
+	r := waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T14:00:00Z")
+	if r.RunID != runA {
+		t.Fatalf("provenance run_id = %s, want %s", r.RunID, runA)
+	}
+	if w := metric(t, s.httpURL, "finalizer_control_writes_total"); w != 2 {
+		t.Fatalf("%v control-table writes, want exactly 2", w)
+	}
+	if a := metric(t, s.httpURL, "finalizer_advances_total"); a != 2 {
+		t.Fatalf("%v advances, want 2", a)
+	}
+}
+
+// Declarative tracking: a query matched by name, and one matched by a glob
+// with a {name} template, are tracked from their started event.
+func TestAutoTrackingByNameAndGlob(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL, config: `
+tables:
+  - table: bronze.orders
+    query: orders-v1
+  - table: "bronze.{name}"
+    query: "cdc_*"
+    granularity: minute
+`})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T13:10:00"))
+	// The glob-matched query is first seen through its progress.
+	pub.publish("progress", queryC, runC, cdcProgressJSON(queryC, runC, "cdc_customers", "2026-09-28T13:10:42"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T13:00:00Z")
+	waitVerdict(t, pgURL, "bronze.cdc_customers", "2026-09-28T13:10:00Z")
+
+	// A query no rule matches is never tracked.
+	pub.publish("progress", queryC, runB, cdcProgressJSON(queryC, runB, "unrelated", "2026-09-28T13:10:42"))
+	pub.publish("progress", queryC, runC, cdcProgressJSON(queryC, runC, "cdc_customers", "2026-09-28T13:12:42"))
+	waitVerdict(t, pgURL, "bronze.cdc_customers", "2026-09-28T13:12:00Z")
+	if _, ok := readRow(t, pgURL, "bronze.unrelated"); ok {
+		t.Fatal("an unmatched query got a verdict")
+	}
+}
+
+// A run that terminated before it was tracked: its last progress and its
+// termination come from JetStream; the tracker applies it once and stops.
+func TestRunTerminatedBeforeTracking(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL})
+	pub := connect(t, s.natsURL)
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T12:30:00"))
+	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
+	nats := []string{"--nats-url", s.natsURL}
+	if code, out, e := cli(t, nil, append([]string{"track", "--query-id", queryA, "--run-id", runA, "--table", "late"}, nats...)...); code != 0 {
+		t.Fatalf("track: %d %s %s", code, out, e)
+	}
+	if code, out, e := cli(t, nil, append([]string{"join", "--run-id", runA, "--timeout", "20s"}, nats...)...); code != 0 {
+		t.Fatalf("join: %d %s %s", code, out, e)
+	}
+	waitVerdict(t, pgURL, "late", "2026-09-28T12:00:00Z")
+}
+
+// is-final and wait, as a scheduler task uses them.
+func TestIsFinalAndWait(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL})
+	pub := connect(t, s.natsURL)
+	pg := []string{"--postgres-url", pgURL}
+	cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "t")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T14:37:12.345"))
+	waitVerdict(t, pgURL, "t", "2026-09-28T14:00:00Z")
+
+	cases := []struct {
+		end  string
+		code int
+	}{
+		{"2026-09-28T14:00:00Z", 0},
+		{"2026-09-28T13:00:00Z", 0},
+		{"2026-09-28T15:00:00Z", 1},
+		{"2026-09-28T11:00:00-03:00", 0}, // 14:00 UTC
+		{"2026-09-28T12:00:00-03:00", 1}, // 15:00 UTC
+		{"2026-09-28T14:00:00", 0},       // naive = UTC
+		{"yesterday", 2},
+	}
+	for _, c := range cases {
+		code, out, e := cli(t, nil, append([]string{"is-final", "--table", "t", "--period-end", c.end}, pg...)...)
+		if code != c.code {
+			t.Errorf("is-final %s: exit %d, want %d (%s%s)", c.end, code, c.code, out, e)
+		}
+	}
+	if code, _, _ := cli(t, nil, append([]string{"is-final", "--table", "no-such-table", "--period-end", "2026-09-28T14:00:00Z"}, pg...)...); code != 1 {
+		t.Errorf("is-final on a table without a verdict: exit %d, want 1", code)
+	}
+
+	// wait times out with 1, then returns 0 when a later progress arrives.
+	if code, _, _ := cli(t, nil, append([]string{"wait", "--table", "t", "--until", "2026-09-28T15:00:00Z", "--timeout", "300ms"}, pg...)...); code != 1 {
+		t.Fatalf("wait timeout: exit %d, want 1", code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := exec.CommandContext(ctx, binary, append([]string{"wait", "--table", "t", "--until", "2026-09-28T15:00:00Z", "--timeout", "25s"}, pg...)...)
+	w.Env = cleanEnv()
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- w.Wait() }()
+	select {
+	case err := <-waited:
+		t.Fatalf("wait returned before the verdict moved: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T15:05:00"))
+	if err := <-waited; err != nil {
+		t.Fatalf("wait: %v, want exit 0 once the verdict reaches 15:00", err)
+	}
+}
+
+// The HTTP API and the metrics.
+func TestHTTPAPIAndMetrics(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL})
+	pub := connect(t, s.natsURL)
+	cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "bronze.orders")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T14:37:12.345"))
+	pub.publish("progress", queryA, runA, `{"not json`)
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T14:00:00Z")
+
+	if code := getJSON(t, s.httpURL+"/healthz", nil); code != 200 {
+		t.Fatalf("/healthz %d", code)
+	}
+	if code := getJSON(t, s.httpURL+"/readyz", nil); code != 200 {
+		t.Fatalf("/readyz %d", code)
+	}
+	var list struct {
+		Tables []struct {
+			Table          string    `json:"table"`
+			FinalizedUntil time.Time `json:"finalized_until"`
+			Runs           []struct {
+				RunID string `json:"run_id"`
+			} `json:"runs"`
+		} `json:"tables"`
+	}
+	getJSON(t, s.httpURL+"/v1/tables", &list)
+	if len(list.Tables) != 1 || list.Tables[0].Table != "bronze.orders" || len(list.Tables[0].Runs) != 1 || list.Tables[0].Runs[0].RunID != runA {
+		t.Fatalf("/v1/tables = %+v", list)
+	}
+	if code := getJSON(t, s.httpURL+"/v1/tables/nope", nil); code != 404 {
+		t.Fatalf("/v1/tables/nope = %d, want 404", code)
+	}
+	var fin struct {
+		Final bool `json:"final"`
+	}
+	getJSON(t, s.httpURL+"/v1/tables/bronze.orders/final?period_end=2026-09-28T14:00:00Z", &fin)
+	if !fin.Final {
+		t.Fatal("period ending 14:00 not final")
+	}
+	getJSON(t, s.httpURL+"/v1/tables/bronze.orders/final?period_end=2026-09-28T15:00:00Z&wait=100ms", &fin)
+	if fin.Final {
+		t.Fatal("period ending 15:00 final")
+	}
+	if code := getJSON(t, s.httpURL+"/v1/tables/bronze.orders/final?period_end=bad", nil); code != 400 {
+		t.Fatalf("bad period_end = %d, want 400", code)
+	}
+	// A long poll returns when the verdict moves.
+	got := make(chan bool, 1)
+	go func() {
+		var f struct {
+			Final bool `json:"final"`
+		}
+		getJSON(t, s.httpURL+"/v1/tables/bronze.orders/final?period_end=2026-09-28T15:00:00Z&wait=20s", &f)
+		got <- f.Final
+	}()
+	time.Sleep(200 * time.Millisecond) // let the long poll start; the assertion does not depend on it
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T15:00:01"))
+	if !<-got {
+		t.Fatal("long poll did not report final")
+	}
+
+	for _, name := range []string{"finalizer_verdict_lag_seconds", "finalizer_events_total", "finalizer_advances_total",
+		"finalizer_advance_failures_total", "finalizer_advance_retries_total", "finalizer_tracked_runs"} {
+		eventually(t, "metric "+name, func() bool {
+			resp := metricText(t, s.httpURL)
+			return strings.Contains(resp, name)
+		})
+	}
+	if m := metricText(t, s.httpURL); !strings.Contains(m, `finalizer_events_total{kind="progress",outcome="malformed"} 1`) {
+		t.Fatalf("malformed event not counted:\n%s", grep(m, "finalizer_events_total"))
+	}
+}
+
+// status shows the verdict and the tracked run.
+func TestStatusCommand(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL})
+	pub := connect(t, s.natsURL)
+	cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "bronze.orders")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T14:37:12.345"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T14:00:00Z")
+	code, out, e := cli(t, nil, "status", "--postgres-url", pgURL, "--http-url", s.httpURL)
+	if code != 0 || !strings.Contains(out, "bronze.orders") || !strings.Contains(out, "2026-09-28T14:00:00Z") || !strings.Contains(out, runA) {
+		t.Fatalf("status exit %d:\n%s%s", code, out, e)
+	}
+	code, out, _ = cli(t, nil, "status", "--postgres-url", pgURL, "--http-url", s.httpURL, "--json", "--table", "bronze.orders")
+	if code != 0 || !strings.Contains(out, `"finalized_until": "2026-09-28T14:00:00Z"`) {
+		t.Fatalf("status --json exit %d:\n%s", code, out)
+	}
+}
+
+// A restart after kill -9 resumes every tracked run and applies the
+// progress retained while the service was down, without a new event.
+func TestRestartAfterKill9(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	ns, err := embeddednats.Start(embeddednats.Options{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	dataDir := t.TempDir()
+	config := `
+tables:
+  - table: "auto.{name}"
+    query: "cdc_*"
+`
+	s := startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), dataDir: dataDir, config: config})
+	pub := connect(t, ns.ClientURL())
+	cli(t, nil, "track", "--nats-url", ns.ClientURL(), "--query-id", queryA, "--run-id", runA, "--table", "explicit")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T13:10:00"))
+	pub.publish("started", queryC, runC, startedJSON(queryC, runC, "cdc_orders"))
+	pub.publish("progress", queryC, runC, cdcProgressJSON(queryC, runC, "cdc_orders", "2026-09-28T13:10:00"))
+	waitVerdict(t, pgURL, "explicit", "2026-09-28T13:00:00Z")
+	waitVerdict(t, pgURL, "auto.cdc_orders", "2026-09-28T13:00:00Z")
+
+	s.kill()
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T14:05:00"))
+	pub.publish("progress", queryC, runC, cdcProgressJSON(queryC, runC, "cdc_orders", "2026-09-28T15:05:00"))
+
+	s2 := startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), dataDir: dataDir, config: config})
+	waitVerdict(t, pgURL, "explicit", "2026-09-28T14:00:00Z")
+	waitVerdict(t, pgURL, "auto.cdc_orders", "2026-09-28T15:00:00Z")
+	// Still tracked: a new progress moves the verdict again.
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T16:05:00"))
+	waitVerdict(t, pgURL, "explicit", "2026-09-28T16:00:00Z")
+	_ = s2
+}
+
+// serve with no flags at all: embedded NATS on 127.0.0.1:4222, a managed
+// PostgreSQL under ./finalizer-data, HTTP on 127.0.0.1:8080. It also
+// measures the start-up time, first (initdb) and second start.
+func TestServeWithNoFlags(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:4222", "127.0.0.1:8080"} {
+		if !portFree(addr) {
+			t.Fatalf("%s is in use: this test needs the default ports", addr)
+		}
+	}
+	dir := openDir(t)
+	for i, what := range []string{"first start (initdb)", "second start"} {
+		began := time.Now()
+		s := startServe(t, serveOpts{dataDir: dir, noFlags: true})
+		t.Logf("serve with no flags: %s ready in %s", what, time.Since(began).Round(time.Millisecond))
+		if s.natsURL != "nats://127.0.0.1:4222" || s.httpURL != "http://127.0.0.1:8080" || s.pgURL == "" {
+			t.Fatalf("defaults: nats %q http %q postgres %q", s.natsURL, s.httpURL, s.pgURL)
+		}
+		pub := connect(t, s.natsURL)
+		code, out, e := cli(t, nil, "track", "--query-id", queryA, "--run-id", fmt.Sprintf("e225d92f-2545-48f8-87a2-9c030958000%d", i), "--table", "t")
+		if code != 0 {
+			t.Fatalf("track with defaults: %d %s %s", code, out, e)
+		}
+		pub.publish("progress", queryA, fmt.Sprintf("e225d92f-2545-48f8-87a2-9c030958000%d", i),
+			cdcProgressJSON(queryA, fmt.Sprintf("e225d92f-2545-48f8-87a2-9c030958000%d", i), "x", fmt.Sprintf("2026-09-28T1%d:10:00", 3+i)))
+		waitVerdict(t, s.pgURL, "t", fmt.Sprintf("2026-09-28T1%d:00:00Z", 3+i))
+		st := exec.Command(binary, "status")
+		st.Dir = dir
+		st.Env = cleanEnv()
+		if out, err := st.CombinedOutput(); err != nil || !strings.Contains(string(out), "2026-09-28T1") {
+			t.Fatalf("status with defaults: %v\n%s", err, out)
+		}
+		s.stop()
+	}
+}
