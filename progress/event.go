@@ -73,9 +73,12 @@ type Event struct {
 // Source is one entry of a progress's sources.
 type Source struct {
 	Description string
-	// StartOffset and EndOffset hold the offsets as JSON, whatever form the
-	// event carried them in (nested JSON, a number, or a string holding
-	// JSON is unwrapped). They are nil when the offset was null or absent.
+	// StartOffset and EndOffset hold the offsets as compact JSON, whatever
+	// form the event carried them in: nested JSON and numbers as they were
+	// (numbers keep every digit); a string holding JSON is unwrapped (the
+	// event-log form), a string that does not is kept as a JSON string.
+	// They are nil when the offset was null (or a string holding null) or
+	// absent. Parse gives each its own copy, with its capacity clipped.
 	StartOffset json.RawMessage
 	EndOffset   json.RawMessage
 }
