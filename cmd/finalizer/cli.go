@@ -83,12 +83,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintf(stderr, "finalizer: %v\n", ee.err)
+			fmt.Fprintf(stderr, "finalizer: %s\n", oneLine(ee.err))
 		}
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "finalizer: %v\n", err)
+	fmt.Fprintf(stderr, "finalizer: %s\n", oneLine(err))
 	return exitUsage
+}
+
+// oneLine folds a multi-line error (pgx lists every address it tried) into
+// the one line a scheduler's log shows.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ; ")), " ")
 }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {

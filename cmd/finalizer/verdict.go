@@ -327,8 +327,13 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 	tw.Flush()
 }
 
+// fmtLag prints a lag the way an operator reads it: 42s, 1h5m0s, 3d4h.
 func fmtLag(sec float64) string {
 	d := time.Duration(sec * float64(time.Second)).Round(time.Second)
+	if d >= 48*time.Hour {
+		days := d / (24 * time.Hour)
+		return fmt.Sprintf("%dd%dh", days, (d-days*24*time.Hour)/time.Hour)
+	}
 	return d.String()
 }
 
