@@ -9,13 +9,14 @@ import "time"
 // A day is a calendar date of loc: it starts at the first instant whose
 // local date is that date (local midnight, or the end of a DST gap when
 // midnight is skipped), so DST days last 23 or 25 hours. A minute or hour
-// is one of the wall clock under the UTC offset in effect at t, as
-// java.time's truncatedTo does: the hour repeated when clocks go back is
-// two periods of one hour each (01:00 EDT, then 01:00 EST), the skipped
-// hour has none, and in a zone whose offset is not whole hours
-// (Asia/Kolkata, +05:30) hours start at :30 UTC. When an offset change
-// falls inside a wall-clock hour (a 30-minute DST shift, as on Lord Howe
-// Island), a period starts at the change.
+// is one of the wall clock under the UTC offset in effect at t (what
+// java.time's truncatedTo gives when clocks move by whole hours): the hour
+// repeated when clocks go back is two periods of one hour each (01:00 EDT,
+// then 01:00 EST), the skipped hour has none, and in a zone whose offset
+// is not whole hours (Asia/Kolkata, +05:30) hours start at :30 UTC. When
+// an offset change falls inside a wall-clock hour (a 30-minute DST shift,
+// as on Lord Howe Island), a period starts at the change. See
+// ADR/0003-time-and-periods.md.
 //
 // An invalid g (not Minute, Hour or Day) gives the zero Time.
 func Floor(t time.Time, g Granularity, loc *time.Location) time.Time {

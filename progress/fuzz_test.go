@@ -33,6 +33,9 @@ func FuzzParse(f *testing.F) {
 	for i, p := range paths {
 		f.Add(readFile(f, p), uint8(i%5))
 	}
+	for _, tc := range parseCases {
+		f.Add([]byte(tc.data), uint8(tc.kind))
+	}
 	f.Add(progressDoc(`"sources":[{"startOffset":"\"x\\u00e9\"","endOffset":"{\"commit_ts\":\"2026-09-28T14:37:12.345\"}"}]`), uint8(KindProgress))
 	f.Add([]byte(`{"Event":"QueryProgressEvent","progress":{"id":"8C57E1EC-94B5-4C99-B100-F694162DF0B9","runId":"`+fixtureRunID+`","batchId":-1,"sources":[{"endOffset":1e3}]}}`), uint8(KindUnknown))
 	var specs []Spec

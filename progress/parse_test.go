@@ -297,184 +297,188 @@ func progressDoc(extra string) []byte {
 	return []byte(base + "}")
 }
 
+const upperID = "8C57E1EC-94B5-4C99-B100-F694162DF0B9"
+
+// parseCases are small documents and what Parse must make of them; they
+// also seed FuzzParse.
+var parseCases = []struct {
+	name  string
+	data  string
+	kind  Kind
+	err   error  // nil = success
+	msg   string // a substring of the error
+	check func(t *testing.T, ev *Event)
+}{
+	{name: "nested offsets are compacted", kind: KindProgress,
+		data: string(progressDoc(`"sources":[{"description":"k","startOffset":null,"endOffset":{ "t" : { "0" : 1 , "1" : [ 2 , 3 ] } }}]`)),
+		check: func(t *testing.T, ev *Event) {
+			if got := string(ev.Sources[0].EndOffset); got != `{"t":{"0":1,"1":[2,3]}}` {
+				t.Errorf("endOffset %s", got)
+			}
+		}},
+	{name: "numbers keep their digits", kind: KindProgress,
+		data: string(progressDoc(`"batchId":9223372036854775807,"sources":[{"startOffset":18446744073709551617,"endOffset":1.50e400}]`)),
+		check: func(t *testing.T, ev *Event) {
+			if ev.BatchID != 9223372036854775807 || string(ev.Sources[0].StartOffset) != "18446744073709551617" || string(ev.Sources[0].EndOffset) != "1.50e400" {
+				t.Errorf("batch %d offsets %s %s", ev.BatchID, ev.Sources[0].StartOffset, ev.Sources[0].EndOffset)
+			}
+		}},
+	{name: "string holding JSON is unwrapped", kind: KindProgress,
+		data: string(progressDoc(`"sources":[{"startOffset":" 123 ","endOffset":"{ \"a\" : \"x y\" }"}]`)),
+		check: func(t *testing.T, ev *Event) {
+			if string(ev.Sources[0].StartOffset) != "123" || string(ev.Sources[0].EndOffset) != `{"a":"x y"}` {
+				t.Errorf("offsets %s %s", ev.Sources[0].StartOffset, ev.Sources[0].EndOffset)
+			}
+		}},
+	{name: "string not holding JSON is kept", kind: KindProgress,
+		data: string(progressDoc(`"sources":[{"startOffset":"","endOffset":"lsn 0x2A\u00e9"}]`)),
+		check: func(t *testing.T, ev *Event) {
+			if string(ev.Sources[0].StartOffset) != `""` || string(ev.Sources[0].EndOffset) != `"lsn 0x2A\u00e9"` {
+				t.Errorf("offsets %s %s", ev.Sources[0].StartOffset, ev.Sources[0].EndOffset)
+			}
+		}},
+	{name: "string holding a JSON string or null", kind: KindProgress,
+		data: string(progressDoc(`"sources":[{"startOffset":"null","endOffset":"\"abc\""}]`)),
+		check: func(t *testing.T, ev *Event) {
+			if ev.Sources[0].StartOffset != nil || string(ev.Sources[0].EndOffset) != `"abc"` {
+				t.Errorf("offsets %#v %s", ev.Sources[0].StartOffset, ev.Sources[0].EndOffset)
+			}
+		}},
+	{name: "absent offsets and description", kind: KindProgress,
+		data: string(progressDoc(`"sources":[{},{"description":null,"endOffset":true}]`)),
+		check: func(t *testing.T, ev *Event) {
+			if len(ev.Sources) != 2 || ev.Sources[0].EndOffset != nil || ev.Sources[0].StartOffset != nil || string(ev.Sources[1].EndOffset) != "true" {
+				t.Errorf("sources %+v", ev.Sources)
+			}
+		}},
+	{name: "empty or null sources", kind: KindProgress,
+		data: string(progressDoc(`"sources":[]`)),
+		check: func(t *testing.T, ev *Event) {
+			if ev.Sources != nil {
+				t.Errorf("sources %#v", ev.Sources)
+			}
+		}},
+	{name: "rates, counts and maps Spark writes", kind: KindProgress,
+		data: string(progressDoc(`"numInputRows":5,"inputRowsPerSecond":"NaN","processedRowsPerSecond":"Infinity","durationMs":{},"stateOperators":[],"observedMetrics":{},"sink":{"metrics":{}},"eventTime":{}`)),
+		check: func(t *testing.T, ev *Event) {
+			if ev.Watermark != "" || ev.BatchID != 3 {
+				t.Errorf("watermark %q batch %d", ev.Watermark, ev.BatchID)
+			}
+		}},
+	{name: "watermark", kind: KindProgress,
+		data: string(progressDoc(`"eventTime":{"avg":"x","watermark":"2026-09-28T14:00:00.000Z"}`)),
+		check: func(t *testing.T, ev *Event) {
+			if ev.Watermark != "2026-09-28T14:00:00.000Z" {
+				t.Errorf("watermark %q", ev.Watermark)
+			}
+		}},
+	{name: "null eventTime and watermark", kind: KindProgress,
+		data: string(progressDoc(`"eventTime":null`)),
+	},
+	{name: "ids are lowercased", kind: KindIdle,
+		data: `{"id":"` + upperID + `","runId":"` + upperID + `","timestamp":"2026-09-28T14:38:05Z"}`,
+		check: func(t *testing.T, ev *Event) {
+			if ev.QueryID != fixtureQueryID || ev.RunID != fixtureQueryID {
+				t.Errorf("ids %q %q", ev.QueryID, ev.RunID)
+			}
+		}},
+	{name: "timestamp with an offset is UTC", kind: KindStarted,
+		data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","name":"q","timestamp":"2026-09-28T16:38:05.5+02:00"}`,
+		check: func(t *testing.T, ev *Event) {
+			if want := utc(t, "2026-09-28T14:38:05.5Z"); !ev.Timestamp.Equal(want) || ev.Timestamp.Location() != time.UTC {
+				t.Errorf("timestamp %v", ev.Timestamp)
+			}
+		}},
+	{name: "unreadable timestamp is zero", kind: KindProgress,
+		data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","timestamp":"yesterday","batchId":1}`,
+		check: func(t *testing.T, ev *Event) {
+			if !ev.Timestamp.IsZero() {
+				t.Errorf("timestamp %v", ev.Timestamp)
+			}
+		}},
+	{name: "non-progress kinds have batch -1", kind: KindStarted,
+		data: string(progressDoc(`"sources":"not read"`)),
+		check: func(t *testing.T, ev *Event) {
+			if ev.BatchID != -1 || ev.Sources != nil || ev.Name != "q" {
+				t.Errorf("%+v", ev)
+			}
+		}},
+	{name: "duplicate keys: the last wins", kind: KindProgress,
+		data: string(progressDoc(`"batchId":4,"name":null`)),
+		check: func(t *testing.T, ev *Event) {
+			if ev.BatchID != 4 || ev.Name != "" {
+				t.Errorf("batch %d name %q", ev.BatchID, ev.Name)
+			}
+		}},
+	{name: "escaped keys", kind: KindUnknown,
+		data: `{"\u0069d":"` + fixtureQueryID + `","run\u0049d":"` + fixtureRunID + `","batch\u0049d":7}`,
+		check: func(t *testing.T, ev *Event) {
+			if ev.Kind != KindProgress || ev.BatchID != 7 {
+				t.Errorf("%+v", ev)
+			}
+		}},
+	{name: "short event class", data: `{"Event":"QueryIdleEvent","id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `"}`,
+		check: func(t *testing.T, ev *Event) {
+			if ev.Kind != KindIdle {
+				t.Errorf("kind %v", ev.Kind)
+			}
+		}},
+	{name: "event class without package", data: `{"Event":"StreamingQueryListener$QueryTerminatedEvent","id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","exception":null}`,
+		check: func(t *testing.T, ev *Event) {
+			if ev.Kind != KindTerminated || ev.Exception != "" {
+				t.Errorf("%+v", ev)
+			}
+		}},
+
+	{name: "infer terminated from errorClassOnException", data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","errorClassOnException":null,"name":"x"}`,
+		check: func(t *testing.T, ev *Event) {
+			if ev.Kind != KindTerminated {
+				t.Errorf("kind %v", ev.Kind)
+			}
+		}},
+	{name: "infer started from a null name", data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","name":null}`,
+		check: func(t *testing.T, ev *Event) {
+			if ev.Kind != KindStarted {
+				t.Errorf("kind %v", ev.Kind)
+			}
+		}},
+	{name: "infer idle", data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","timestamp":"2026-09-28T14:38:05Z"}`,
+		check: func(t *testing.T, ev *Event) {
+			if ev.Kind != KindIdle {
+				t.Errorf("kind %v", ev.Kind)
+			}
+		}},
+
+	{name: "other event class", data: `{"Event":"SparkListenerLogStart","Spark Version":"3.1.0"}`, err: ErrIgnored, msg: "SparkListenerLogStart"},
+	{name: "other streaming class", data: `{"Event":"org.apache.spark.sql.streaming.StreamingQueryListener$QueryFooEvent"}`, err: ErrIgnored},
+	{name: "class against subject", kind: KindIdle, data: `{"Event":"QueryStartedEvent","id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `"}`, err: ErrKindMismatch, msg: "want idle, got Event class QueryStartedEvent"},
+	{name: "unknown kind value", kind: Kind(9), data: `{}`, err: ErrKindMismatch},
+	{name: "progress class without progress", data: `{"Event":"QueryProgressEvent","progress":null}`, err: ErrMalformed, msg: `"progress" object`},
+	{name: "Event not a string", data: `{"Event":1}`, err: ErrMalformed},
+	{name: "not JSON", kind: KindProgress, data: `{"id":`, err: ErrMalformed, msg: "invalid JSON"},
+	{name: "empty", kind: KindProgress, data: ``, err: ErrMalformed},
+	{name: "an array", kind: KindProgress, data: `[{}]`, err: ErrMalformed, msg: "want a JSON object"},
+	{name: "trailing data", kind: KindProgress, data: string(progressDoc("")) + `{}`, err: ErrMalformed, msg: "trailing"},
+	{name: "no id", kind: KindIdle, data: `{"runId":"` + fixtureRunID + `"}`, err: ErrMalformed, msg: "no id"},
+	{name: "runId not a UUID", kind: KindIdle, data: `{"id":"` + fixtureQueryID + `","runId":"e225d92f-2545-48f8-87a2-9c0309580f8"}`, err: ErrMalformed, msg: `runId "e225d92f-2545-48f8-87a2-9c0309580f8": want a UUID`},
+	{name: "id with bad hex", kind: KindIdle, data: `{"id":"8c57e1ec-94b5-4c99-b100-f694162df0bz","runId":"` + fixtureRunID + `"}`, err: ErrMalformed},
+	{name: "id a number", kind: KindIdle, data: `{"id":5,"runId":"` + fixtureRunID + `"}`, err: ErrMalformed},
+	{name: "no batchId", kind: KindProgress, data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `"}`, err: ErrMalformed, msg: "batchId"},
+	{name: "batchId a fraction", kind: KindProgress, data: string(progressDoc(`"batchId":1.5`)), err: ErrMalformed},
+	{name: "batchId a string", kind: KindProgress, data: string(progressDoc(`"batchId":"5"`)), err: ErrMalformed},
+	{name: "batchId too large", kind: KindProgress, data: string(progressDoc(`"batchId":9223372036854775808`)), err: ErrMalformed},
+	{name: "name a number", kind: KindProgress, data: string(progressDoc(`"name":5`)), err: ErrMalformed, msg: "name"},
+	{name: "sources an object", kind: KindProgress, data: string(progressDoc(`"sources":{}`)), err: ErrMalformed, msg: "sources"},
+	{name: "source a string", kind: KindProgress, data: string(progressDoc(`"sources":[{},"x"]`)), err: ErrMalformed, msg: "sources[1]"},
+	{name: "description a number", kind: KindProgress, data: string(progressDoc(`"sources":[{"description":1}]`)), err: ErrMalformed},
+	{name: "eventTime an array", kind: KindProgress, data: string(progressDoc(`"eventTime":[]`)), err: ErrMalformed},
+	{name: "watermark a number", kind: KindProgress, data: string(progressDoc(`"eventTime":{"watermark":0}`)), err: ErrMalformed},
+	{name: "offset with invalid UTF-8", kind: KindProgress, data: string(progressDoc(`"sources":[{"endOffset":{"a":"` + "\xff" + `"}}]`)), err: ErrMalformed, msg: "UTF-8"},
+	{name: "exception a number", kind: KindTerminated, data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","exception":1}`, err: ErrMalformed},
+}
+
 func TestParseCases(t *testing.T) {
-	const upper = "8C57E1EC-94B5-4C99-B100-F694162DF0B9"
-	cases := []struct {
-		name  string
-		data  string
-		kind  Kind
-		err   error  // nil = success
-		msg   string // a substring of the error
-		check func(t *testing.T, ev *Event)
-	}{
-		{name: "nested offsets are compacted", kind: KindProgress,
-			data: string(progressDoc(`"sources":[{"description":"k","startOffset":null,"endOffset":{ "t" : { "0" : 1 , "1" : [ 2 , 3 ] } }}]`)),
-			check: func(t *testing.T, ev *Event) {
-				if got := string(ev.Sources[0].EndOffset); got != `{"t":{"0":1,"1":[2,3]}}` {
-					t.Errorf("endOffset %s", got)
-				}
-			}},
-		{name: "numbers keep their digits", kind: KindProgress,
-			data: string(progressDoc(`"batchId":9223372036854775807,"sources":[{"startOffset":18446744073709551617,"endOffset":1.50e400}]`)),
-			check: func(t *testing.T, ev *Event) {
-				if ev.BatchID != 9223372036854775807 || string(ev.Sources[0].StartOffset) != "18446744073709551617" || string(ev.Sources[0].EndOffset) != "1.50e400" {
-					t.Errorf("batch %d offsets %s %s", ev.BatchID, ev.Sources[0].StartOffset, ev.Sources[0].EndOffset)
-				}
-			}},
-		{name: "string holding JSON is unwrapped", kind: KindProgress,
-			data: string(progressDoc(`"sources":[{"startOffset":" 123 ","endOffset":"{ \"a\" : \"x y\" }"}]`)),
-			check: func(t *testing.T, ev *Event) {
-				if string(ev.Sources[0].StartOffset) != "123" || string(ev.Sources[0].EndOffset) != `{"a":"x y"}` {
-					t.Errorf("offsets %s %s", ev.Sources[0].StartOffset, ev.Sources[0].EndOffset)
-				}
-			}},
-		{name: "string not holding JSON is kept", kind: KindProgress,
-			data: string(progressDoc(`"sources":[{"startOffset":"","endOffset":"lsn 0x2A\u00e9"}]`)),
-			check: func(t *testing.T, ev *Event) {
-				if string(ev.Sources[0].StartOffset) != `""` || string(ev.Sources[0].EndOffset) != `"lsn 0x2A\u00e9"` {
-					t.Errorf("offsets %s %s", ev.Sources[0].StartOffset, ev.Sources[0].EndOffset)
-				}
-			}},
-		{name: "string holding a JSON string or null", kind: KindProgress,
-			data: string(progressDoc(`"sources":[{"startOffset":"null","endOffset":"\"abc\""}]`)),
-			check: func(t *testing.T, ev *Event) {
-				if ev.Sources[0].StartOffset != nil || string(ev.Sources[0].EndOffset) != `"abc"` {
-					t.Errorf("offsets %#v %s", ev.Sources[0].StartOffset, ev.Sources[0].EndOffset)
-				}
-			}},
-		{name: "absent offsets and description", kind: KindProgress,
-			data: string(progressDoc(`"sources":[{},{"description":null,"endOffset":true}]`)),
-			check: func(t *testing.T, ev *Event) {
-				if len(ev.Sources) != 2 || ev.Sources[0].EndOffset != nil || ev.Sources[0].StartOffset != nil || string(ev.Sources[1].EndOffset) != "true" {
-					t.Errorf("sources %+v", ev.Sources)
-				}
-			}},
-		{name: "empty or null sources", kind: KindProgress,
-			data: string(progressDoc(`"sources":[]`)),
-			check: func(t *testing.T, ev *Event) {
-				if ev.Sources != nil {
-					t.Errorf("sources %#v", ev.Sources)
-				}
-			}},
-		{name: "rates, counts and maps Spark writes", kind: KindProgress,
-			data: string(progressDoc(`"numInputRows":5,"inputRowsPerSecond":"NaN","processedRowsPerSecond":"Infinity","durationMs":{},"stateOperators":[],"observedMetrics":{},"sink":{"metrics":{}},"eventTime":{}`)),
-			check: func(t *testing.T, ev *Event) {
-				if ev.Watermark != "" || ev.BatchID != 3 {
-					t.Errorf("watermark %q batch %d", ev.Watermark, ev.BatchID)
-				}
-			}},
-		{name: "watermark", kind: KindProgress,
-			data: string(progressDoc(`"eventTime":{"avg":"x","watermark":"2026-09-28T14:00:00.000Z"}`)),
-			check: func(t *testing.T, ev *Event) {
-				if ev.Watermark != "2026-09-28T14:00:00.000Z" {
-					t.Errorf("watermark %q", ev.Watermark)
-				}
-			}},
-		{name: "null eventTime and watermark", kind: KindProgress,
-			data: string(progressDoc(`"eventTime":null`)),
-		},
-		{name: "ids are lowercased", kind: KindIdle,
-			data: `{"id":"` + upper + `","runId":"` + upper + `","timestamp":"2026-09-28T14:38:05Z"}`,
-			check: func(t *testing.T, ev *Event) {
-				if ev.QueryID != fixtureQueryID || ev.RunID != fixtureQueryID {
-					t.Errorf("ids %q %q", ev.QueryID, ev.RunID)
-				}
-			}},
-		{name: "timestamp with an offset is UTC", kind: KindStarted,
-			data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","name":"q","timestamp":"2026-09-28T16:38:05.5+02:00"}`,
-			check: func(t *testing.T, ev *Event) {
-				if want := utc(t, "2026-09-28T14:38:05.5Z"); !ev.Timestamp.Equal(want) || ev.Timestamp.Location() != time.UTC {
-					t.Errorf("timestamp %v", ev.Timestamp)
-				}
-			}},
-		{name: "unreadable timestamp is zero", kind: KindProgress,
-			data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","timestamp":"yesterday","batchId":1}`,
-			check: func(t *testing.T, ev *Event) {
-				if !ev.Timestamp.IsZero() {
-					t.Errorf("timestamp %v", ev.Timestamp)
-				}
-			}},
-		{name: "non-progress kinds have batch -1", kind: KindStarted,
-			data: string(progressDoc(`"sources":"not read"`)),
-			check: func(t *testing.T, ev *Event) {
-				if ev.BatchID != -1 || ev.Sources != nil || ev.Name != "q" {
-					t.Errorf("%+v", ev)
-				}
-			}},
-		{name: "duplicate keys: the last wins", kind: KindProgress,
-			data: string(progressDoc(`"batchId":4,"name":null`)),
-			check: func(t *testing.T, ev *Event) {
-				if ev.BatchID != 4 || ev.Name != "" {
-					t.Errorf("batch %d name %q", ev.BatchID, ev.Name)
-				}
-			}},
-		{name: "escaped keys", kind: KindUnknown,
-			data: `{"\u0069d":"` + fixtureQueryID + `","run\u0049d":"` + fixtureRunID + `","batch\u0049d":7}`,
-			check: func(t *testing.T, ev *Event) {
-				if ev.Kind != KindProgress || ev.BatchID != 7 {
-					t.Errorf("%+v", ev)
-				}
-			}},
-		{name: "short event class", data: `{"Event":"QueryIdleEvent","id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `"}`,
-			check: func(t *testing.T, ev *Event) {
-				if ev.Kind != KindIdle {
-					t.Errorf("kind %v", ev.Kind)
-				}
-			}},
-		{name: "event class without package", data: `{"Event":"StreamingQueryListener$QueryTerminatedEvent","id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","exception":null}`,
-			check: func(t *testing.T, ev *Event) {
-				if ev.Kind != KindTerminated || ev.Exception != "" {
-					t.Errorf("%+v", ev)
-				}
-			}},
-
-		{name: "infer terminated from errorClassOnException", data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","errorClassOnException":null,"name":"x"}`,
-			check: func(t *testing.T, ev *Event) {
-				if ev.Kind != KindTerminated {
-					t.Errorf("kind %v", ev.Kind)
-				}
-			}},
-		{name: "infer started from a null name", data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","name":null}`,
-			check: func(t *testing.T, ev *Event) {
-				if ev.Kind != KindStarted {
-					t.Errorf("kind %v", ev.Kind)
-				}
-			}},
-		{name: "infer idle", data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","timestamp":"2026-09-28T14:38:05Z"}`,
-			check: func(t *testing.T, ev *Event) {
-				if ev.Kind != KindIdle {
-					t.Errorf("kind %v", ev.Kind)
-				}
-			}},
-
-		{name: "other event class", data: `{"Event":"SparkListenerLogStart","Spark Version":"3.1.0"}`, err: ErrIgnored, msg: "SparkListenerLogStart"},
-		{name: "other streaming class", data: `{"Event":"org.apache.spark.sql.streaming.StreamingQueryListener$QueryFooEvent"}`, err: ErrIgnored},
-		{name: "class against subject", kind: KindIdle, data: `{"Event":"QueryStartedEvent","id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `"}`, err: ErrKindMismatch, msg: "want idle, got Event class QueryStartedEvent"},
-		{name: "unknown kind value", kind: Kind(9), data: `{}`, err: ErrKindMismatch},
-		{name: "progress class without progress", data: `{"Event":"QueryProgressEvent","progress":null}`, err: ErrMalformed, msg: `"progress" object`},
-		{name: "Event not a string", data: `{"Event":1}`, err: ErrMalformed},
-		{name: "not JSON", kind: KindProgress, data: `{"id":`, err: ErrMalformed, msg: "invalid JSON"},
-		{name: "empty", kind: KindProgress, data: ``, err: ErrMalformed},
-		{name: "an array", kind: KindProgress, data: `[{}]`, err: ErrMalformed, msg: "want a JSON object"},
-		{name: "trailing data", kind: KindProgress, data: string(progressDoc("")) + `{}`, err: ErrMalformed, msg: "trailing"},
-		{name: "no id", kind: KindIdle, data: `{"runId":"` + fixtureRunID + `"}`, err: ErrMalformed, msg: "no id"},
-		{name: "runId not a UUID", kind: KindIdle, data: `{"id":"` + fixtureQueryID + `","runId":"e225d92f-2545-48f8-87a2-9c0309580f8"}`, err: ErrMalformed, msg: `runId "e225d92f-2545-48f8-87a2-9c0309580f8": want a UUID`},
-		{name: "id with bad hex", kind: KindIdle, data: `{"id":"8c57e1ec-94b5-4c99-b100-f694162df0bz","runId":"` + fixtureRunID + `"}`, err: ErrMalformed},
-		{name: "id a number", kind: KindIdle, data: `{"id":5,"runId":"` + fixtureRunID + `"}`, err: ErrMalformed},
-		{name: "no batchId", kind: KindProgress, data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `"}`, err: ErrMalformed, msg: "batchId"},
-		{name: "batchId a fraction", kind: KindProgress, data: string(progressDoc(`"batchId":1.5`)), err: ErrMalformed},
-		{name: "batchId a string", kind: KindProgress, data: string(progressDoc(`"batchId":"5"`)), err: ErrMalformed},
-		{name: "batchId too large", kind: KindProgress, data: string(progressDoc(`"batchId":9223372036854775808`)), err: ErrMalformed},
-		{name: "name a number", kind: KindProgress, data: string(progressDoc(`"name":5`)), err: ErrMalformed, msg: "name"},
-		{name: "sources an object", kind: KindProgress, data: string(progressDoc(`"sources":{}`)), err: ErrMalformed, msg: "sources"},
-		{name: "source a string", kind: KindProgress, data: string(progressDoc(`"sources":[{},"x"]`)), err: ErrMalformed, msg: "sources[1]"},
-		{name: "description a number", kind: KindProgress, data: string(progressDoc(`"sources":[{"description":1}]`)), err: ErrMalformed},
-		{name: "eventTime an array", kind: KindProgress, data: string(progressDoc(`"eventTime":[]`)), err: ErrMalformed},
-		{name: "watermark a number", kind: KindProgress, data: string(progressDoc(`"eventTime":{"watermark":0}`)), err: ErrMalformed},
-		{name: "offset with invalid UTF-8", kind: KindProgress, data: string(progressDoc(`"sources":[{"endOffset":{"a":"` + "\xff" + `"}}]`)), err: ErrMalformed, msg: "UTF-8"},
-		{name: "exception a number", kind: KindTerminated, data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","exception":1}`, err: ErrMalformed},
-	}
-	for _, tc := range cases {
+	for _, tc := range parseCases {
 		t.Run(tc.name, func(t *testing.T) {
 			ev, err := parseBoth(t, []byte(tc.data), tc.kind)
 			if tc.err == nil {
