@@ -46,7 +46,9 @@ from urllib.parse import unquote, urlsplit
 
 __all__ = [
     "FinalizerListener",
+    "EventQueue",
     "NatsError",
+    "payload_for",
     "DEFAULT_PREFIX",
     "DEFAULT_QUEUE_SIZE",
     "DEFAULT_CLOSE_TIMEOUT",
