@@ -56,7 +56,7 @@ func joinLines(lines [][]byte) []byte {
 }
 
 // zstdBytes compresses data in one zstd frame.
-func zstdBytes(t *testing.T, data []byte) []byte {
+func zstdBytes(t testing.TB, data []byte) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	w, err := zstd.NewWriter(&b)

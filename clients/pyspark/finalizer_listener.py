@@ -353,6 +353,9 @@ class EventQueue(object):
         self.dropped = collections.Counter()
         self.overflow = 0
         self._closing = False
+        # Queued droppable items per run, so a full queue looks for a victim
+        # of the new item's run only when there is one.
+        self._droppable = collections.Counter()
 
     def __len__(self):
         with self._cond:
@@ -380,26 +383,35 @@ class EventQueue(object):
                     if len(self._items) >= self.maxsize and self._make_room(item.run):
                         break
             self._items.append(item)
+            if item.kind in DROPPABLE:
+                self._droppable[item.run] += 1
             self._cond.notify_all()
             return True
 
     def _make_room(self, run):
         """Drop the oldest droppable item of run, else of any run. Called
         with the lock held; returns whether an item was dropped."""
+        if not self._droppable:
+            return False
+        same = self._droppable.get(run, 0) > 0
         victim = None
         for i, it in enumerate(self._items):
-            if it.kind in DROPPABLE:
-                if it.run == run:
-                    victim = i
-                    break
-                if victim is None:
-                    victim = i
-        if victim is None:
+            if it.kind in DROPPABLE and (not same or it.run == run):
+                victim = i
+                break
+        if victim is None:  # cannot happen while the counts are right
             return False
         dropped = self._items[victim]
         del self._items[victim]
+        self._forget(dropped)
         self.dropped[dropped.kind] += 1
         return True
+
+    def _forget(self, it):
+        if it.kind in DROPPABLE:
+            self._droppable[it.run] -= 1
+            if self._droppable[it.run] <= 0:
+                del self._droppable[it.run]
 
     def take(self, n, timeout):
         """Remove and return up to n items, waiting up to timeout for the
@@ -408,7 +420,9 @@ class EventQueue(object):
             self._cond.wait_for(lambda: self._items or self._closing, timeout)
             out = []
             while self._items and len(out) < n:
-                out.append(self._items.popleft())
+                it = self._items.popleft()
+                self._forget(it)
+                out.append(it)
             if out:
                 self._cond.notify_all()
             return out
