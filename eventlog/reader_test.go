@@ -681,3 +681,47 @@ func TestReadStdin(t *testing.T) {
 		}
 	})
 }
+
+func TestReadTruncatedZstd(t *testing.T) {
+	lines := sparkLines(t)
+	// Flushed after each line, the way Spark writes, then cut in the middle
+	// of the last block: what a reader sees of a log Spark is writing.
+	var b bytes.Buffer
+	w, err := zstd.NewWriter(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines {
+		if _, err := w.Write(append(append([]byte{}, l...), '\n')); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whole := b.Len()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cut := b.Bytes()[:whole-10]
+
+	t.Run("inprogress: the complete lines, then io.EOF", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), appID+".zstd.inprogress")
+		writeFile(t, path, cut)
+		wantData(t, readAll(t, open(t, path, eventlog.Options{})), lines[:11])
+	})
+	t.Run("final name: an error after the complete lines", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), appID+".zstd")
+		writeFile(t, path, cut)
+		r := open(t, path, eventlog.Options{})
+		ctx := testContext(t)
+		for i := range 11 {
+			if l := next(t, ctx, r); !bytes.Equal(l.Data, lines[i]) {
+				t.Fatalf("line %d = %.60q", i, l.Data)
+			}
+		}
+		if _, err := r.Next(ctx); err == nil || errors.Is(err, io.EOF) || !strings.Contains(err.Error(), "truncated") {
+			t.Fatalf("Next on a truncated zstd file: %v, want a truncation error", err)
+		}
+	})
+}
