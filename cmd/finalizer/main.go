@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // period boundaries in any IANA zone, even on hosts without a tz database
 )
 
 func main() {

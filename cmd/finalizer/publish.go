@@ -59,14 +59,14 @@ connection error.`,
 				if err != nil {
 					return usageError(err)
 				}
-				ev, err := progress.Parse(line.Data, progress.KindUnknown)
+				ev, ok, err := eventlog.Streaming(line.Data)
 				switch {
-				case errors.Is(err, progress.ErrIgnored):
-					skipped++
-					continue
 				case err != nil:
 					bad++
 					fmt.Fprintf(stderr, "finalizer: %s:%d: skipped: %v\n", line.Source, line.Number, err)
+					continue
+				case !ok:
+					skipped++
 					continue
 				}
 				if err := l.Publish(ctx, ev, line.Data); err != nil {
