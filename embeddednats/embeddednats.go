@@ -129,7 +129,7 @@ func Start(o Options) (*Server, error) {
 		return nil, fmt.Errorf("embedded nats: configure server on %s: %w", addr, err)
 	}
 	log := o.Logger.With(zap.String("component", "nats-server"))
-	zl := &zapLogger{log: log.WithOptions(zap.AddCallerSkip(2))}
+	zl := &zapLogger{log: log.WithOptions(zap.AddCallerSkip(3))}
 	ns.SetLoggerV2(zl, log.Core().Enabled(zap.DebugLevel), false, false)
 
 	ns.Start()

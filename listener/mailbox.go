@@ -13,7 +13,8 @@ import (
 // not usable; call NewMailbox.
 type Mailbox struct {
 	mu         sync.Mutex
-	progress   *progress.Event
+	progress   *progress.Event // waiting, not taken yet
+	taken      *progress.Event // the newest progress already taken
 	idle       bool
 	terminated *progress.Event
 	wake       chan struct{}
@@ -23,8 +24,9 @@ type Mailbox struct {
 type Mail struct {
 	// Progress is the newest progress not yet taken, or nil.
 	Progress *progress.Event
-	// Idle is true when an idle event (or a progress that was not newer than
-	// one already taken) arrived since the last Take: a chance to retry.
+	// Idle is true when an idle event, or a progress that was put in no slot
+	// because it was not newer (than the waiting one, or than one already
+	// taken), arrived since the last Take: a chance to retry.
 	Idle bool
 	// Terminated is the run's termination event, or nil. Once set it is
 	// returned by every later Take.
@@ -38,13 +40,18 @@ func NewMailbox() *Mailbox {
 
 // Offer puts an event of the mailbox's run into the mailbox and wakes the
 // worker. A progress replaces the waiting one only when it is newer (see
-// progress.Event.Newer), so a message recovered from JetStream never
-// replaces a newer live one. Started events are ignored.
+// progress.Event.Newer), and it is put in the slot only when it is strictly
+// newer than the last progress already taken; otherwise it counts as an idle
+// event. So a message recovered from JetStream, or delivered twice, never
+// replaces or repeats a newer one. Started events and nil are ignored.
 func (m *Mailbox) Offer(ev *progress.Event) {
+	if ev == nil {
+		return
+	}
 	m.mu.Lock()
 	switch ev.Kind {
 	case progress.KindProgress:
-		if ev.Newer(m.progress) {
+		if ev.Newer(m.progress) && (m.taken == nil || strictlyNewer(ev, m.taken)) {
 			m.progress = ev
 		} else {
 			m.idle = true
@@ -70,12 +77,26 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 // worker selects on it and then calls Take.
 func (m *Mailbox) Wake() <-chan struct{} { return m.wake }
 
-// Take empties the slot and returns what was in it.
+// Take empties the slot and returns what was in it. It never blocks; a
+// Take after a wake that an earlier Take already served returns empty Mail
+// (apart from a sticky Terminated).
 func (m *Mailbox) Take() Mail {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mail := Mail{Progress: m.progress, Idle: m.idle, Terminated: m.terminated}
+	if m.progress != nil {
+		m.taken = m.progress
+	}
 	m.progress = nil
 	m.idle = false
 	return mail
+}
+
+// strictlyNewer reports whether e is newer than old: a later batch, or the
+// same batch with a later timestamp. A duplicate is not newer.
+func strictlyNewer(e, old *progress.Event) bool {
+	if e.BatchID != old.BatchID {
+		return e.BatchID > old.BatchID
+	}
+	return e.Timestamp.After(old.Timestamp)
 }

@@ -1,0 +1,496 @@
+package listener
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// Defaults for Options.
+const (
+	// DefaultPrefix is the first token(s) of every event subject.
+	DefaultPrefix = "spark"
+	// DefaultStream is the name of the JetStream stream that retains each
+	// run's last events.
+	DefaultStream = "SPARK_EVENTS"
+	// DefaultMaxAge is how long the stream keeps a message.
+	DefaultMaxAge = 7 * 24 * time.Hour
+	// DefaultAPIPrefix is the subject prefix of the track and join
+	// requests. It lies outside the event prefix so that publishers can be
+	// allowed the events and denied the API.
+	DefaultAPIPrefix = "finalizer.api"
+	// DefaultName is the client connection name shown by the server.
+	DefaultName = "finalizer"
+	// DefaultMaxPayload is the largest event payload, in bytes, that is
+	// parsed; larger ones are dropped and counted as malformed.
+	DefaultMaxPayload = 1 << 20
+	// DefaultReconnectWait is the pause between reconnect attempts.
+	DefaultReconnectWait = time.Second
+	// DefaultRequestTimeout bounds JetStream calls, flushes and API
+	// requests whose context has no deadline of its own.
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultJoinMargin is added to a join's own timeout to get the timeout
+	// of its request, so the service's answer still arrives in time.
+	DefaultJoinMargin = 5 * time.Second
+	// DefaultWarnEvery is the minimum interval between two warnings about
+	// dropped messages of one class (outcome and kind).
+	DefaultWarnEvery = 10 * time.Second
+	// DefaultPendingMsgs and DefaultPendingBytes are the pending limits of
+	// every subscription: generous, because a callback never waits on I/O.
+	DefaultPendingMsgs  = 1 << 20
+	DefaultPendingBytes = 256 << 20
+	// DefaultMaxInflightAPI bounds the API requests handled at once; more
+	// get an error reply.
+	DefaultMaxInflightAPI = 1024
+)
+
+// The outcomes Options.OnEvent reports for every event a subscription
+// handles.
+const (
+	// OutcomeAccepted: parsed, ids matching, offered to the run's mailbox.
+	OutcomeAccepted = "accepted"
+	// OutcomeMalformed: bad subject, payload too large, or not parseable.
+	OutcomeMalformed = "malformed"
+	// OutcomeMismatch: the ids or the kind in the payload differ from the
+	// subject's.
+	OutcomeMismatch = "mismatch"
+	// OutcomeIgnored: a well-formed event of a class finalizer does not use.
+	OutcomeIgnored = "ignored"
+)
+
+// Errors of the package. Errors from nats.go are wrapped, not translated,
+// except where noted.
+var (
+	// ErrNoJetStream is returned when the server has no JetStream. The
+	// service then runs without recovery: live events only.
+	ErrNoJetStream = errors.New("jetstream is not available on the nats server")
+	// ErrNoStream is returned by Retained when JetStream is there but the
+	// stream is not (EnsureStream was never run against this server).
+	ErrNoStream = errors.New("event stream not found")
+	// ErrNoService is returned by RequestTrack and RequestJoin when no
+	// finalizer service is listening on the API subject.
+	ErrNoService = errors.New("no finalizer service is listening")
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("listener closed")
+	// ErrNotConnected is returned by Ready while the connection is down.
+	ErrNotConnected = errors.New("not connected to nats")
+	// ErrInvalidToken is returned when an id or prefix cannot be used as a
+	// subject token (empty, or holding '.', '*', '>' or white space).
+	ErrInvalidToken = errors.New("not a valid subject token")
+)
+
+// Options configure Dial. The zero value of every field means its default;
+// authentication and TLS are off unless set.
+type Options struct {
+	// URL is the server URL, or several separated by commas; "" means
+	// nats://127.0.0.1:4222.
+	URL string
+	// Prefix is the event subject prefix, one or more tokens; "" means
+	// DefaultPrefix.
+	Prefix string
+	// Stream is the JetStream stream's name; "" means DefaultStream.
+	Stream string
+	// MaxAge is the stream's retention; 0 means DefaultMaxAge.
+	MaxAge time.Duration
+	// APIPrefix is the prefix of the track and join subjects; "" means
+	// DefaultAPIPrefix.
+	APIPrefix string
+	// Name is the client connection's name; "" means DefaultName.
+	Name string
+	// Logger receives connection events and rate-limited warnings about
+	// dropped messages; nil discards them.
+	Logger *zap.Logger
+	// OnEvent, when set, is called once per event a run subscription (or
+	// Discover, for bad messages of runs not known yet) handles, with one of
+	// the Outcome constants. It runs on the subscription's goroutine and
+	// must be fast and safe for concurrent use.
+	OnEvent func(kind progress.Kind, outcome string)
+
+	// MaxPayload is the largest payload parsed; 0 means DefaultMaxPayload.
+	MaxPayload int
+	// ReconnectWait is the pause between reconnect attempts; 0 means
+	// DefaultReconnectWait.
+	ReconnectWait time.Duration
+	// RequestTimeout bounds calls whose context has no deadline; 0 means
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// Now is the clock of the warning rate limiter; nil means time.Now.
+	Now func() time.Time
+
+	// User and Password authenticate with a user name; Token with a token.
+	User, Password, Token string
+	// NKeySeedFile authenticates with an NKey seed; CredsFile with a
+	// credentials (JWT) file.
+	NKeySeedFile, CredsFile string
+	// TLSCAFile is the CA bundle that verifies the server; TLSCertFile and
+	// TLSKeyFile are the client certificate and key, set together.
+	TLSCAFile, TLSCertFile, TLSKeyFile string
+}
+
+// withDefaults returns o with every zero field set to its default.
+func (o Options) withDefaults() Options {
+	if o.URL == "" {
+		o.URL = nats.DefaultURL
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Stream == "" {
+		o.Stream = DefaultStream
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.APIPrefix == "" {
+		o.APIPrefix = DefaultAPIPrefix
+	}
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.MaxPayload <= 0 {
+		o.MaxPayload = DefaultMaxPayload
+	}
+	if o.ReconnectWait <= 0 {
+		o.ReconnectWait = DefaultReconnectWait
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// natsOptions returns the nats.go options for o's authentication and TLS.
+func (o Options) natsOptions() ([]nats.Option, error) {
+	var opts []nats.Option
+	if o.User != "" || o.Password != "" {
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	}
+	if o.Token != "" {
+		opts = append(opts, nats.Token(o.Token))
+	}
+	if o.NKeySeedFile != "" {
+		opt, err := nats.NkeyOptionFromSeed(o.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkey seed file: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	if o.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.TLSCAFile != "" {
+		opts = append(opts, nats.RootCAs(o.TLSCAFile))
+	}
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		return nil, errors.New("tls: a client certificate needs both a cert and a key file")
+	}
+	if o.TLSCertFile != "" {
+		opts = append(opts, nats.ClientCert(o.TLSCertFile, o.TLSKeyFile))
+	}
+	return opts, nil
+}
+
+// Listener is a connection to NATS that serves finalizer's subscriptions,
+// stream, API and publishing. It is safe for concurrent use. Create it with
+// Dial and release it with Close.
+type Listener struct {
+	opts     Options
+	log      *zap.Logger
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	prefix   []string // the prefix's tokens
+	parse    func([]byte, progress.Kind) (*progress.Event, error)
+	warn     *warnLimiter
+	inflight chan struct{} // API requests in flight
+
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // maintenance and API handler goroutines
+
+	reconnected chan struct{} // a reconnect to handle, buffered 1
+	connClosed  chan struct{} // closed once the connection is closed
+
+	mu       sync.Mutex
+	closed   bool
+	ensured  bool             // EnsureStream succeeded once: redo it after reconnects
+	stream   jetstream.Stream // the event stream, once known
+	noJS     bool             // the server answered that it has no JetStream
+	pubJS    int              // publish through JetStream: 0 unknown, 1 yes, -1 no
+	runs     map[*Subscription]struct{}
+	discover map[*Subscription]struct{}
+	api      map[*Subscription]struct{}
+
+	afterFlush func() // test hook: between a run's subscription and its catch-up
+	closeOnce  sync.Once
+}
+
+// Dial connects to NATS and returns a Listener. It retries a failed initial
+// connect until ctx is done (then the error wraps the last failure; an
+// authentication or configuration error fails at once). Once connected it
+// reconnects forever, logging every disconnect and reconnect; after a
+// reconnect it re-ensures the stream (if EnsureStream succeeded before),
+// and every run subscription catches up from JetStream again, so nothing
+// published while the connection was down is missed.
+func Dial(ctx context.Context, o Options) (*Listener, error) {
+	o = o.withDefaults()
+	prefix, err := splitPrefix(o.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := splitPrefix(o.APIPrefix); err != nil {
+		return nil, fmt.Errorf("api prefix: %w", err)
+	}
+	authOpts, err := o.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	l := &Listener{
+		opts:        o,
+		log:         o.Logger,
+		prefix:      prefix,
+		parse:       progress.Parse,
+		warn:        newWarnLimiter(o.Now, DefaultWarnEvery),
+		inflight:    make(chan struct{}, DefaultMaxInflightAPI),
+		ctx:         lctx,
+		cancel:      cancel,
+		reconnected: make(chan struct{}, 1),
+		connClosed:  make(chan struct{}),
+		runs:        make(map[*Subscription]struct{}),
+		discover:    make(map[*Subscription]struct{}),
+		api:         make(map[*Subscription]struct{}),
+	}
+	var closedOnce sync.Once
+	opts := append([]nats.Option{
+		nats.Name(o.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(o.ReconnectWait),
+		nats.DrainTimeout(o.RequestTimeout),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			l.log.Warn("nats disconnected", zap.Error(err))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			l.log.Info("nats reconnected", zap.String("url", nc.ConnectedUrlRedacted()))
+			select {
+			case l.reconnected <- struct{}{}:
+			default:
+			}
+		}),
+		nats.ClosedHandler(func(*nats.Conn) {
+			closedOnce.Do(func() { close(l.connClosed) })
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			if ok, n := l.warn.allow("nats-error"); ok {
+				l.log.Warn("nats asynchronous error", zap.String("subject", subj),
+					zap.Error(err), zap.Int("suppressed", n))
+			}
+		}),
+	}, authOpts...)
+
+	redacted := redactURLs(o.URL)
+	wait := 100 * time.Millisecond
+	for {
+		nc, err := nats.Connect(o.URL, opts...)
+		if err == nil {
+			l.nc = nc
+			break
+		}
+		if !retryable(err) {
+			cancel()
+			return nil, fmt.Errorf("connect to %s: %w", redacted, err)
+		}
+		l.log.Debug("nats not reachable yet", zap.String("url", redacted), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			cancel()
+			return nil, fmt.Errorf("connect to %s: %w (gave up: %v)", redacted, err, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+	l.js, err = jetstream.New(l.nc)
+	if err != nil {
+		cancel()
+		l.nc.Close()
+		return nil, fmt.Errorf("jetstream context: %w", err)
+	}
+	l.log.Info("nats connected", zap.String("url", l.nc.ConnectedUrlRedacted()))
+	l.wg.Add(1)
+	go l.maintain()
+	return l, nil
+}
+
+// retryable reports whether a failed initial connect may succeed later.
+func retryable(err error) bool {
+	var ne net.Error
+	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) || errors.As(err, &ne)
+}
+
+// redactURLs returns a comma-separated URL list with passwords hidden.
+func redactURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if u, err := url.Parse(p); err == nil && u.User != nil {
+			if _, ok := u.User.Password(); !ok {
+				u.User = url.User("xxxxx") // a token as user name
+			}
+			p = u.Redacted()
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
+}
+
+// maintain handles reconnects until Close: re-ensure the stream, catch up
+// every run subscription, rescan for runs to discover.
+func (l *Listener) maintain() {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.reconnected:
+		}
+		l.afterReconnect()
+	}
+}
+
+func (l *Listener) afterReconnect() {
+	l.mu.Lock()
+	ensured := l.ensured
+	l.stream, l.noJS, l.pubJS = nil, false, 0
+	runs := make([]*Subscription, 0, len(l.runs))
+	for s := range l.runs {
+		runs = append(runs, s)
+	}
+	disc := make([]*Subscription, 0, len(l.discover))
+	for s := range l.discover {
+		disc = append(disc, s)
+	}
+	l.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(l.ctx, 4*l.opts.RequestTimeout)
+	defer cancel()
+	if ensured {
+		if err := l.EnsureStream(ctx); err != nil {
+			l.log.Error("re-ensure stream after reconnect", zap.String("stream", l.opts.Stream), zap.Error(err))
+		}
+	}
+	// Subscriptions were re-sent before the reconnect callback; a flush
+	// makes sure the server has them before the catch-up reads the stream.
+	if err := l.nc.FlushWithContext(ctx); err != nil {
+		l.log.Warn("flush after reconnect", zap.Error(err))
+		return
+	}
+	for _, s := range runs {
+		if err := l.catchUp(ctx, s); err != nil {
+			l.log.Warn("catch up after reconnect", zap.String("query_id", s.queryID),
+				zap.String("run_id", s.runID), zap.Error(err))
+		}
+	}
+	for _, s := range disc {
+		l.rescan(ctx, s)
+	}
+}
+
+// Ready reports whether the listener can serve: connected, and JetStream
+// answering if the stream was ensured. It is meant for a readiness probe
+// and waits at most Options.RequestTimeout.
+func (l *Listener) Ready(ctx context.Context) error {
+	l.mu.Lock()
+	closed, ensured := l.closed, l.ensured
+	l.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if st := l.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("%w (%s)", ErrNotConnected, strings.ToLower(st.String()))
+	}
+	if !ensured {
+		return nil
+	}
+	// Bounded even under a longer ctx: a request made just as the
+	// connection drops waits for the reconnect.
+	ctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
+	defer cancel()
+	if _, err := l.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	return nil
+}
+
+// Close stops the API handlers (waiting for those in flight, whose context
+// it cancels), then drains the connection: messages already received are
+// still delivered to their subscriptions. It blocks until the connection is
+// closed or the drain timed out. It is safe to call more than once; later
+// calls return at once.
+func (l *Listener) Close() {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		api := make([]*Subscription, 0, len(l.api))
+		for s := range l.api {
+			api = append(api, s)
+		}
+		l.mu.Unlock()
+		l.cancel()
+		for _, s := range api {
+			_ = s.Unsubscribe()
+		}
+		l.wg.Wait()
+		if err := l.nc.Drain(); err != nil {
+			l.nc.Close()
+		}
+		select {
+		case <-l.connClosed:
+		case <-time.After(l.opts.RequestTimeout + time.Second):
+			l.nc.Close()
+			<-l.connClosed
+		}
+		l.log.Info("nats connection closed")
+	})
+}
+
+// isClosed reports whether Close has begun.
+func (l *Listener) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// withTimeout returns ctx bounded by d when ctx has no deadline.
+func (l *Listener) withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// event reports an outcome to Options.OnEvent.
+func (l *Listener) event(kind progress.Kind, outcome string) {
+	if l.opts.OnEvent != nil {
+		l.opts.OnEvent(kind, outcome)
+	}
+}

@@ -1,0 +1,179 @@
+package listener_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+var t0 = time.Date(2026, 9, 28, 13, 10, 0, 0, time.UTC)
+
+func prog(batch int64, ts time.Time) *progress.Event {
+	return &progress.Event{Kind: progress.KindProgress, BatchID: batch, Timestamp: ts}
+}
+
+func ofKind(k progress.Kind) *progress.Event {
+	return &progress.Event{Kind: k, BatchID: -1}
+}
+
+// batchOf returns the batch id of the mail's progress, or -100 for none.
+func batchOf(m listener.Mail) int64 {
+	if m.Progress == nil {
+		return -100
+	}
+	return m.Progress.BatchID
+}
+
+func TestMailboxSlot(t *testing.T) {
+	tests := []struct {
+		name      string
+		steps     []*progress.Event // nil = Take in between
+		wantBatch int64             // -100 = no progress
+		wantIdle  bool
+	}{
+		{"newer replaces waiting", []*progress.Event{prog(1, t0), prog(2, t0.Add(time.Minute)), prog(3, t0.Add(2*time.Minute))}, 3, false},
+		{"older does not replace newer", []*progress.Event{prog(5, t0), prog(3, t0.Add(time.Hour))}, 5, true},
+		{"same batch later timestamp replaces", []*progress.Event{prog(5, t0), prog(5, t0.Add(time.Second))}, 5, false},
+		{"older than taken is not delivered", []*progress.Event{prog(5, t0), nil, prog(3, t0)}, -100, true},
+		{"duplicate of taken is not delivered", []*progress.Event{prog(5, t0), nil, prog(5, t0)}, -100, true},
+		{"newer than taken is delivered", []*progress.Event{prog(5, t0), nil, prog(6, t0)}, 6, false},
+		{"idle only", []*progress.Event{ofKind(progress.KindIdle)}, -100, true},
+		{"idle and progress", []*progress.Event{prog(1, t0), ofKind(progress.KindIdle)}, 1, true},
+		{"idle taken is cleared", []*progress.Event{ofKind(progress.KindIdle), nil}, -100, false},
+		{"started is ignored", []*progress.Event{ofKind(progress.KindStarted), ofKind(progress.KindUnknown)}, -100, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := listener.NewMailbox()
+			for _, ev := range tt.steps {
+				if ev == nil {
+					m.Take()
+					continue
+				}
+				m.Offer(ev)
+			}
+			mail := m.Take()
+			if got := batchOf(mail); got != tt.wantBatch {
+				t.Errorf("progress batch = %d, want %d", got, tt.wantBatch)
+			}
+			if mail.Idle != tt.wantIdle {
+				t.Errorf("Idle = %v, want %v", mail.Idle, tt.wantIdle)
+			}
+			if again := m.Take(); again.Progress != nil || again.Idle {
+				t.Errorf("second Take = %+v, want empty", again)
+			}
+		})
+	}
+}
+
+func TestMailboxSameBatchKeepsLatestTimestamp(t *testing.T) {
+	m := listener.NewMailbox()
+	later := prog(5, t0.Add(time.Second))
+	m.Offer(later)
+	m.Offer(prog(5, t0))
+	if got := m.Take().Progress; got != later {
+		t.Fatalf("Take = %+v, want the later timestamp", got)
+	}
+}
+
+func TestMailboxTerminatedIsSticky(t *testing.T) {
+	m := listener.NewMailbox()
+	first := &progress.Event{Kind: progress.KindTerminated, Exception: "first"}
+	m.Offer(prog(1, t0))
+	m.Offer(first)
+	m.Offer(&progress.Event{Kind: progress.KindTerminated, Exception: "second"})
+	mail := m.Take()
+	if mail.Terminated != first || batchOf(mail) != 1 {
+		t.Fatalf("Take = %+v, want batch 1 and the first termination", mail)
+	}
+	for i := 0; i < 2; i++ {
+		if got := m.Take().Terminated; got != first {
+			t.Fatalf("Take #%d: Terminated = %v, want the first termination", i+2, got)
+		}
+	}
+}
+
+func TestMailboxWake(t *testing.T) {
+	m := listener.NewMailbox()
+	m.Offer(ofKind(progress.KindStarted))
+	select {
+	case <-m.Wake():
+		t.Fatal("a started event woke the worker")
+	default:
+	}
+	for i := int64(0); i < 10; i++ {
+		m.Offer(prog(i, t0))
+	}
+	select {
+	case <-m.Wake():
+	default:
+		t.Fatal("no wake after offers")
+	}
+	select {
+	case <-m.Wake():
+		t.Fatal("ten offers gave more than one pending wake")
+	default:
+	}
+	if got := batchOf(m.Take()); got != 9 {
+		t.Fatalf("batch = %d, want 9", got)
+	}
+}
+
+func TestMailboxOfferNeverBlocks(t *testing.T) {
+	m := listener.NewMailbox()
+	const n = 100_000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := int64(0); i < n; i++ {
+			m.Offer(prog(i, t0))
+			m.Offer(ofKind(progress.KindIdle))
+		}
+		m.Offer(nil)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Offer blocked with nobody reading Wake")
+	}
+	if got := batchOf(m.Take()); got != n-1 {
+		t.Fatalf("batch = %d, want %d", got, n-1)
+	}
+}
+
+func TestMailboxConcurrentTakeSeesIncreasingBatches(t *testing.T) {
+	m := listener.NewMailbox()
+	const n = 20_000
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := int64(0); i < n; i++ {
+			m.Offer(prog(i, t0))
+		}
+		m.Offer(&progress.Event{Kind: progress.KindTerminated})
+	}()
+	last := int64(-1)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case <-m.Wake():
+		case <-deadline:
+			t.Fatalf("no termination; last batch %d", last)
+		}
+		mail := m.Take()
+		if mail.Progress != nil {
+			if mail.Progress.BatchID <= last {
+				t.Fatalf("batch %d after %d", mail.Progress.BatchID, last)
+			}
+			last = mail.Progress.BatchID
+		}
+		if mail.Terminated != nil && last == n-1 {
+			break
+		}
+	}
+	wg.Wait()
+}

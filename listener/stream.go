@@ -1,0 +1,308 @@
+package listener
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// eventKinds are the kinds the stream retains, in subject order.
+var eventKinds = []progress.Kind{progress.KindStarted, progress.KindProgress, progress.KindIdle, progress.KindTerminated}
+
+// streamSubjects returns the stream's subjects:
+// <prefix>.{started,progress,idle,terminated}.>.
+func (l *Listener) streamSubjects() []string {
+	subjects := make([]string, len(eventKinds))
+	for i, k := range eventKinds {
+		subjects[i] = l.opts.Prefix + "." + k.String() + ".>"
+	}
+	return subjects
+}
+
+// noJetStream reports whether err means the server has no JetStream.
+func noJetStream(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
+}
+
+// EnsureStream creates the event stream, or updates it to finalizer's
+// settings: subjects <prefix>.{started,progress,idle,terminated}.>, one
+// message per subject, file storage, Options.MaxAge, direct get allowed.
+// Settings it does not own (replicas, limits, extra subjects) of an existing
+// stream are kept, and nothing is written when the stream already
+// conforms, so it is idempotent. It returns ErrNoJetStream when the server
+// has no JetStream; the service then runs without recovery.
+func (l *Listener) EnsureStream(ctx context.Context) error {
+	if l.isClosed() {
+		return ErrClosed
+	}
+	ctx, cancel := l.withTimeout(ctx, l.opts.RequestTimeout)
+	defer cancel()
+	name := l.opts.Stream
+	st, err := l.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		cfg := jetstream.StreamConfig{
+			Name:              name,
+			Description:       "finalizer: the last started, progress, idle and terminated event of every streaming query run",
+			Subjects:          l.streamSubjects(),
+			Retention:         jetstream.LimitsPolicy,
+			Discard:           jetstream.DiscardOld,
+			MaxMsgsPerSubject: 1,
+			MaxAge:            l.opts.MaxAge,
+			Storage:           jetstream.FileStorage,
+			AllowDirect:       true,
+			Replicas:          1,
+		}
+		st, err = l.js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// Created meanwhile by another replica: conform it below.
+			st, err = l.js.Stream(ctx, name)
+		} else if err == nil {
+			l.log.Info("created event stream", zap.String("stream", name), zap.Strings("subjects", cfg.Subjects),
+				zap.Duration("max_age", cfg.MaxAge))
+		}
+	}
+	if err != nil {
+		if noJetStream(err) {
+			l.mu.Lock()
+			l.noJS = true
+			l.mu.Unlock()
+			return ErrNoJetStream
+		}
+		return fmt.Errorf("ensure stream %s: %w", name, err)
+	}
+	cfg := st.CachedInfo().Config
+	if l.conform(&cfg) {
+		if st, err = l.js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("update stream %s: %w", name, err)
+		}
+		l.log.Info("updated event stream", zap.String("stream", name), zap.Strings("subjects", cfg.Subjects),
+			zap.Duration("max_age", cfg.MaxAge))
+	}
+	if cfg.Storage != jetstream.FileStorage {
+		l.log.Warn("event stream is not on file storage: it does not survive a server restart",
+			zap.String("stream", name))
+	}
+	l.mu.Lock()
+	l.stream, l.ensured, l.pubJS = st, true, 1
+	l.mu.Unlock()
+	return nil
+}
+
+// conform sets the settings finalizer owns on cfg and reports whether
+// anything changed.
+func (l *Listener) conform(cfg *jetstream.StreamConfig) bool {
+	changed := false
+	for _, s := range l.streamSubjects() {
+		if !slices.Contains(cfg.Subjects, s) {
+			cfg.Subjects = append(cfg.Subjects, s)
+			changed = true
+		}
+	}
+	if cfg.MaxMsgsPerSubject != 1 {
+		cfg.MaxMsgsPerSubject, changed = 1, true
+	}
+	if cfg.MaxAge != l.opts.MaxAge {
+		cfg.MaxAge, changed = l.opts.MaxAge, true
+	}
+	if !cfg.AllowDirect {
+		cfg.AllowDirect, changed = true, true
+	}
+	return changed
+}
+
+// eventStream returns the event stream, looking it up once. It returns
+// ErrNoJetStream or ErrNoStream when there is none.
+func (l *Listener) eventStream(ctx context.Context) (jetstream.Stream, error) {
+	l.mu.Lock()
+	st, noJS, closed := l.stream, l.noJS, l.closed
+	l.mu.Unlock()
+	switch {
+	case closed:
+		return nil, ErrClosed
+	case st != nil:
+		return st, nil
+	case noJS:
+		return nil, ErrNoJetStream
+	}
+	st, err := l.js.Stream(ctx, l.opts.Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("%w: %s", ErrNoStream, l.opts.Stream)
+	case noJetStream(err):
+		l.mu.Lock()
+		l.noJS = true
+		l.mu.Unlock()
+		return nil, ErrNoJetStream
+	case err != nil:
+		return nil, fmt.Errorf("stream %s: %w", l.opts.Stream, err)
+	}
+	l.mu.Lock()
+	if l.stream == nil {
+		l.stream = st
+	}
+	st = l.stream
+	l.mu.Unlock()
+	return st, nil
+}
+
+// Retained lists the runs the stream holds events of, sorted by query id
+// and run id, with the name from each run's last progress or started event
+// and Terminated set when its termination is retained. It returns
+// ErrNoJetStream or ErrNoStream when there is no stream to read.
+func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
+	ctx, cancel := l.withTimeout(ctx, 4*l.opts.RequestTimeout)
+	defer cancel()
+	st, err := l.eventStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(l.opts.Prefix+".>"))
+	if err != nil {
+		return nil, fmt.Errorf("list retained subjects: %w", err)
+	}
+	type key struct{ q, r string }
+	kinds := make(map[key]map[progress.Kind]bool)
+	for subj := range info.State.Subjects {
+		es, ok := l.splitSubject(subj)
+		if !ok {
+			continue
+		}
+		k := key{es.queryID, es.runID}
+		if kinds[k] == nil {
+			kinds[k] = make(map[progress.Kind]bool, 4)
+		}
+		kinds[k][es.kind] = true
+	}
+	runs := make([]Run, 0, len(kinds))
+	for k, has := range kinds {
+		r := Run{QueryID: k.q, RunID: k.r, Terminated: has[progress.KindTerminated]}
+		for _, kind := range []progress.Kind{progress.KindTerminated, progress.KindProgress, progress.KindIdle, progress.KindStarted} {
+			if has[kind] {
+				r.Kind = kind
+				break
+			}
+		}
+		r.Name = l.retainedName(ctx, k.q, k.r, has[progress.KindProgress], has[progress.KindStarted])
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read retained runs: %w", err)
+		}
+		runs = append(runs, r)
+	}
+	sort.Slice(runs, func(i, j int) bool {
+		if runs[i].QueryID != runs[j].QueryID {
+			return runs[i].QueryID < runs[j].QueryID
+		}
+		return runs[i].RunID < runs[j].RunID
+	})
+	return runs, nil
+}
+
+// retainedName returns the query name from the run's retained progress or
+// started event (whichever are looked at), or "".
+func (l *Listener) retainedName(ctx context.Context, queryID, runID string, fromProgress, fromStarted bool) string {
+	st, err := l.eventStream(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, kind := range []progress.Kind{progress.KindProgress, progress.KindStarted} {
+		if (kind == progress.KindProgress && !fromProgress) || (kind == progress.KindStarted && !fromStarted) {
+			continue
+		}
+		subj := l.subject(kind.String(), queryID, runID)
+		msg, err := st.GetLastMsgForSubject(ctx, subj)
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgNotFound) {
+				l.log.Debug("read retained event", zap.String("subject", subj), zap.Error(err))
+			}
+			continue
+		}
+		es, ok := l.splitSubject(msg.Subject)
+		if !ok {
+			continue
+		}
+		if ev, _, err := l.check(es, msg.Data); err == nil && ev.Name != "" {
+			return ev.Name
+		}
+	}
+	return ""
+}
+
+// Publish sends one event's payload to <prefix>.<kind>.<queryId>.<runId>,
+// taking the subject from ev (which is not checked against payload). When a
+// stream captures the subject it publishes through JetStream and waits for
+// the stream's acknowledgement; otherwise it publishes plainly and flushes.
+// Without a deadline in ctx, Options.RequestTimeout applies.
+func (l *Listener) Publish(ctx context.Context, ev *progress.Event, payload []byte) error {
+	if ev == nil {
+		return errors.New("publish: nil event")
+	}
+	if ev.Kind == progress.KindUnknown || ev.Kind > progress.KindTerminated {
+		return fmt.Errorf("publish: event kind %d has no subject", ev.Kind)
+	}
+	if err := checkToken("query id", ev.QueryID); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	if err := checkToken("run id", ev.RunID); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	if l.isClosed() {
+		return ErrClosed
+	}
+	ctx, cancel := l.withTimeout(ctx, l.opts.RequestTimeout)
+	defer cancel()
+	subj := l.subject(ev.Kind.String(), ev.QueryID, ev.RunID)
+	if l.publishViaJetStream(ctx, subj) {
+		_, err := l.js.Publish(ctx, subj, payload)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return fmt.Errorf("publish %s: %w", subj, err)
+		}
+		// Nobody at all received it: the stream is gone. Publish plainly.
+		l.mu.Lock()
+		l.pubJS = 0
+		l.mu.Unlock()
+	}
+	if err := l.nc.Publish(subj, payload); err != nil {
+		return fmt.Errorf("publish %s: %w", subj, err)
+	}
+	if err := l.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("publish %s: flush: %w", subj, err)
+	}
+	return nil
+}
+
+// publishViaJetStream reports whether a stream captures subj, asking the
+// server once per connection. A failed question (no JetStream, no
+// permission for its API) means plain publishing.
+func (l *Listener) publishViaJetStream(ctx context.Context, subj string) bool {
+	l.mu.Lock()
+	state := l.pubJS
+	l.mu.Unlock()
+	if state != 0 {
+		return state > 0
+	}
+	state = -1
+	name, err := l.js.StreamNameBySubject(ctx, subj)
+	switch {
+	case err == nil && name != "":
+		state = 1
+	case err != nil && !errors.Is(err, jetstream.ErrStreamNotFound):
+		l.log.Debug("no stream lookup; publishing without acknowledgement", zap.Error(err))
+	}
+	l.mu.Lock()
+	l.pubJS = state
+	l.mu.Unlock()
+	return state > 0
+}

@@ -1,0 +1,329 @@
+package listener
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// Subscription is one subscription of a Listener: a run's (Subscribe),
+// discovery's (Discover) or the API's (ServeAPI). Close also ends it.
+type Subscription struct {
+	l    *Listener
+	subs []*nats.Subscription
+
+	// run subscriptions
+	queryID, runID string
+	box            *Mailbox
+
+	// discovery
+	known func(runID string) bool
+	found func(Run)
+
+	once sync.Once
+	err  error
+}
+
+// Unsubscribe ends the subscription: no message is delivered after it
+// returns, apart from one whose callback is already running. It is safe to
+// call more than once and after Close (then it returns nil).
+func (s *Subscription) Unsubscribe() error {
+	s.once.Do(func() {
+		s.l.mu.Lock()
+		delete(s.l.runs, s)
+		delete(s.l.discover, s)
+		delete(s.l.api, s)
+		s.l.mu.Unlock()
+		for _, sub := range s.subs {
+			err := sub.Unsubscribe()
+			switch {
+			case err == nil,
+				errors.Is(err, nats.ErrConnectionClosed),
+				errors.Is(err, nats.ErrConnectionDraining),
+				errors.Is(err, nats.ErrBadSubscription):
+			default:
+				s.err = errors.Join(s.err, fmt.Errorf("unsubscribe %s: %w", sub.Subject, err))
+			}
+		}
+	})
+	return s.err
+}
+
+// subscribe makes a core subscription with the package's pending limits.
+func (l *Listener) subscribe(subject string, cb nats.MsgHandler) (*nats.Subscription, error) {
+	sub, err := l.nc.Subscribe(subject, cb)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
+	}
+	if err := sub.SetPendingLimits(DefaultPendingMsgs, DefaultPendingBytes); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe %s: pending limits: %w", subject, err)
+	}
+	return sub, nil
+}
+
+// register adds s to set unless the listener is closed.
+func (l *Listener) register(set map[*Subscription]struct{}, s *Subscription) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	set[s] = struct{}{}
+	return nil
+}
+
+// Subscribe delivers the events of one run into box. It makes one core
+// subscription, <prefix>.*.*.<runID>, so the server filters by run and no
+// other run's message is delivered or parsed. A message is offered to box
+// only if its subject has the right shape, its query token is queryID, it
+// parses, and the ids in its payload match the subject; any other message
+// is counted (Options.OnEvent), logged at most once per class every
+// DefaultWarnEvery, and dropped.
+//
+// Once the subscription is active, Subscribe reads the run's last progress
+// and its termination from the stream (when there is one) and offers them,
+// progress first. Because the Mailbox keeps only a newer progress, a message
+// read from the stream never replaces a newer live one, and a message
+// published in between is seen at least once. If the connection is down at
+// that moment, the catch-up happens after the reconnect. Subscribe returns
+// an error, and no subscription, when the ids are not valid subject tokens
+// or the catch-up fails.
+func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*Subscription, error) {
+	if err := checkToken("query id", queryID); err != nil {
+		return nil, err
+	}
+	if err := checkToken("run id", runID); err != nil {
+		return nil, err
+	}
+	if box == nil {
+		return nil, errors.New("subscribe: nil mailbox")
+	}
+	if l.isClosed() {
+		return nil, ErrClosed
+	}
+	s := &Subscription{l: l, queryID: queryID, runID: runID, box: box}
+	sub, err := l.subscribe(l.opts.Prefix+".*.*."+runID, func(m *nats.Msg) {
+		s.deliver(m.Subject, m.Data)
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.subs = []*nats.Subscription{sub}
+	if err := l.register(l.runs, s); err != nil {
+		_ = s.Unsubscribe()
+		return nil, err
+	}
+
+	ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
+	defer cancel()
+	if err := l.nc.FlushWithContext(ctx); err != nil {
+		if l.nc.IsReconnecting() {
+			// Registered before the reconnect completes: the reconnect
+			// handling catches this run up.
+			return s, nil
+		}
+		_ = s.Unsubscribe()
+		return nil, fmt.Errorf("subscribe run %s: %w", runID, err)
+	}
+	if l.afterFlush != nil {
+		l.afterFlush()
+	}
+	if err := l.catchUp(ctx, s); err != nil {
+		if l.nc.IsReconnecting() {
+			return s, nil
+		}
+		_ = s.Unsubscribe()
+		return nil, fmt.Errorf("subscribe run %s: %w", runID, err)
+	}
+	return s, nil
+}
+
+// catchUp offers the run's last retained progress and termination.
+func (l *Listener) catchUp(ctx context.Context, s *Subscription) error {
+	st, err := l.eventStream(ctx)
+	if errors.Is(err, ErrNoJetStream) || errors.Is(err, ErrNoStream) {
+		return nil // nothing retained: live events only
+	}
+	if err != nil {
+		return fmt.Errorf("catch up: %w", err)
+	}
+	for _, kind := range []progress.Kind{progress.KindProgress, progress.KindTerminated} {
+		subj := l.subject(kind.String(), s.queryID, s.runID)
+		msg, err := st.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("catch up %s: %w", subj, err)
+		}
+		s.deliver(msg.Subject, msg.Data)
+	}
+	return nil
+}
+
+// deliver checks and parses one message of s's run and offers it to the
+// run's mailbox. It never blocks on I/O.
+func (s *Subscription) deliver(subject string, data []byte) {
+	l := s.l
+	es, ok := l.splitSubject(subject)
+	if !ok {
+		l.drop(es, subject, OutcomeMalformed, errBadSubject)
+		return
+	}
+	if es.queryID != s.queryID || es.runID != s.runID {
+		l.drop(es, subject, OutcomeMismatch, fmt.Errorf("subject ids differ from the tracked run %s/%s", s.queryID, s.runID))
+		return
+	}
+	ev, outcome, err := l.check(es, data)
+	if err != nil {
+		l.drop(es, subject, outcome, err)
+		return
+	}
+	l.event(es.kind, OutcomeAccepted)
+	s.box.Offer(ev)
+}
+
+var (
+	errBadSubject      = errors.New("subject is not <prefix>.<kind>.<queryId>.<runId>")
+	errPayloadTooLarge = errors.New("payload too large")
+)
+
+// check parses the payload of a well-formed subject and checks its ids.
+// On failure it returns the outcome to count.
+func (l *Listener) check(es eventSubject, data []byte) (*progress.Event, string, error) {
+	if len(data) > l.opts.MaxPayload {
+		return nil, OutcomeMalformed, fmt.Errorf("%w: %d bytes, limit %d", errPayloadTooLarge, len(data), l.opts.MaxPayload)
+	}
+	ev, err := l.parse(data, es.kind)
+	switch {
+	case errors.Is(err, progress.ErrIgnored):
+		return nil, OutcomeIgnored, err
+	case errors.Is(err, progress.ErrKindMismatch):
+		return nil, OutcomeMismatch, err
+	case err != nil:
+		return nil, OutcomeMalformed, err
+	case ev == nil:
+		return nil, OutcomeMalformed, errors.New("parser returned no event")
+	}
+	if ev.QueryID != es.queryID || ev.RunID != es.runID {
+		return nil, OutcomeMismatch, fmt.Errorf("payload ids %s/%s differ from the subject's", ev.QueryID, ev.RunID)
+	}
+	return ev, OutcomeAccepted, nil
+}
+
+// drop counts a message that is not delivered and logs it, rate-limited
+// per outcome and kind. Ignored events are logged at debug level only.
+func (l *Listener) drop(es eventSubject, subject, outcome string, err error) {
+	l.event(es.kind, outcome)
+	if outcome == OutcomeIgnored {
+		l.log.Debug("event ignored", zap.String("subject", subject), zap.Error(err))
+		return
+	}
+	if ok, n := l.warn.allow(outcome + "/" + es.kindToken); ok {
+		l.log.Warn("event dropped",
+			zap.String("outcome", outcome),
+			zap.String("kind", es.kindToken),
+			zap.String("subject", subject),
+			zap.String("query_id", es.queryID),
+			zap.String("run_id", es.runID),
+			zap.Error(err),
+			zap.Int("suppressed", n))
+	}
+}
+
+// Run is a run of a streaming query that discovery or the stream knows of.
+type Run struct {
+	QueryID, RunID string
+	// Name is the query's name, "" when it has none or none was found.
+	Name string
+	// Kind is the kind of the event the run was found through (Discover),
+	// or the most telling kind the stream retains for it (Retained):
+	// terminated, else progress, else idle, else started.
+	Kind progress.Kind
+	// Terminated is true when the run's termination was seen.
+	Terminated bool
+}
+
+// Discover calls found for runs it sees that known does not know, for
+// declarative tracking. It makes one subscription, <prefix>.*.*.*, that
+// sees every event: for each message it takes the run id from the subject
+// and returns at once, without parsing, when known(runID) is true. known
+// should therefore also return true for runs already decided against, so
+// that each run is parsed once. For another run it parses the message,
+// checks its ids against the subject, and calls found; when the event
+// carries no name (idle, terminated) the name is read from the run's
+// retained progress or started event. After a reconnect, the runs the
+// stream retains are offered to known and found again, so a run that began
+// while the connection was down is found too. known and found run on the
+// subscription's goroutine, one message at a time, and also on the
+// listener's reconnect goroutine: they must be safe for concurrent use, and
+// found must not block long (queue the run).
+func (l *Listener) Discover(known func(runID string) bool, found func(Run)) (*Subscription, error) {
+	if known == nil || found == nil {
+		return nil, errors.New("discover: nil callback")
+	}
+	if l.isClosed() {
+		return nil, ErrClosed
+	}
+	s := &Subscription{l: l, known: known, found: found}
+	sub, err := l.subscribe(l.opts.Prefix+".*.*.*", s.onDiscover)
+	if err != nil {
+		return nil, err
+	}
+	s.subs = []*nats.Subscription{sub}
+	if err := l.register(l.discover, s); err != nil {
+		_ = s.Unsubscribe()
+		return nil, err
+	}
+	return s, nil
+}
+
+// onDiscover is Discover's callback.
+func (s *Subscription) onDiscover(m *nats.Msg) {
+	if s.known(lastToken(m.Subject)) {
+		return
+	}
+	l := s.l
+	es, ok := l.splitSubject(m.Subject)
+	if !ok {
+		l.drop(es, m.Subject, OutcomeMalformed, errBadSubject)
+		return
+	}
+	ev, outcome, err := l.check(es, m.Data)
+	if err != nil {
+		l.drop(es, m.Subject, outcome, err)
+		return
+	}
+	run := Run{QueryID: es.queryID, RunID: es.runID, Name: ev.Name, Kind: es.kind,
+		Terminated: es.kind == progress.KindTerminated}
+	if run.Name == "" && es.kind != progress.KindProgress && es.kind != progress.KindStarted {
+		ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
+		run.Name = l.retainedName(ctx, es.queryID, es.runID, true, true)
+		cancel()
+	}
+	s.found(run)
+}
+
+// rescan offers the retained runs that s.known does not know to s.found.
+func (l *Listener) rescan(ctx context.Context, s *Subscription) {
+	runs, err := l.Retained(ctx)
+	if err != nil {
+		if !errors.Is(err, ErrNoJetStream) && !errors.Is(err, ErrNoStream) {
+			l.log.Warn("rescan retained runs after reconnect", zap.Error(err))
+		}
+		return
+	}
+	for _, r := range runs {
+		if !s.known(r.RunID) {
+			s.found(r)
+		}
+	}
+}
