@@ -52,7 +52,7 @@ var (
 	// cluster. The message names --postgres-url as the way out.
 	ErrNoInstallation = errors.New("no PostgreSQL installation found")
 	// ErrInUse means the cluster directory is in use: another Cluster holds
-	// it, or its postmaster is running.
+	// it, or its orphaned postmaster could not be stopped.
 	ErrInUse = errors.New("postgres cluster directory is in use")
 )
 
@@ -95,9 +95,10 @@ type Cluster struct {
 // Start starts the cluster in o.Dir, initialising it with initdb on first
 // start, and returns once it accepts connections and the database
 // "finalizer" exists. It fails with ErrInUse when another Cluster (in any
-// process) holds the directory or its postmaster is already running, and
-// with ErrNoInstallation when there is nothing to run it with. Canceling ctx
-// abandons the start; a half-started server is stopped.
+// process) holds the directory, and with ErrNoInstallation when there is
+// nothing to run it with. A postmaster left running on the directory by a
+// Cluster whose process died (kill -9) is stopped and started again.
+// Canceling ctx abandons the start; a half-started server is stopped.
 func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Dir == "" {
 		return nil, errors.New("start postgres: no directory")
@@ -145,8 +146,9 @@ func (c *Cluster) start(ctx context.Context, o Options) error {
 	}
 	c.lock = lk
 	if pid := runningPostmaster(c.dataDir); pid != 0 {
-		return fmt.Errorf("%w: its postmaster (pid %d) is already running, with no finalizer holding it; stop it with: pg_ctl stop -D %s",
-			ErrInUse, pid, c.dataDir)
+		if err := c.stopOrphan(ctx, o.BinDir, pid); err != nil {
+			return err
+		}
 	}
 
 	fresh := !exists(filepath.Join(c.dataDir, "PG_VERSION"))
@@ -178,6 +180,33 @@ func (c *Cluster) start(ctx context.Context, o Options) error {
 		return err
 	}
 	c.log.Info("postgres started", zap.String("url", c.RedactedURL()), zap.Duration("took", time.Since(began)))
+	return nil
+}
+
+// stopOrphan stops the postmaster pid that runs on the data directory
+// while nobody holds the directory's lock: the Cluster that started it
+// died without Stop (kill -9, OOM killer, a crash), and the postmaster,
+// a daemon of its own, outlived it. It is this directory's server, so it
+// is stopped cleanly (pg_ctl stop -m fast, then -m immediate, which is
+// crash-safe) and started again by the caller with the current settings,
+// rather than adopted with whatever port and settings it had.
+func (c *Cluster) stopOrphan(ctx context.Context, binDir string, pid int) error {
+	c.log.Warn("a postmaster of this cluster is running with no finalizer holding it (its finalizer died); stopping it to start afresh",
+		zap.Int("pid", pid))
+	var err error
+	if c.binDir, err = c.pickBinDir(binDir, false); err != nil {
+		return fmt.Errorf("%w: its postmaster (pid %d) is running with no finalizer holding it: %w", ErrInUse, pid, err)
+	}
+	_, err = c.run(ctx, "pg_ctl", "stop", "-w", "-s", "-m", "fast",
+		"-t", strconv.Itoa(int(DefaultStartTimeout/time.Second)), "-D", c.dataDir)
+	if err != nil && runningPostmaster(c.dataDir) != 0 && ctx.Err() == nil {
+		_, err = c.run(ctx, "pg_ctl", "stop", "-w", "-s", "-m", "immediate", "-D", c.dataDir)
+	}
+	if runningPostmaster(c.dataDir) != 0 {
+		return fmt.Errorf("%w: its postmaster (pid %d) is running with no finalizer holding it, and stopping it failed (%v); stop it with: pg_ctl stop -D %s",
+			ErrInUse, pid, err, c.dataDir)
+	}
+	c.log.Info("stopped the orphaned postmaster", zap.Int("pid", pid))
 	return nil
 }
 

@@ -210,11 +210,36 @@ func TestLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("running postmaster without owner is refused", func(t *testing.T) {
-		c.lock.unlock() // as if the process holding it had died
-		_, err := Start(ctx, Options{Dir: dir})
-		if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "pg_ctl stop") {
-			t.Fatalf("err = %v, want ErrInUse naming pg_ctl stop", err)
+	t.Run("orphaned postmaster is stopped and started afresh", func(t *testing.T) {
+		orphan := runningPostmaster(c.dataDir)
+		if orphan == 0 {
+			t.Fatal("no postmaster running")
+		}
+		c.lock.unlock() // as if the process holding it had been killed with -9
+		logs.TakeAll()
+		c2, err := Start(ctx, o)
+		if err != nil {
+			t.Fatalf("start over an orphaned postmaster: %v", err)
+		}
+		defer func() {
+			if err := c2.Stop(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		if logs.FilterMessageSnippet("no finalizer holding it").Len() != 1 {
+			t.Errorf("no warning about the orphaned postmaster; logs: %v", logs.All())
+		}
+		if pid := runningPostmaster(c2.dataDir); pid == 0 || pid == orphan {
+			t.Errorf("postmaster pid %d after the start, orphan was %d: want a new one", pid, orphan)
+		}
+		if c2.URL() != url {
+			t.Errorf("URL changed: %s, was %s", c2.URL(), url)
+		}
+		if got := psql(t, binDir, c2.URL(), "SELECT x FROM kept"); got != "42" {
+			t.Errorf("data after restarting the orphan: %q", got)
+		}
+		if _, err := Start(ctx, Options{Dir: dir}); !errors.Is(err, ErrInUse) {
+			t.Errorf("a start while the new Cluster holds the directory: err = %v, want ErrInUse", err)
 		}
 	})
 
