@@ -1,6 +1,10 @@
 package listener
 
-import "github.com/finalizer-dev/finalizer/progress"
+import (
+	"github.com/nats-io/nats.go"
+
+	"github.com/finalizer-dev/finalizer/progress"
+)
 
 // SetAfterFlush sets a hook that runs in Subscribe between the live
 // subscription becoming active and the catch-up from the stream. Set it
@@ -10,3 +14,12 @@ func SetAfterFlush(l *Listener, f func()) { l.afterFlush = f }
 // SetParse replaces the parser, to observe which payloads are parsed. Set
 // it before subscribing.
 func SetParse(l *Listener, f func([]byte, progress.Kind) (*progress.Event, error)) { l.parse = f }
+
+// Deliver runs a run subscription's message handling on one message, as
+// its callback does.
+func Deliver(s *Subscription, subject string, data []byte) { s.deliver(subject, data) }
+
+// DiscoverMsg runs a discovery subscription's callback on one message.
+func DiscoverMsg(s *Subscription, subject string, data []byte) {
+	s.onDiscover(&nats.Msg{Subject: subject, Data: data})
+}

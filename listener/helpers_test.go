@@ -23,7 +23,7 @@ const waitTimeout = 10 * time.Second
 
 // startNATS starts an embedded server on a random port with its store in
 // a temporary directory.
-func startNATS(t *testing.T) *embeddednats.Server {
+func startNATS(t testing.TB) *embeddednats.Server {
 	t.Helper()
 	s, err := embeddednats.Start(embeddednats.Options{Port: embeddednats.RandomPort, StoreDir: t.TempDir()})
 	if err != nil {
@@ -34,7 +34,7 @@ func startNATS(t *testing.T) *embeddednats.Server {
 }
 
 // dial connects a Listener closed at the end of the test.
-func dial(t *testing.T, url string, o listener.Options) *listener.Listener {
+func dial(t testing.TB, url string, o listener.Options) *listener.Listener {
 	t.Helper()
 	o.URL = url
 	if o.ReconnectWait == 0 {
@@ -52,7 +52,7 @@ func dial(t *testing.T, url string, o listener.Options) *listener.Listener {
 
 // rawConn is a plain NATS client, for publishing what Listener.Publish
 // refuses to.
-func rawConn(t *testing.T, url string) *nats.Conn {
+func rawConn(t testing.TB, url string) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -63,7 +63,7 @@ func rawConn(t *testing.T, url string) *nats.Conn {
 }
 
 // rawPublish publishes and flushes.
-func rawPublish(t *testing.T, nc *nats.Conn, subject string, data []byte) {
+func rawPublish(t testing.TB, nc *nats.Conn, subject string, data []byte) {
 	t.Helper()
 	if err := nc.Publish(subject, data); err != nil {
 		t.Fatalf("publish %s: %v", subject, err)
@@ -73,7 +73,7 @@ func rawPublish(t *testing.T, nc *nats.Conn, subject string, data []byte) {
 	}
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	t.Cleanup(cancel)
@@ -81,7 +81,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for !cond() {
@@ -135,7 +135,7 @@ func payloadOf(kind progress.Kind, q, r, name string, b int64) []byte {
 }
 
 // publish sends an event through Listener.Publish.
-func publish(t *testing.T, l *listener.Listener, kind progress.Kind, q, r, name string, b int64) {
+func publish(t testing.TB, l *listener.Listener, kind progress.Kind, q, r, name string, b int64) {
 	t.Helper()
 	ev := &progress.Event{Kind: kind, QueryID: q, RunID: r}
 	if err := l.Publish(ctxT(t), ev, payloadOf(kind, q, r, name, b)); err != nil {
@@ -209,7 +209,7 @@ func (c *collector) last() int64 {
 
 // waitFor takes mail until cond holds. Only the calling goroutine may
 // take from c meanwhile.
-func (c *collector) waitFor(t *testing.T, what string, cond func(c *collector) bool) {
+func (c *collector) waitFor(t testing.TB, what string, cond func(c *collector) bool) {
 	t.Helper()
 	deadline := time.After(waitTimeout)
 	for {

@@ -1,0 +1,94 @@
+package listener_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// BenchmarkDeliver measures a run subscription's callback on one progress
+// message: subject checks, parse, id checks, Offer.
+func BenchmarkDeliver(b *testing.B) {
+	srv := startNATS(b)
+	l := dial(b, srv.ClientURL(), listener.Options{})
+	q, run := uuid(20, 0), uuid(20, 1)
+	sub, err := l.Subscribe(q, run, listener.NewMailbox())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	subject, data := "spark.progress."+q+"."+run, progressJSON(q, run, "bench", 42)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		listener.Deliver(sub, subject, data)
+	}
+}
+
+// BenchmarkDiscoverKnown measures discovery's hot path: a message of a run
+// already known.
+func BenchmarkDiscoverKnown(b *testing.B) {
+	srv := startNATS(b)
+	l := dial(b, srv.ClientURL(), listener.Options{})
+	q, run := uuid(21, 0), uuid(21, 1)
+	sub, err := l.Discover(func(string) bool { return true }, func(listener.Run) {})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	subject, data := "spark.progress."+q+"."+run, progressJSON(q, run, "bench", 42)
+	b.ReportAllocs()
+	for b.Loop() {
+		listener.DiscoverMsg(sub, subject, data)
+	}
+}
+
+// BenchmarkSubscribeCatchUp measures tracking a run late: subscribe, flush,
+// read its last progress and termination from the stream, unsubscribe.
+func BenchmarkSubscribeCatchUp(b *testing.B) {
+	srv := startNATS(b)
+	l := dial(b, srv.ClientURL(), listener.Options{})
+	if err := l.EnsureStream(ctxT(b)); err != nil {
+		b.Fatal(err)
+	}
+	q, run := uuid(22, 0), uuid(22, 1)
+	publish(b, l, progress.KindProgress, q, run, "bench", 7)
+	publish(b, l, progress.KindTerminated, q, run, "", 0)
+	for b.Loop() {
+		box := listener.NewMailbox()
+		sub, err := l.Subscribe(q, run, box)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if m := box.Take(); m.Progress == nil || m.Terminated == nil {
+			b.Fatalf("not caught up: %+v", m)
+		}
+		_ = sub.Unsubscribe()
+	}
+}
+
+// BenchmarkRetained measures listing the runs the stream retains.
+func BenchmarkRetained(b *testing.B) {
+	for _, n := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("runs=%d", n), func(b *testing.B) {
+			srv := startNATS(b)
+			l := dial(b, srv.ClientURL(), listener.Options{})
+			if err := l.EnsureStream(ctxT(b)); err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				q, r := uuid(23, 0), uuid(23, i+1)
+				publish(b, l, progress.KindStarted, q, r, "bench", 0)
+				publish(b, l, progress.KindProgress, q, r, "bench", 1)
+			}
+			for b.Loop() {
+				runs, err := l.Retained(ctxT(b))
+				if err != nil || len(runs) != n {
+					b.Fatalf("Retained: %d runs, %v", len(runs), err)
+				}
+			}
+		})
+	}
+}
