@@ -31,8 +31,12 @@ const (
 	// DefaultRecoverParallelism is how many runs are subscribed at once
 	// when the service recovers its runs at start.
 	DefaultRecoverParallelism = 16
-	// janitorEvery is how often stale and expired runs are looked for.
-	janitorEvery = 30 * time.Second
+	// janitorEvery is how often stale and expired runs are looked for, at
+	// most: with a StaleAfter or ExpireAfter shorter than twice this, the
+	// janitor looks every half of the shorter one (but not more often than
+	// minJanitorEvery), so that a short threshold is honoured.
+	janitorEvery    = 30 * time.Second
+	minJanitorEvery = 100 * time.Millisecond
 )
 
 // The registry's errors.
@@ -134,6 +138,7 @@ type Registry struct {
 	wg     sync.WaitGroup // every goroutine the registry started
 	found  chan listener.Run
 	stop   chan struct{}
+	every  time.Duration // janitor interval
 
 	mu       sync.RWMutex
 	closed   bool
@@ -166,8 +171,15 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 	if cfg.RecoverParallelism == 0 {
 		cfg.RecoverParallelism = DefaultRecoverParallelism
 	}
+	every := janitorEvery
+	for _, d := range []time.Duration{cfg.StaleAfter / 2, cfg.ExpireAfter / 2} {
+		if d > 0 && d < every {
+			every = max(d, minJanitorEvery)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Registry{
+		every:    every,
 		cfg:      cfg,
 		log:      cfg.Logger,
 		ctx:      ctx,
@@ -521,7 +533,7 @@ func (r *Registry) janitorLoop() {
 	timer := r.cfg.Clock.NewTimer()
 	defer timer.Stop()
 	for {
-		timer.Start(janitorEvery)
+		timer.Start(r.every)
 		select {
 		case <-r.stop:
 			return

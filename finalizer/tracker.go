@@ -31,6 +31,10 @@ const (
 	DefaultAdvanceTimeout = 10 * time.Second
 )
 
+// minTime is the earliest progress time a tracker uses: a time before
+// the Unix epoch counts as no time.
+var minTime = time.Unix(0, 0).UTC()
+
 // Store is what a tracker needs of the control table: a forward-only
 // advance that returns the verdict as it now stands and whether this call
 // moved it. *control.Store implements it.
@@ -252,6 +256,13 @@ func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 	if !ok {
 		m.Candidates.WithLabelValues("no_time").Inc()
 		t.log.Debug("progress has no usable time", zap.Int64("batch_id", ev.BatchID))
+		return true
+	}
+	if cand.Time.Before(minTime) {
+		// A placeholder (0001-01-01, -1 ms), not a commit time: it would
+		// declare nothing, and the zero time cannot even be written.
+		m.Candidates.WithLabelValues("no_time").Inc()
+		t.log.Debug("progress time is before 1970; not a usable time", zap.Time("time", cand.Time), zap.Int64("batch_id", ev.BatchID))
 		return true
 	}
 	if limit := t.cfg.Clock.Now().Add(t.cfg.FutureSkew); cand.Time.After(limit) {
