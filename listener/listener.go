@@ -50,6 +50,9 @@ const (
 	// every subscription: generous, because a callback never waits on I/O.
 	DefaultPendingMsgs  = 1 << 20
 	DefaultPendingBytes = 256 << 20
+	// DefaultReensureFor is how long the listener keeps retrying to
+	// re-ensure the stream after a reconnect.
+	DefaultReensureFor = time.Minute
 	// DefaultMaxInflightAPI bounds the API requests handled at once; more
 	// get an error reply.
 	DefaultMaxInflightAPI = 1024
@@ -231,7 +234,6 @@ type Listener struct {
 	closed   bool
 	ensured  bool             // EnsureStream succeeded once: redo it after reconnects
 	stream   jetstream.Stream // the event stream, once known
-	noJS     bool             // the server answered that it has no JetStream
 	pubJS    int              // publish through JetStream: 0 unknown, 1 yes, -1 no
 	runs     map[*Subscription]struct{}
 	discover map[*Subscription]struct{}
@@ -380,7 +382,7 @@ func (l *Listener) maintain() {
 func (l *Listener) afterReconnect() {
 	l.mu.Lock()
 	ensured := l.ensured
-	l.stream, l.noJS, l.pubJS = nil, false, 0
+	l.stream, l.pubJS = nil, 0
 	runs := make([]*Subscription, 0, len(l.runs))
 	for s := range l.runs {
 		runs = append(runs, s)
@@ -391,27 +393,61 @@ func (l *Listener) afterReconnect() {
 	}
 	l.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(l.ctx, 4*l.opts.RequestTimeout)
-	defer cancel()
 	if ensured {
-		if err := l.EnsureStream(ctx); err != nil {
-			l.log.Error("re-ensure stream after reconnect", zap.String("stream", l.opts.Stream), zap.Error(err))
-		}
+		l.reensure()
 	}
 	// Subscriptions were re-sent before the reconnect callback; a flush
 	// makes sure the server has them before the catch-up reads the stream.
-	if err := l.nc.FlushWithContext(ctx); err != nil {
+	ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
+	err := l.nc.FlushWithContext(ctx)
+	cancel()
+	if err != nil {
 		l.log.Warn("flush after reconnect", zap.Error(err))
 		return
 	}
 	for _, s := range runs {
+		ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
 		if err := l.catchUp(ctx, s); err != nil {
 			l.log.Warn("catch up after reconnect", zap.String("query_id", s.queryID),
 				zap.String("run_id", s.runID), zap.Error(err))
 		}
+		cancel()
 	}
 	for _, s := range disc {
-		l.rescan(ctx, s)
+		l.rescan(l.ctx, s) // Retained bounds itself
+	}
+	l.log.Info("caught up after reconnect", zap.Int("runs", len(runs)))
+}
+
+// reensure runs EnsureStream after a reconnect, retrying with backoff for
+// up to DefaultReensureFor: a restarted server may accept clients before its
+// JetStream answers.
+func (l *Listener) reensure() {
+	deadline := time.Now().Add(DefaultReensureFor)
+	wait := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
+		err := l.EnsureStream(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if l.ctx.Err() != nil {
+			return
+		}
+		if time.Now().Add(wait).After(deadline) {
+			l.log.Error("re-ensure stream after reconnect: giving up; catch-up and recovery are off until the next reconnect",
+				zap.String("stream", l.opts.Stream), zap.Error(err))
+			return
+		}
+		l.log.Warn("re-ensure stream after reconnect", zap.String("stream", l.opts.Stream),
+			zap.Duration("retry_in", wait), zap.Error(err))
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
 	}
 }
 

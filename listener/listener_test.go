@@ -558,6 +558,17 @@ func TestServerRestartOnSameStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
+	var foundMu sync.Mutex
+	found := map[string]listener.Run{}
+	disc, err := l.Discover(func(id string) bool { return id == run }, func(r listener.Run) {
+		foundMu.Lock()
+		found[r.RunID] = r
+		foundMu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer disc.Unsubscribe()
 	publish(t, l, progress.KindProgress, q, run, "restart", 1)
 	c := newCollector(box)
 	c.waitFor(t, "batch 1", func(c *collector) bool { return c.last() == 1 })
@@ -585,11 +596,22 @@ func TestServerRestartOnSameStore(t *testing.T) {
 	if _, err := js.Publish(ctx, "spark.progress."+q+"."+run, progressJSON(q, run, "restart", 2)); err != nil {
 		t.Fatalf("publish after restart: %v", err)
 	}
+	// A run that starts meanwhile is found by the rescan after the
+	// reconnect.
+	newRun := uuid(14, 2)
+	if _, err := js.Publish(ctx, "spark.started."+q+"."+newRun, startedJSON(q, newRun, "started-meanwhile")); err != nil {
+		t.Fatalf("publish after restart: %v", err)
+	}
 	if ready() == nil {
 		t.Log("the listener reconnected before the publish: the catch-up path was not exercised")
 	}
 	c.waitFor(t, "batch 2 after the restart", func(c *collector) bool { return c.last() == 2 })
 	eventually(t, "ready again", func() bool { return ready() == nil })
+	eventually(t, "the run started meanwhile found", func() bool {
+		foundMu.Lock()
+		defer foundMu.Unlock()
+		return found[newRun].Name == "started-meanwhile"
+	})
 	if logs.FilterMessage("nats disconnected").Len() == 0 || logs.FilterMessage("nats reconnected").Len() == 0 {
 		t.Errorf("disconnect and reconnect not logged: %v", logs.All())
 	}
@@ -602,7 +624,7 @@ func TestServerRestartOnSameStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 1 || runs[0].RunID != run || runs[0].Name != "restart" {
+	if len(runs) != 2 || runs[0].RunID != run || runs[0].Name != "restart" || runs[1].RunID != newRun {
 		t.Fatalf("Retained after restart = %+v", runs)
 	}
 }

@@ -73,9 +73,6 @@ func (l *Listener) EnsureStream(ctx context.Context) error {
 	}
 	if err != nil {
 		if noJetStream(err) {
-			l.mu.Lock()
-			l.noJS = true
-			l.mu.Unlock()
 			return ErrNoJetStream
 		}
 		return fmt.Errorf("ensure stream %s: %w", name, err)
@@ -120,28 +117,26 @@ func (l *Listener) conform(cfg *jetstream.StreamConfig) bool {
 	return changed
 }
 
-// eventStream returns the event stream, looking it up once. It returns
-// ErrNoJetStream or ErrNoStream when there is none.
+// eventStream returns the event stream, looking it up until found (and
+// again after a reconnect). It returns ErrNoJetStream or ErrNoStream when
+// there is none.
 func (l *Listener) eventStream(ctx context.Context) (jetstream.Stream, error) {
 	l.mu.Lock()
-	st, noJS, closed := l.stream, l.noJS, l.closed
+	st, closed := l.stream, l.closed
 	l.mu.Unlock()
 	switch {
 	case closed:
 		return nil, ErrClosed
 	case st != nil:
 		return st, nil
-	case noJS:
-		return nil, ErrNoJetStream
 	}
+	// Not cached when absent: a server without JetStream answers "no
+	// responders" at once, and one whose JetStream comes later is used.
 	st, err := l.js.Stream(ctx, l.opts.Stream)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil, fmt.Errorf("%w: %s", ErrNoStream, l.opts.Stream)
 	case noJetStream(err):
-		l.mu.Lock()
-		l.noJS = true
-		l.mu.Unlock()
 		return nil, ErrNoJetStream
 	case err != nil:
 		return nil, fmt.Errorf("stream %s: %w", l.opts.Stream, err)
