@@ -827,9 +827,12 @@ func TestDialRetriesUntilTheServerIsUp(t *testing.T) {
 	t.Run("gives up with ctx", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		_, err := listener.Dial(ctx, listener.Options{URL: url})
-		if err == nil || !strings.Contains(err.Error(), url) {
+		_, err := listener.Dial(ctx, listener.Options{URL: strings.Replace(url, "//", "//spark:hunter2@", 1)})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("127.0.0.1:%d", port)) {
 			t.Fatalf("Dial to nothing: err = %v, want an error naming %s", err, url)
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Fatalf("the error shows the password: %v", err)
 		}
 	})
 	t.Run("connects once up", func(t *testing.T) {
@@ -882,5 +885,37 @@ func TestJoinRequestJSON(t *testing.T) {
 	var bad listener.JoinRequest
 	if err := bad.UnmarshalJSON([]byte(`{"timeout":"soon"}`)); err == nil {
 		t.Fatal("bad timeout accepted")
+	}
+}
+
+func TestDialAuthentication(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
+		Username: "spark", Password: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(waitTimeout) {
+		t.Fatal("server not ready")
+	}
+	url := ns.ClientURL()
+
+	l := dial(t, url, listener.Options{User: "spark", Password: "s3cret"})
+	if err := l.Ready(ctxT(t)); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	// A wrong password fails at once, not when ctx ends, and the error does
+	// not leak the password.
+	began := time.Now()
+	_, err = listener.Dial(ctxT(t), listener.Options{URL: url, User: "spark", Password: "wrong-password"})
+	if err == nil {
+		t.Fatal("Dial with a wrong password succeeded")
+	}
+	if time.Since(began) > waitTimeout/2 || strings.Contains(err.Error(), "wrong-password") {
+		t.Fatalf("after %v: %v", time.Since(began), err)
+	}
+	if _, err := listener.Dial(ctxT(t), listener.Options{URL: url, TLSCertFile: "cert.pem"}); err == nil {
+		t.Fatal("a client certificate without a key was accepted")
 	}
 }
