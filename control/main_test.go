@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -68,14 +67,50 @@ func at(hh, mm int) time.Time {
 	return time.Date(2026, 9, 28, hh, mm, 0, 0, time.UTC)
 }
 
-// proxy forwards TCP connections to a PostgreSQL server until Close, which
-// breaks every forwarded connection and refuses new ones: to the client,
-// the server is gone.
+// proxy forwards TCP connections to a PostgreSQL server. Close breaks
+// every forwarded connection and refuses new ones: to the client, the
+// server is gone. Freeze silences the connections open now without closing
+// them, as a dropped network path would.
 type proxy struct {
 	l     net.Listener
 	wg    sync.WaitGroup
 	mu    sync.Mutex
-	conns []net.Conn
+	conns []*pipe
+}
+
+// pipe is one forwarded connection.
+type pipe struct {
+	client, server net.Conn
+	frozen         chan struct{} // closed by freeze
+	freezeOnce     sync.Once
+}
+
+func (p *pipe) freeze() { p.freezeOnce.Do(func() { close(p.frozen) }) }
+
+// forward copies from src to dst until either fails or the pipe is frozen,
+// after which what src sends is dropped.
+func (p *pipe) forward(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		select {
+		case <-p.frozen:
+			if err != nil {
+				return
+			}
+			continue
+		default:
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+	}
 }
 
 func newProxy(t testing.TB, target string) *proxy {
@@ -98,12 +133,13 @@ func newProxy(t testing.TB, target string) *proxy {
 				_ = c.Close()
 				continue
 			}
+			pp := &pipe{client: c, server: s, frozen: make(chan struct{})}
 			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
+			p.conns = append(p.conns, pp)
 			p.mu.Unlock()
 			p.wg.Add(2)
-			go func() { defer p.wg.Done(); _, _ = io.Copy(s, c); _ = s.Close() }()
-			go func() { defer p.wg.Done(); _, _ = io.Copy(c, s); _ = c.Close() }()
+			go func() { defer p.wg.Done(); pp.forward(s, c) }()
+			go func() { defer p.wg.Done(); pp.forward(c, s) }()
 		}
 	}()
 	t.Cleanup(p.Close)
@@ -112,13 +148,23 @@ func newProxy(t testing.TB, target string) *proxy {
 
 func (p *proxy) Addr() string { return p.l.Addr().String() }
 
+// Freeze silences every connection open now; later ones work.
+func (p *proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.freeze()
+	}
+}
+
 // Close stops accepting, breaks every connection and waits for the
 // forwarding goroutines; safe twice.
 func (p *proxy) Close() {
 	_ = p.l.Close()
 	p.mu.Lock()
 	for _, c := range p.conns {
-		_ = c.Close()
+		_ = c.client.Close()
+		_ = c.server.Close()
 	}
 	p.conns = nil
 	p.mu.Unlock()

@@ -220,8 +220,11 @@ func (l *listener) session(ctx context.Context) (listened bool, err error) {
 			return true, ctx.Err()
 		case waitCtx.Err() != nil:
 			// Silent for a while: make sure the connection is alive.
-			if err := conn.Ping(ctx); err != nil {
-				return true, err
+			pingCtx, cancel := context.WithTimeout(ctx, l.ping)
+			err := conn.Ping(pingCtx)
+			cancel()
+			if err != nil {
+				return true, fmt.Errorf("ping: %w", err)
 			}
 		default:
 			return true, err

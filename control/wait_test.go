@@ -1,0 +1,264 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	neturl "net/url"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// waitResult is what a Wait in a goroutine returned.
+type waitResult struct {
+	v   Verdict
+	err error
+}
+
+// goWait runs Wait in a goroutine owned by the test: at cleanup its ctx
+// is canceled and the goroutine waited for.
+func goWait(t *testing.T, ctx context.Context, s *Store, table string, until time.Time) <-chan waitResult {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan waitResult, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		v, err := s.Wait(ctx, table, until)
+		ch <- waitResult{v, err}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	return ch
+}
+
+// result waits for a Wait's result, failing after a deadline.
+func result(t *testing.T, ch <-chan waitResult) waitResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return")
+		return waitResult{}
+	}
+}
+
+// listening waits until the Store's LISTEN connection is up and every
+// waiter registered.
+func listening(t *testing.T, s *Store, waiters int) {
+	t.Helper()
+	eventually(t, "the LISTEN connection and the waiters", func() bool {
+		s.lis.mu.Lock()
+		n := 0
+		for _, ws := range s.lis.waiters {
+			n += len(ws)
+		}
+		s.lis.mu.Unlock()
+		return s.lis.backendPID() != 0 && n == waiters
+	})
+}
+
+func advance(t *testing.T, s *Store, table string, until time.Time) {
+	t.Helper()
+	if _, _, err := s.Advance(context.Background(), Advance{Table: table, FinalizedUntil: until}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWaitReturnsAtOnceWhenFinal(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	advance(t, s, "t", at(14, 0))
+	for _, until := range []time.Time{at(13, 0), at(14, 0), time.Date(2026, 9, 28, 11, 0, 0, 0, time.FixedZone("UTC-3", -3*3600))} {
+		v, err := s.Wait(context.Background(), "t", until)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !v.FinalizedUntil.Equal(at(14, 0)) {
+			t.Errorf("Wait(%v) = %v", until, v.FinalizedUntil)
+		}
+	}
+}
+
+func TestWaitReturnsOnMove(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	advance(t, s, "t", at(13, 0))
+	ch := goWait(t, context.Background(), s, "t", at(15, 0))
+	fresh := goWait(t, context.Background(), s, "new", at(1, 0)) // no row yet
+	listening(t, s, 2)
+
+	advance(t, s, "t", at(14, 0)) // not far enough
+	advance(t, s, "new", at(1, 0))
+	advance(t, s, "t", at(16, 0))
+	r := result(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !r.v.FinalizedUntil.Equal(at(16, 0)) {
+		t.Errorf("Wait returned %v, want 16:00 (not the 14:00 move, which is short of 15:00)", r.v.FinalizedUntil)
+	}
+	if r := result(t, fresh); r.err != nil || !r.v.FinalizedUntil.Equal(at(1, 0)) {
+		t.Errorf("Wait on a new table = %+v, %v", r.v, r.err)
+	}
+}
+
+func TestWaitReturnsOnCancel(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := goWait(t, ctx, s, "t", at(15, 0))
+	listening(t, s, 1)
+	cancel()
+	if r := result(t, ch); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", r.err)
+	}
+	eventually(t, "the waiter to unregister", func() bool {
+		s.lis.mu.Lock()
+		defer s.lis.mu.Unlock()
+		return len(s.lis.waiters) == 0
+	})
+}
+
+func TestWaitReturnsOnClose(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	ch := goWait(t, context.Background(), s, "t", at(15, 0))
+	listening(t, s, 1)
+	s.Close()
+	if r := result(t, ch); !errors.Is(r.err, ErrClosed) {
+		t.Fatalf("err = %v, want ErrClosed", r.err)
+	}
+}
+
+// TestWaitSharesOneListenConnection has many waiters, as HTTP long polls
+// would, on one LISTEN connection.
+func TestWaitSharesOneListenConnection(t *testing.T) {
+	s, url := newStore(t, Options{})
+	const waiters = 40
+	var chans []<-chan waitResult
+	for i := 0; i < waiters; i++ {
+		chans = append(chans, goWait(t, context.Background(), s, fmt.Sprintf("t%d", i%4), at(14, 0)))
+	}
+	listening(t, s, waiters)
+	var n int
+	if err := connect(t, url).QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
+		DefaultApplicationName+"-listen").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("%d LISTEN connections, want 1", n)
+	}
+	for i := 0; i < 4; i++ {
+		advance(t, s, fmt.Sprintf("t%d", i), at(14, 0))
+	}
+	for _, ch := range chans {
+		if r := result(t, ch); r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+}
+
+// TestWaitSurvivesTerminatedListener kills the LISTEN connection's
+// backend and moves the verdict while the listener is reconnecting: the
+// notification is lost, and the re-check after reconnecting must release
+// the waiter.
+func TestWaitSurvivesTerminatedListener(t *testing.T) {
+	s, url := newStore(t, Options{})
+	// Hold the listener's reconnects until the test lets them through.
+	gate := make(chan struct{})
+	connects := make(chan struct{}, 10)
+	orig := s.lis.connect
+	first := true
+	s.lis.connect = func(ctx context.Context) (*pgx.Conn, error) {
+		if !first {
+			connects <- struct{}{}
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		first = false
+		return orig(ctx)
+	}
+
+	ch := goWait(t, context.Background(), s, "t", at(15, 0))
+	listening(t, s, 1)
+	pid := s.lis.backendPID()
+	admin := connect(t, url)
+	var ok bool
+	if err := admin.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
+	}
+	select {
+	case <-connects: // the listener noticed and is trying to reconnect
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener did not try to reconnect")
+	}
+	advance(t, s, "t", at(15, 0)) // announced to nobody
+	select {
+	case r := <-ch:
+		t.Fatalf("Wait returned %+v, %v before the listener reconnected", r.v, r.err)
+	default:
+	}
+	close(gate)
+	r := result(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !r.v.FinalizedUntil.Equal(at(15, 0)) {
+		t.Errorf("Wait returned %v", r.v.FinalizedUntil)
+	}
+	if newPID := s.lis.backendPID(); newPID == 0 || newPID == pid {
+		t.Errorf("listener backend pid %d after reconnect (was %d)", newPID, pid)
+	}
+
+	// And notifications work again on the new connection.
+	ch = goWait(t, context.Background(), s, "t", at(16, 0))
+	listening(t, s, 1)
+	advance(t, s, "t", at(16, 0))
+	if r := result(t, ch); r.err != nil || !r.v.FinalizedUntil.Equal(at(16, 0)) {
+		t.Errorf("second Wait = %+v, %v", r.v, r.err)
+	}
+}
+
+// TestWaitSurvivesSilentListener silences the LISTEN connection without
+// closing it (a dropped network path) and moves the verdict: the idle ping
+// must notice, and the re-check after reconnecting release the waiter.
+func TestWaitSurvivesSilentListener(t *testing.T) {
+	s, url := newStore(t, Options{})
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(t, u.Host)
+	u.Host = p.Addr()
+	cfg, err := pgx.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.lis.connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) }
+	s.lis.ping = 50 * time.Millisecond
+
+	ch := goWait(t, context.Background(), s, "t", at(15, 0))
+	listening(t, s, 1)
+	pid := s.lis.backendPID()
+	p.Freeze()
+	advance(t, s, "t", at(15, 0)) // the notification goes into the void
+	r := result(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !r.v.FinalizedUntil.Equal(at(15, 0)) {
+		t.Errorf("Wait returned %v", r.v.FinalizedUntil)
+	}
+	if newPID := s.lis.backendPID(); newPID == pid {
+		t.Errorf("still on the silenced connection (backend %d)", pid)
+	}
+}
