@@ -28,6 +28,10 @@ func newStatements(n names) statements {
 		// NOTIFY is delivered at commit, so listeners never hear of a move
 		// that rolled back), and the row is returned as it stands.
 		//
+		// When the snapshot already shows the row at or beyond the
+		// candidate, nothing is inserted or locked: a no-op advance is a
+		// read, with no transaction id and no WAL flush at commit.
+		//
 		// The "notified" CTE is a SELECT: it runs only because the first
 		// branch reads it, once per moved row. The second branch reads the
 		// standing row when nothing moved; see Advance for why that read
@@ -35,7 +39,8 @@ func newStatements(n names) statements {
 		advance: `
 WITH moved AS (
 	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `)
-	VALUES ($1::text, $2::timestamptz, $3::timestamptz, $4::jsonb, $5::text, $6::text, $7::bigint, now())
+	SELECT $1::text, $2::timestamptz, $3::timestamptz, $4::jsonb, $5::text, $6::text, $7::bigint, now()
+	WHERE NOT EXISTS (SELECT FROM ` + n.table + ` WHERE table_name = $1::text AND finalized_until >= $2::timestamptz)
 	ON CONFLICT (table_name) DO UPDATE SET
 		finalized_until = EXCLUDED.finalized_until,
 		end_time        = EXCLUDED.end_time,

@@ -132,6 +132,33 @@ func TestAdvanceIsMonotonic(t *testing.T) {
 	})
 }
 
+// TestNoopAdvanceIsARead checks that offering the standing period again
+// neither writes nor locks the row (no transaction id, no WAL flush).
+func TestNoopAdvanceIsARead(t *testing.T) {
+	s, url := newStore(t, Options{})
+	ctx := context.Background()
+	advance := func() {
+		t.Helper()
+		if _, _, err := s.Advance(ctx, Advance{Table: "t", FinalizedUntil: at(14, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	advance()
+	conn := connect(t, url)
+	row := func() (xmin, xmax string) {
+		t.Helper()
+		if err := conn.QueryRow(ctx, "SELECT xmin::text, xmax::text FROM "+s.n.table+" WHERE table_name = 't'").Scan(&xmin, &xmax); err != nil {
+			t.Fatal(err)
+		}
+		return xmin, xmax
+	}
+	xmin, xmax := row()
+	advance()
+	if xmin2, xmax2 := row(); xmin2 != xmin || xmax2 != xmax {
+		t.Errorf("a no-op advance touched the row: xmin %s -> %s, xmax %s -> %s", xmin, xmin2, xmax, xmax2)
+	}
+}
+
 func TestAdvanceRejectsInvalid(t *testing.T) {
 	s, _ := newStore(t, Options{})
 	ctx := context.Background()
