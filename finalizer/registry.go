@@ -123,6 +123,7 @@ type entry struct {
 	ready   chan struct{} // closed once t is set or the start failed
 	reaped  chan struct{} // closed once the finished tracker is unsubscribed and recorded
 	t       *Tracker
+	box     *listener.Mailbox
 	sub     Subscription
 	lastErr string
 }
@@ -143,7 +144,9 @@ type Registry struct {
 	mu       sync.RWMutex
 	closed   bool
 	trackers map[trackKey]*entry
-	live     map[string]int // runID -> trackers not finished
+	runs     map[string][]*entry // runID -> its trackers not finished
+	queries  map[string][]*entry // queryID -> its trackers not finished
+	starting map[string]int // runID -> trackers not yet subscribed
 	finished *memo          // runID -> last JoinResult
 	ignored  *memo          // runs no rule matches
 }
@@ -187,7 +190,9 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		found:    make(chan listener.Run, 1024),
 		stop:     make(chan struct{}),
 		trackers: make(map[trackKey]*entry),
-		live:     make(map[string]int),
+		runs:     make(map[string][]*entry),
+		queries:  make(map[string][]*entry),
+		starting: make(map[string]int),
 		finished: newMemo(cfg.Remember),
 		ignored:  newMemo(cfg.Remember),
 	}
@@ -212,14 +217,14 @@ func (r *Registry) Track(ctx context.Context, req Request) (bool, error) {
 		return false, nil
 	}
 	e := &entry{req: req, ready: make(chan struct{}), reaped: make(chan struct{})}
-	r.trackers[key] = e
-	r.live[req.RunID]++
+	r.add(e)
+	r.starting[req.RunID]++
 	r.finished.del(req.RunID)
 	r.ignored.del(req.RunID)
 	var superseded []*entry
 	if req.Supersede {
-		for k, o := range r.trackers {
-			if k.table == req.Table && k.runID != req.RunID && o.req.QueryID == req.QueryID {
+		for _, o := range r.queries[req.QueryID] {
+			if o.req.Table == req.Table && o.req.RunID != req.RunID {
 				superseded = append(superseded, o)
 			}
 		}
@@ -227,12 +232,16 @@ func (r *Registry) Track(ctx context.Context, req Request) (bool, error) {
 	r.mu.Unlock()
 
 	err := r.start(ctx, e)
+	r.mu.Lock()
+	if r.starting[req.RunID]--; r.starting[req.RunID] <= 0 {
+		delete(r.starting, req.RunID)
+	}
+	if err != nil {
+		r.remove(e)
+	}
+	r.mu.Unlock()
 	close(e.ready)
 	if err != nil {
-		r.mu.Lock()
-		delete(r.trackers, key)
-		r.forget(req.RunID)
-		r.mu.Unlock()
 		return false, err
 	}
 	for _, o := range superseded {
@@ -269,7 +278,7 @@ func (r *Registry) start(ctx context.Context, e *entry) error {
 	tc.QueryID, tc.RunID, tc.Table, tc.Spec = req.QueryID, req.RunID, req.Table, req.Spec
 	tc.Box, tc.Store = box, r.cfg.Store
 	tc.Clock, tc.Logger, tc.Metrics = r.cfg.Clock, r.cfg.Logger, r.cfg.Metrics
-	e.sub = sub
+	e.sub, e.box = sub, box
 	r.wg.Add(1)
 	r.cfg.Metrics.TrackedRuns.Inc()
 	e.t = StartTracker(r.ctx, tc)
@@ -298,7 +307,7 @@ func (r *Registry) reap(e *entry) {
 		cancel()
 	}
 	r.mu.Lock()
-	delete(r.trackers, trackKey{e.req.RunID, e.req.Table})
+	r.remove(e)
 	if st.LastError != "" {
 		e.lastErr = st.LastError
 	}
@@ -307,32 +316,43 @@ func (r *Registry) reap(e *entry) {
 		prev.LastError = e.lastErr
 	}
 	prev.Done = true
-	r.live[e.req.RunID]--
-	if r.live[e.req.RunID] <= 0 {
-		delete(r.live, e.req.RunID)
-	}
 	r.finished.put(e.req.RunID, prev)
 	r.mu.Unlock()
 }
 
-// forget undoes the live count of a tracker that did not start. r.mu held.
-func (r *Registry) forget(runID string) {
-	r.live[runID]--
-	if r.live[runID] <= 0 {
-		delete(r.live, runID)
+// add indexes e. r.mu held.
+func (r *Registry) add(e *entry) {
+	r.trackers[trackKey{e.req.RunID, e.req.Table}] = e
+	r.runs[e.req.RunID] = append(r.runs[e.req.RunID], e)
+	r.queries[e.req.QueryID] = append(r.queries[e.req.QueryID], e)
+}
+
+// remove drops e from the indexes. r.mu held.
+func (r *Registry) remove(e *entry) {
+	delete(r.trackers, trackKey{e.req.RunID, e.req.Table})
+	drop := func(m map[string][]*entry, k string) {
+		list := m[k]
+		for i, o := range list {
+			if o == e {
+				list = append(list[:i:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(m, k)
+		} else {
+			m[k] = list
+		}
 	}
+	drop(r.runs, e.req.RunID)
+	drop(r.queries, e.req.QueryID)
 }
 
 // Join waits until every tracker of the run has finished, or ctx is done.
 // It returns ErrUnknownRun when the run is neither tracked nor remembered.
 func (r *Registry) Join(ctx context.Context, runID string) (JoinResult, error) {
 	r.mu.RLock()
-	var live []*entry
-	for k, e := range r.trackers {
-		if k.runID == runID {
-			live = append(live, e)
-		}
-	}
+	live := append([]*entry(nil), r.runs[runID]...)
 	fin, ok := r.finished.get(runID)
 	r.mu.RUnlock()
 	if len(live) == 0 {
@@ -364,12 +384,17 @@ func (r *Registry) Join(ctx context.Context, runID string) (JoinResult, error) {
 	return res, nil
 }
 
-// Known reports whether runID is tracked, finished or ignored, so that
-// discovery can drop its events without parsing them. It is cheap.
+// Known reports whether runID is tracked (and subscribed), finished or
+// ignored, so that discovery can drop its events without parsing them. It
+// is cheap. While a run's subscription is being made it is not known, so
+// discovery hands its events over (see Discovered) instead of losing them.
 func (r *Registry) Known(runID string) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if r.live[runID] > 0 {
+	if r.starting[runID] > 0 {
+		return false
+	}
+	if len(r.runs[runID]) > 0 {
 		return true
 	}
 	if _, ok := r.finished.get(runID); ok {
@@ -401,8 +426,12 @@ func (r *Registry) discoverLoop() {
 	}
 }
 
-// consider tracks run into every table whose rule matches it.
+// consider tracks run into every table whose rule matches it, and hands
+// the event it was discovered through to the run's trackers.
 func (r *Registry) consider(ctx context.Context, run listener.Run, supersede bool) {
+	if r.deliver(run) {
+		return
+	}
 	if len(r.cfg.Rules) == 0 || r.Known(run.RunID) {
 		return
 	}
@@ -431,13 +460,32 @@ func (r *Registry) consider(ctx context.Context, run listener.Run, supersede boo
 	}
 	if !matched {
 		r.mu.Lock()
-		if r.live[run.RunID] == 0 {
+		if len(r.runs[run.RunID]) == 0 {
 			r.ignored.put(run.RunID, JoinResult{})
 		}
 		r.mu.Unlock()
 		r.log.Debug("run matches no table; ignored", zap.String("query_id", run.QueryID),
 			zap.String("run_id", run.RunID), zap.String("name", name))
+		return
 	}
+	r.deliver(run)
+}
+
+// deliver offers the event a run was discovered through to the mailboxes
+// of its trackers, once they are subscribed. The event may also arrive
+// through the subscription or the JetStream catch-up; the mailbox keeps
+// only the newest. It reports whether the run has trackers.
+func (r *Registry) deliver(run listener.Run) bool {
+	r.mu.RLock()
+	es := append([]*entry(nil), r.runs[run.RunID]...)
+	r.mu.RUnlock()
+	for _, e := range es {
+		<-e.ready
+		if e.box != nil && run.Event != nil {
+			e.box.Offer(run.Event)
+		}
+	}
+	return len(es) > 0
 }
 
 // Recover resumes the persisted explicit tracks that are not done and

@@ -326,7 +326,12 @@ func TestDiscover(t *testing.T) {
 		doneRun:    {QueryID: q, RunID: doneRun, Kind: progress.KindTerminated, Terminated: true},
 	}
 	for id, w := range want {
-		if got := found[id]; got != w {
+		got := found[id]
+		if got.Event == nil || got.Event.RunID != id || got.Event.Kind != w.Kind {
+			t.Errorf("found %s carries event %+v, want the %s event that revealed it", id, got.Event, w.Kind)
+		}
+		got.Event = nil
+		if got != w {
 			t.Errorf("found %s = %+v, want %+v", id, got, w)
 		}
 	}

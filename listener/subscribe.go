@@ -250,6 +250,11 @@ type Run struct {
 	Kind progress.Kind
 	// Terminated is true when the run's termination was seen.
 	Terminated bool
+	// Event is the event the run was found through (Discover), checked
+	// against its subject; nil for Retained. The caller offers it to the
+	// run's mailbox once subscribed, so that the event that revealed the
+	// run is not lost while JetStream is still storing it.
+	Event *progress.Event
 }
 
 // Discover calls found for runs it sees that known does not know, for
@@ -303,7 +308,7 @@ func (s *Subscription) onDiscover(m *nats.Msg) {
 		return
 	}
 	run := Run{QueryID: es.queryID, RunID: es.runID, Name: ev.Name, Kind: es.kind,
-		Terminated: es.kind == progress.KindTerminated}
+		Terminated: es.kind == progress.KindTerminated, Event: ev}
 	if run.Name == "" && es.kind != progress.KindProgress && es.kind != progress.KindStarted {
 		ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
 		run.Name = l.retainedName(ctx, es.queryID, es.runID, true, true)
