@@ -146,9 +146,9 @@ type Registry struct {
 	trackers map[trackKey]*entry
 	runs     map[string][]*entry // runID -> its trackers not finished
 	queries  map[string][]*entry // queryID -> its trackers not finished
-	starting map[string]int // runID -> trackers not yet subscribed
-	finished *memo          // runID -> last JoinResult
-	ignored  *memo          // runs no rule matches
+	starting map[string]int      // runID -> trackers not yet subscribed
+	finished *memo               // runID -> last JoinResult
+	ignored  *memo               // runs no rule matches
 }
 
 // NewRegistry returns a running registry. Call Close to stop it.
