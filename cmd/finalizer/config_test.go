@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "finalizer.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// resolveServe parses serve's flags as the command line would and returns
+// the merged configuration.
+func resolveServe(t *testing.T, args ...string) (Config, error) {
+	t.Helper()
+	cmd := newServeCmd(&bytes.Buffer{}, &bytes.Buffer{})
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyEnv(cmd.Flags()); err != nil {
+		return Config{}, err
+	}
+	var f serveFlags
+	f.cfg = defaultConfig()
+	f.configFile, _ = cmd.Flags().GetString("config")
+	return f.resolve(cmd)
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	t.Setenv("ORDERS_QUERY", "orders-v1")
+	path := writeConfig(t, `
+control_table: ops.finalization
+subject_prefix: acme.spark
+http: {listen: "127.0.0.1:9999"}
+tables:
+  - table: bronze.orders
+    query: $ORDERS_QUERY
+    granularity: day
+    timezone: Europe/London
+`)
+	t.Setenv("FINALIZER_SUBJECT_PREFIX", "from.env")
+	cfg, err := resolveServe(t, "--config", path, "--http-listen", "127.0.0.1:7777")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ControlTable != "ops.finalization" {
+		t.Errorf("control table %q: the file sets it", cfg.ControlTable)
+	}
+	if cfg.Prefix != "from.env" {
+		t.Errorf("prefix %q: the environment beats the file", cfg.Prefix)
+	}
+	if cfg.HTTP.Listen != "127.0.0.1:7777" {
+		t.Errorf("http listen %q: a flag beats the file", cfg.HTTP.Listen)
+	}
+	rules, err := cfg.rules()
+	if err != nil || len(rules) != 1 || rules[0].Query != "orders-v1" || rules[0].Spec.Location.String() != "Europe/London" {
+		t.Fatalf("rules = %+v, %v; want the $VAR expanded and the spec parsed", rules, err)
+	}
+	if cfg.NATS.Listen != DefaultNATSListen || cfg.DataDir != DefaultDataDir {
+		t.Errorf("defaults lost: %+v", cfg)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	cases := []struct{ body, want string }{
+		{"tabels: []\n", "tabels"},
+		{"tables:\n  - table: t\n    query: q\n    granularity: week\n", `granularity "week"`},
+		{"tables:\n  - table: t\n    query: q\n    timezone: Mars/Olympus\n", "Mars/Olympus"},
+		{"tables:\n  - table: t\n    query: \"[a-\"\n", "not a valid glob"},
+		{"control_table: \"x; DROP TABLE y\"\n", "control_table"},
+		{"subject_prefix: \"spark.>\"\n", "subject_prefix"},
+		{"tracking: {stale_after: soon}\n", "not a duration"},
+		{"log: {format: xml}\n", "log.format"},
+	}
+	for _, c := range cases {
+		t.Run(c.want, func(t *testing.T) {
+			_, err := resolveServe(t, "--config", writeConfig(t, c.body))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want it to name %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestEmptyConfigFileIsFine(t *testing.T) {
+	if _, err := resolveServe(t, "--config", writeConfig(t, "")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseTS(t *testing.T) {
+	want := time.Date(2026, 9, 28, 15, 0, 0, 0, time.UTC)
+	for _, s := range []string{"2026-09-28T15:00:00Z", "2026-09-28T12:00:00-03:00", "2026-09-28T15:00:00", "2026-09-28 15:00:00", "2026-09-28T15:00"} {
+		got, err := parseTS(s)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("parseTS(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if _, err := parseTS("tomorrow"); err == nil {
+		t.Error("parseTS(tomorrow) accepted")
+	}
+}
+
+func TestUsageErrorsExitTwoWithOneLine(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"is-final", "--table", "t"}, nil, &out, &errOut)
+	if code != exitUsage {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if lines := strings.Count(strings.TrimSpace(errOut.String()), "\n"); lines != 0 || !strings.Contains(errOut.String(), "--period-end") {
+		t.Fatalf("stderr = %q, want one line naming --period-end", errOut.String())
+	}
+	errOut.Reset()
+	if code := run(context.Background(), []string{"serve", "--no-such-flag"}, nil, &out, &errOut); code != exitUsage {
+		t.Fatalf("unknown flag: exit %d, want 2", code)
+	}
+}
+
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, name := range []string{"serve", "track", "join", "status", "is-final", "wait", "publish"} {
+		var out bytes.Buffer
+		if code := run(context.Background(), []string{name, "--help"}, nil, &out, &out); code != 0 {
+			t.Errorf("%s --help: exit %d", name, code)
+		}
+		if !strings.Contains(out.String(), "Exit codes") && name != "serve" {
+			t.Errorf("%s --help does not state its exit codes:\n%s", name, out.String())
+		}
+	}
+}
