@@ -324,3 +324,20 @@ func TestServeWithNoFlags(t *testing.T) {
 		s.stop()
 	}
 }
+
+// A second serve on the same data dir fails with a clear message and
+// leaves the first one working.
+func TestSecondServeOnSameDataDirRefused(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	dir := t.TempDir()
+	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: dir})
+	code, out, errOut := cli(t, nil, "serve", "--data-dir", dir, "--postgres-url", pgURL,
+		"--nats-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
+	if code != 2 || !strings.Contains(errOut, "in use by another finalizer serve") {
+		t.Fatalf("second serve: exit %d, stderr %q (stdout %q); want exit 2 naming the first", code, tail(errOut, 3), out)
+	}
+	pub := connect(t, s.natsURL)
+	cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "t")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T13:10:00"))
+	waitVerdict(t, pgURL, "t", "2026-09-28T13:00:00Z")
+}
