@@ -54,7 +54,26 @@ var (
 	// ErrInUse means the cluster directory is in use: another Cluster holds
 	// it, or its orphaned postmaster could not be stopped.
 	ErrInUse = errors.New("postgres cluster directory is in use")
+	// ErrUnreachable means the OS user that runs PostgreSQL (postgres, when
+	// this process is root) cannot traverse the way to the cluster
+	// directory, e.g. a data dir under root's 0700 home.
+	ErrUnreachable = errors.New("cluster directory not reachable by the postgres OS user")
 )
+
+// Reachable reports, with an error wrapping ErrUnreachable, whether the OS
+// user that would run a cluster in dir can reach it. It returns nil when
+// this process does not run as root (its own user runs PostgreSQL).
+func Reachable(dir string) error {
+	o, err := lookupOwner()
+	if err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	return o.checkReachable(abs)
+}
 
 // Options configure Start.
 type Options struct {

@@ -90,8 +90,8 @@ func (o *owner) checkReachable(dir string) error {
 			return fmt.Errorf("stat %s: %w", p, err)
 		}
 		if !o.canTraverse(fi) {
-			return fmt.Errorf("the %s OS user, which runs PostgreSQL, cannot reach %s: %s is mode %04o owned by uid %d; make it traversable (chmod o+x) or choose another directory",
-				o.name, dir, p, fi.Mode().Perm(), statUID(fi))
+			return fmt.Errorf("%w: the %s OS user, which runs PostgreSQL, cannot reach %s: %s is mode %04o owned by uid %d; make it traversable (chmod o+x) or choose another directory",
+				ErrUnreachable, o.name, dir, p, fi.Mode().Perm(), statUID(fi))
 		}
 		if p == filepath.Dir(p) {
 			return nil

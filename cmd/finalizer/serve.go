@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -210,8 +211,11 @@ func (s *service) start(ctx context.Context, stdout io.Writer) error {
 	// PostgreSQL: managed or external.
 	pgURL := cfg.Postgres.URL
 	if pgURL == "" {
-		var err error
-		s.pg, err = pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(cfg.DataDir, "postgres"), Logger: s.log.Named("postgres")})
+		pgDir, err := managedClusterDir(cfg.DataDir, s.log)
+		if err != nil {
+			return fmt.Errorf("managed postgresql: %w", err)
+		}
+		s.pg, err = pgcluster.Start(ctx, pgcluster.Options{Dir: pgDir, Logger: s.log.Named("postgres")})
 		if err != nil {
 			return fmt.Errorf("managed postgresql: %w", err)
 		}
@@ -381,6 +385,35 @@ func (s *service) stop(ctx context.Context) {
 	if s.unlock != nil {
 		s.unlock()
 	}
+}
+
+// fallbackClusterRoot holds managed clusters whose data dir the postgres OS
+// user cannot reach (a data dir under root's 0700 home, when run as root).
+const fallbackClusterRoot = "/var/lib/finalizer/clusters"
+
+// managedClusterDir returns where the managed PostgreSQL cluster of dataDir
+// lives: <data-dir>/postgres, or, when this process runs as root and the
+// postgres OS user cannot reach that path, a directory under
+// fallbackClusterRoot named after the data dir, so that
+// `finalizer serve` works from any directory.
+func managedClusterDir(dataDir string, log *zap.Logger) (string, error) {
+	dir := filepath.Join(dataDir, "postgres")
+	err := pgcluster.Reachable(dir)
+	if err == nil || !errors.Is(err, pgcluster.ErrUnreachable) {
+		return dir, err
+	}
+	abs, aerr := filepath.Abs(dataDir)
+	if aerr != nil {
+		return "", aerr
+	}
+	sum := sha256.Sum256([]byte(abs))
+	alt := filepath.Join(fallbackClusterRoot, fmt.Sprintf("%s-%x", filepath.Base(abs), sum[:4]))
+	if merr := os.MkdirAll(fallbackClusterRoot, 0o755); merr != nil {
+		return "", fmt.Errorf("%w; and the fallback %s: %v", err, fallbackClusterRoot, merr)
+	}
+	log.Warn("the postgres OS user cannot reach the data dir; the managed cluster lives in the fallback directory",
+		zap.String("data_dir", abs), zap.String("cluster_dir", alt), zap.NamedError("reason", err))
+	return alt, nil
 }
 
 // handleTrack serves `finalizer track`.
