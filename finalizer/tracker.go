@@ -228,6 +228,12 @@ func (t *Tracker) run(ctx context.Context) {
 		}
 		if mail.Progress != nil {
 			pending = mail.Progress
+			if ce := t.log.Check(zap.DebugLevel, "progress taken"); ce != nil {
+				ce.Write(zap.Int64("batch_id", pending.BatchID), zap.Time("timestamp", pending.Timestamp))
+			}
+		}
+		if mail.Idle {
+			t.log.Debug("idle event or repeated progress: a chance to retry", zap.Bool("retry", pending != nil))
 		}
 		if pending != nil && t.apply(ctx, pending) {
 			pending = nil
