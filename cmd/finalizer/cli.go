@@ -129,6 +129,7 @@ Exit codes: 0 success (final, done), 1 not final or timed out, 2 usage or connec
 		newIsFinalCmd(stdout),
 		newWaitCmd(stdout),
 		newPublishCmd(stdin, stdout, stderr),
+		newBenchCmd(stdout, stderr),
 	)
 	root.CompletionOptions.DisableDefaultCmd = true
 	return root

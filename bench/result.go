@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// Latency is the latency phase's outcome: period-crossing progress events
+// measured from their publication to their committed verdict (heard
+// through LISTEN/NOTIFY), under a background load.
+type Latency struct {
+	Events  int     `json:"events"`  // events published in the phase
+	Probes  int     `json:"probes"`  // crossings measured
+	Missing int     `json:"missing"` // crossings whose verdict was never heard
+	P50Ms   float64 `json:"p50_ms"`
+	P99Ms   float64 `json:"p99_ms"`
+	MaxMs   float64 `json:"max_ms"`
+	// WritesPerPeriod is control-table writes per (table, period) crossed
+	// in the phase; 1.00 is the least that moves every verdict.
+	WritesPerPeriod float64 `json:"writes_per_period"`
+}
+
+// Baseline is the naive consumer's figures, measured on the same messages.
+type Baseline struct {
+	IngestEventsPerSec    float64 `json:"ingest_events_per_s"`
+	IngestWritesPerPeriod float64 `json:"ingest_writes_per_period"`
+	Latency               Latency `json:"latency"`
+	BurstSeconds          float64 `json:"burst_s"`
+}
+
+// Ratios compare the service with the naive baseline: above 1 means the
+// service is better (faster, fewer writes, shorter latency).
+type Ratios struct {
+	Ingest       float64 `json:"ingest"`        // service settled rate / naive rate
+	IngestWrites float64 `json:"ingest_writes"` // naive writes per period / service's, ingest phase
+	Writes       float64 `json:"writes"`        // naive writes per period / service's, latency phase
+	LatencyP99   float64 `json:"latency_p99"`   // naive p99 / service p99
+	Burst        float64 `json:"burst"`         // naive burst / service burst
+}
+
+// Result is what one bench run measured. Its JSON form is the one line
+// `finalizer bench` prints last.
+type Result struct {
+	Runs            int     `json:"runs"`
+	Tracking        string  `json:"tracking"`
+	IngestPerRun    int     `json:"ingest_per_run"`
+	Rate            float64 `json:"rate"`
+	DurationSeconds float64 `json:"duration_s"`
+	PerPeriod       int     `json:"per_period"`
+	CPUs            int     `json:"cpus"`
+	GoVersion       string  `json:"go"`
+	Postgres        string  `json:"postgres"`
+	MsgBytes        int     `json:"msg_bytes"` // mean progress size
+
+	TrackSeconds         float64 `json:"track_s"`          // N runs tracked
+	FirstVerdictsSeconds float64 `json:"first_verdicts_s"` // N first verdicts (inserts)
+
+	IngestEvents          int     `json:"ingest_events"`
+	RawEventsPerSec       float64 `json:"raw_events_per_s"`    // NATS to a subscriber that does nothing
+	IngestEventsPerSec    float64 `json:"ingest_events_per_s"` // accepted by the run subscriptions
+	IngestRatio           float64 `json:"ingest_ratio"`        // ingest / raw
+	SettledEventsPerSec   float64 `json:"settled_events_per_s"`
+	IngestWritesPerPeriod float64 `json:"ingest_writes_per_period"`
+
+	Latency      Latency `json:"latency"`
+	BurstSeconds float64 `json:"burst_s"`
+
+	MemPerRunKiB     float64 `json:"mem_per_run_kib"` // RSS growth / N
+	HeapPerRunKiB    float64 `json:"heap_per_run_kib"`
+	StackPerRunKiB   float64 `json:"stack_per_run_kib"`
+	GoroutinesPerRun float64 `json:"goroutines_per_run"`
+
+	RecoverySeconds      float64 `json:"recovery_s"`       // start until N verdicts re-applied
+	RecoveryStartSeconds float64 `json:"recovery_start_s"` // of which the start itself
+
+	Naive  *Baseline `json:"naive,omitempty"`
+	Ratios *Ratios   `json:"vs_naive,omitempty"`
+}
+
+func div(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func (r *Result) ratios() {
+	r.IngestRatio = div(r.IngestEventsPerSec, r.RawEventsPerSec)
+	if r.Naive == nil {
+		return
+	}
+	r.Ratios = &Ratios{
+		Ingest:       div(r.SettledEventsPerSec, r.Naive.IngestEventsPerSec),
+		IngestWrites: div(r.Naive.IngestWritesPerPeriod, r.IngestWritesPerPeriod),
+		Writes:       div(r.Naive.Latency.WritesPerPeriod, r.Latency.WritesPerPeriod),
+		LatencyP99:   div(r.Naive.Latency.P99Ms, r.Latency.P99Ms),
+		Burst:        div(r.Naive.BurstSeconds, r.BurstSeconds),
+	}
+}
+
+// JSON returns the result as one line of JSON.
+func (r *Result) JSON() []byte {
+	b, _ := json.Marshal(r)
+	return b
+}
+
+// WriteTable prints the results as a table, with the targets of issue 5.
+func (r *Result) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "finalizer bench: N=%d runs (%s tracking), %d CPUs, %s, PostgreSQL %s, progress %d B\n",
+		r.Runs, r.Tracking, r.CPUs, r.GoVersion, r.Postgres, r.MsgBytes)
+	fmt.Fprintln(tw, "MEASURE\tSERVICE\tNAIVE\tTARGET")
+	naive := func(f func(b *Baseline) string) string {
+		if r.Naive == nil {
+			return "-"
+		}
+		return f(r.Naive)
+	}
+	row := func(name, svc, nv, target string) { fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, svc, nv, target) }
+	row("raw NATS delivery (events/s)", fmt.Sprintf("%.0f", r.RawEventsPerSec), "", "")
+	row("ingest, accepted (events/s)", fmt.Sprintf("%.0f", r.IngestEventsPerSec),
+		naive(func(b *Baseline) string { return fmt.Sprintf("%.0f", b.IngestEventsPerSec) }), "")
+	row("ingest / raw NATS", fmt.Sprintf("%.2f", r.IngestRatio),
+		naive(func(b *Baseline) string { return fmt.Sprintf("%.2f", div(b.IngestEventsPerSec, r.RawEventsPerSec)) }), ">= 0.50")
+	row("ingest, verdicts committed (events/s)", fmt.Sprintf("%.0f", r.SettledEventsPerSec),
+		naive(func(b *Baseline) string { return fmt.Sprintf("%.0f", b.IngestEventsPerSec) }), "")
+	row("writes per (table, period), ingest", fmt.Sprintf("%.2f", r.IngestWritesPerPeriod),
+		naive(func(b *Baseline) string { return fmt.Sprintf("%.2f", b.IngestWritesPerPeriod) }), "<= 1.00")
+	lat := func(l Latency) string {
+		return fmt.Sprintf("%.1f / %.1f / %.1f", l.P50Ms, l.P99Ms, l.MaxMs)
+	}
+	row(fmt.Sprintf("latency p50/p99/max (ms) at %.0f ev/s", r.Rate), lat(r.Latency),
+		naive(func(b *Baseline) string { return lat(b.Latency) }), "p99 < 20")
+	row("  crossings measured (missing)", fmt.Sprintf("%d (%d)", r.Latency.Probes, r.Latency.Missing),
+		naive(func(b *Baseline) string { return fmt.Sprintf("%d (%d)", b.Latency.Probes, b.Latency.Missing) }), "")
+	row("writes per (table, period), steady", fmt.Sprintf("%.2f", r.Latency.WritesPerPeriod),
+		naive(func(b *Baseline) string { return fmt.Sprintf("%.2f", b.Latency.WritesPerPeriod) }), "1.00")
+	row(fmt.Sprintf("burst: %d tables committed (s)", r.Runs), fmt.Sprintf("%.3f", r.BurstSeconds),
+		naive(func(b *Baseline) string { return fmt.Sprintf("%.3f", b.BurstSeconds) }), "< 1")
+	row("memory per tracked run (KiB RSS)", fmt.Sprintf("%.1f", r.MemPerRunKiB), "", "< 16")
+	row("  heap / stacks (KiB), goroutines", fmt.Sprintf("%.1f / %.1f, %.1f", r.HeapPerRunKiB, r.StackPerRunKiB, r.GoroutinesPerRun), "", "")
+	row(fmt.Sprintf("recovery of %d runs (s)", r.Runs), fmt.Sprintf("%.3f", r.RecoverySeconds), "", "< 5")
+	row("  of which start and Recover (s)", fmt.Sprintf("%.3f", r.RecoveryStartSeconds), "", "")
+	row("track N runs / N first verdicts (s)", fmt.Sprintf("%.3f / %.3f", r.TrackSeconds, r.FirstVerdictsSeconds), "", "")
+	if r.Ratios != nil {
+		fmt.Fprintf(tw, "vs naive: ingest %.1fx, writes %.1fx fewer (ingest %.1fx), p99 %.1fx, burst %.1fx\n",
+			r.Ratios.Ingest, r.Ratios.Writes, r.Ratios.IngestWrites, r.Ratios.LatencyP99, r.Ratios.Burst)
+	}
+	return tw.Flush()
+}

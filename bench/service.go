@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// busAdapter makes *listener.Listener a finalizer.Events and Namer, as
+// cmd/finalizer does.
+type busAdapter struct{ l *listener.Listener }
+
+func (b busAdapter) Subscribe(queryID, runID string, box *listener.Mailbox) (finalizer.Subscription, error) {
+	s, err := b.l.Subscribe(queryID, runID, box)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (b busAdapter) RunName(ctx context.Context, queryID, runID string) (string, error) {
+	return b.l.RunName(ctx, queryID, runID)
+}
+
+var (
+	_ finalizer.Events = busAdapter{}
+	_ finalizer.Namer  = busAdapter{}
+)
+
+// service is the part of `finalizer serve` that does the work, wired the
+// way serve wires it: the control store, the listener with its stream, the
+// registry with its rules, discovery, and recovery at start. HTTP, the
+// embedded servers and the data-dir lock are left out (the bench runs
+// NATS and PostgreSQL itself).
+type service struct {
+	log     *zap.Logger
+	store   *control.Store
+	bus     *listener.Listener
+	reg     *finalizer.Registry
+	disc    *listener.Subscription
+	metrics *finalizer.Metrics
+
+	accepted atomic.Int64 // progress events accepted by run subscriptions
+	dropped  atomic.Int64 // events dropped (malformed, mismatch, ...)
+
+	startedIn time.Duration // serve's start: open, migrate, dial, stream, recover
+}
+
+// serviceConfig is what startService needs.
+type serviceConfig struct {
+	NATSURL      string
+	PostgresURL  string
+	ControlTable string
+	Prefix       string
+	Rules        []finalizer.Rule
+	Logger       *zap.Logger
+}
+
+// startService starts the service as serve does, recovering explicit
+// tracks from PostgreSQL and ruled runs from JetStream.
+func startService(ctx context.Context, c serviceConfig) (*service, error) {
+	began := time.Now()
+	s := &service{log: c.Logger}
+	s.metrics = finalizer.NewMetrics(nil, time.Now)
+	var err error
+	s.store, err = control.Open(ctx, c.PostgresURL, control.Options{Table: c.ControlTable, Logger: c.Logger.Named("control")})
+	if err != nil {
+		return nil, fmt.Errorf("control store: %w", err)
+	}
+	if err := s.store.Migrate(ctx); err != nil {
+		s.stop(ctx)
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	s.bus, err = listener.Dial(ctx, listener.Options{
+		URL: c.NATSURL, Prefix: c.Prefix, Logger: c.Logger.Named("listener"),
+		OnEvent: func(kind progress.Kind, outcome string) {
+			s.metrics.Events.WithLabelValues(kind.String(), outcome).Inc()
+			switch {
+			case outcome != listener.OutcomeAccepted:
+				s.dropped.Add(1)
+			case kind == progress.KindProgress:
+				s.accepted.Add(1)
+			}
+		},
+	})
+	if err != nil {
+		s.stop(ctx)
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	if err := s.bus.EnsureStream(ctx); err != nil {
+		s.stop(ctx)
+		return nil, fmt.Errorf("stream: %w", err)
+	}
+	s.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
+		Events: busAdapter{s.bus}, Store: s.store, Tracks: s.store, Rules: c.Rules,
+		Logger: c.Logger.Named("tracker"), Metrics: s.metrics,
+	})
+	if len(c.Rules) > 0 {
+		if s.disc, err = s.bus.Discover(s.reg.Known, s.reg.Discovered); err != nil {
+			s.stop(ctx)
+			return nil, fmt.Errorf("discovery: %w", err)
+		}
+	}
+	tracks, err := s.store.Tracks(ctx)
+	if err != nil {
+		s.stop(ctx)
+		return nil, fmt.Errorf("read explicit tracks: %w", err)
+	}
+	var runs []listener.Run
+	if len(c.Rules) > 0 {
+		if runs, err = s.bus.Retained(ctx); err != nil && !errors.Is(err, listener.ErrNoStream) {
+			s.stop(ctx)
+			return nil, fmt.Errorf("retained runs: %w", err)
+		}
+	}
+	if err := s.reg.Recover(ctx, tracks, runs); err != nil {
+		s.stop(ctx)
+		return nil, fmt.Errorf("recover: %w", err)
+	}
+	s.startedIn = time.Since(began)
+	return s, nil
+}
+
+// stop stops what startService started, as serve does. It blocks.
+func (s *service) stop(ctx context.Context) {
+	if s.disc != nil {
+		_ = s.disc.Unsubscribe()
+	}
+	if s.reg != nil {
+		if err := s.reg.Close(ctx); err != nil {
+			s.log.Warn("registry close", zap.Error(err))
+		}
+	}
+	if s.bus != nil {
+		s.bus.Close()
+	}
+	if s.store != nil {
+		s.store.Close()
+	}
+}

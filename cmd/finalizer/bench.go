@@ -1,0 +1,88 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/bench"
+)
+
+func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		cfg      bench.Config
+		logLevel string
+		jsonOnly bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the service against the embedded NATS and a real PostgreSQL",
+		Long: `Runs the service's own parts in-process (control store, listener, registry, rules,
+discovery, recovery: what serve wires) against an embedded nats-server and a real
+PostgreSQL, with N simulated runs publishing realistic progress documents, and prints a
+table and one JSON line: raw NATS delivery and ingest rates, latency from a period-crossing
+progress to its committed verdict (heard through LISTEN/NOTIFY), control writes per
+(table, period), the top-of-period burst, memory per tracked run, restart recovery, and
+the same figures for a naive baseline (one upsert per event). See BENCHMARKS.md.
+
+Without --postgres-url it starts a throwaway PostgreSQL cluster from the local
+installation and removes it afterwards; with one, it works in a schema of its own
+(bench_<tag>) that it drops at the end.`,
+		Example: `  finalizer bench --runs 10000
+  finalizer bench --runs 50 --duration 3s --profile-dir /tmp/prof`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return usageError(err)
+			}
+			if logLevel != "" {
+				log, err := newLogger(LogConfig{Format: "console", Level: logLevel}, stderr)
+				if err != nil {
+					return usageError(err)
+				}
+				defer func() { _ = log.Sync() }()
+				cfg.Logger = log
+			} else {
+				cfg.Logger = zap.NewNop()
+			}
+			if cfg.ProfileDir != "" {
+				if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+					return usageError(err)
+				}
+			}
+			if !jsonOnly {
+				cfg.Log = stderr
+			}
+			res, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return fmt.Errorf("bench: %w", err)
+			}
+			if !jsonOnly {
+				if err := res.WriteTable(stdout); err != nil {
+					return err
+				}
+			}
+			_, err = fmt.Fprintf(stdout, "%s\n", res.JSON())
+			return err
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&cfg.Runs, "runs", bench.DefaultRuns, "simulated runs (N), each with its own query id, run id and table")
+	fs.StringVar(&cfg.Tracking, "tracking", bench.DefaultTracking, "how runs are tracked: mixed, explicit or rule")
+	fs.IntVar(&cfg.IngestPerRun, "ingest-per-run", bench.DefaultIngestPerRun, "progress events per run in the ingest phase")
+	fs.Float64Var(&cfg.Rate, "rate", bench.DefaultRate, "background load of the latency phase, events/s")
+	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "length of the latency phase")
+	fs.IntVar(&cfg.PerPeriod, "per-period", bench.DefaultPerPeriod, "progress events per run and (minute) period")
+	fs.IntVar(&cfg.Window, "window", bench.DefaultWindow, "messages the ingest publisher may run ahead of the consumer")
+	fs.StringVar(&cfg.PostgresURL, "postgres-url", "", "PostgreSQL to use (empty: a throwaway cluster)")
+	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the NATS store and the throwaway cluster (empty: a temporary one)")
+	fs.BoolVar(&cfg.Naive, "naive", true, "also run the naive baseline (one upsert per event)")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU profile per phase and a heap profile here")
+	fs.DurationVar(&cfg.WaitTimeout, "wait-timeout", bench.DefaultWaitTimeout, "bound of every wait for verdicts")
+	fs.StringVar(&logLevel, "log-level", "", "log the service at this level on stderr (default: no logs)")
+	fs.BoolVar(&jsonOnly, "json", false, "print only the JSON line")
+	return cmd
+}
