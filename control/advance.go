@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
 )
 
 // statements are the SQL texts of one control table, built once from its
@@ -80,7 +81,11 @@ type notification struct {
 // writer's when that one is at or beyond the candidate, and whether this
 // call moved it. An older or same-period candidate changes nothing and
 // returns the standing verdict with moved false. Times are stored with
-// microsecond precision and returned in UTC.
+// microsecond precision and returned in UTC. An EndOffset that jsonb cannot
+// hold as it is (a \u0000 escape, a lone surrogate, bytes that are not
+// UTF-8) is stored with those parts escaped (see jsonbSafe), and one the
+// database still refuses is stored as NULL: the offset never blocks the
+// verdict.
 //
 // Errors: ErrInvalidAdvance (no table, no time, EndOffset not JSON),
 // ErrUnavailable (PostgreSQL unreachable; nothing or everything was
@@ -107,12 +112,22 @@ func (s *Store) Advance(ctx context.Context, a Advance) (v Verdict, moved bool, 
 	}
 	var endOffset any
 	if len(a.EndOffset) > 0 {
-		endOffset = []byte(a.EndOffset)
+		endOffset = jsonbSafe(a.EndOffset)
 	}
 	var notified int64
 	row := s.pool.QueryRow(ctx, s.sql.advance,
 		a.Table, until, nullTime(a.EndTime), endOffset, nullString(a.QueryID), nullString(a.RunID), a.BatchID, string(payload))
 	v, err = scanVerdict(row, &moved, &notified)
+	if err != nil && endOffset != nil && offsetRefused(err) {
+		// The offset is provenance; the verdict must not wait on it (a
+		// database whose encoding is not UTF-8 refuses more than jsonbSafe
+		// knows). Advance without it.
+		s.log.Warn("postgresql refused the end offset; advancing without it",
+			zap.String("table", a.Table), zap.String("run_id", a.RunID), zap.Error(err))
+		row = s.pool.QueryRow(ctx, s.sql.advance,
+			a.Table, until, nullTime(a.EndTime), nil, nullString(a.QueryID), nullString(a.RunID), a.BatchID, string(payload))
+		v, err = scanVerdict(row, &moved, &notified)
+	}
 	switch {
 	case err == nil && moved:
 		return v, true, nil
