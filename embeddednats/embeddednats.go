@@ -64,6 +64,13 @@ type Options struct {
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// Users, when not empty, turn authentication on: every client must log
+	// in as one of them. Empty means anyone who can connect may publish
+	// and subscribe to anything.
+	Users []User
+	// TLS, when set, makes every client connection use TLS; ClientURL then
+	// starts with tls://.
+	TLS *TLS
 }
 
 // Server is a running in-process nats-server with JetStream.
@@ -77,8 +84,9 @@ type Server struct {
 // Start starts a nats-server with JetStream enabled, storing under
 // o.StoreDir, and returns once it accepts client connections. It returns an
 // error naming the address when the server cannot listen (for example the
-// port is in use) or is not ready within o.ReadyTimeout, and ErrStoreInUse
-// when the store directory is held by another server.
+// port is in use) or is not ready within o.ReadyTimeout, ErrStoreInUse
+// when the store directory is held by another server, and ErrBadAuth (or
+// a TLS file error) when o.Users or o.TLS cannot be used.
 func Start(o Options) (*Server, error) {
 	if o.StoreDir == "" {
 		return nil, ErrNoStoreDir
@@ -110,12 +118,7 @@ func Start(o Options) (*Server, error) {
 		_ = ln.Close()
 	}
 
-	unlock, err := lockStoreDir(o.StoreDir)
-	if err != nil {
-		return nil, err
-	}
-
-	ns, err := server.NewServer(&server.Options{
+	sopts := &server.Options{
 		ServerName: o.ServerName,
 		Host:       o.Host,
 		Port:       o.Port,
@@ -123,7 +126,16 @@ func Start(o Options) (*Server, error) {
 		StoreDir:   o.StoreDir,
 		NoSigs:     true,
 		// HTTP monitoring, cluster, leafnodes and websockets stay off.
-	})
+	}
+	if err := applyAuth(o, sopts); err != nil {
+		return nil, err
+	}
+
+	unlock, err := lockStoreDir(o.StoreDir)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := server.NewServer(sopts)
 	if err != nil {
 		unlock()
 		return nil, fmt.Errorf("embedded nats: configure server on %s: %w", addr, err)
