@@ -57,6 +57,38 @@ type NATSConfig struct {
 	TLSCA     string `yaml:"tls_ca_file"`
 	TLSCert   string `yaml:"tls_cert_file"`
 	TLSKey    string `yaml:"tls_key_file"`
+	// Embedded configures the embedded server (when URL is empty).
+	Embedded EmbeddedNATSConfig `yaml:"embedded"`
+}
+
+// EmbeddedNATSConfig secures the embedded NATS server: who may log in
+// and what they may do, and TLS.
+type EmbeddedNATSConfig struct {
+	// Users, when set, turn authentication on; the service logs in as its
+	// own user, with a password made at start.
+	Users []EmbeddedUserConfig `yaml:"users"`
+	// TLS makes clients connect with TLS.
+	TLS EmbeddedTLSConfig `yaml:"tls"`
+	// AllowAnonymous accepts a non-loopback listen address without users.
+	AllowAnonymous bool `yaml:"allow_anonymous"`
+}
+
+// EmbeddedUserConfig is one login of the embedded server: user and
+// password (plain, or a bcrypt hash), or an NKey public key; and a role
+// (publisher, operator or admin).
+type EmbeddedUserConfig struct {
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+	NKey     string `yaml:"nkey"`
+	Role     string `yaml:"role"`
+}
+
+// EmbeddedTLSConfig is the embedded server's certificate and key, and the
+// CA its clients' certificates must be signed by (mutual TLS) if set.
+type EmbeddedTLSConfig struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
 }
 
 // PostgresConfig says which PostgreSQL to use; an empty URL means the
@@ -72,9 +104,12 @@ type StreamConfig struct {
 	MaxAge Duration `yaml:"max_age"`
 }
 
-// HTTPConfig is the HTTP API's listen address ("" or "off" disables it).
+// HTTPConfig is the HTTP API's listen address ("" or "off" disables it)
+// and its bearer token. A non-loopback listen needs a token, or Insecure.
 type HTTPConfig struct {
-	Listen string `yaml:"listen"`
+	Listen   string `yaml:"listen"`
+	Token    string `yaml:"token"`
+	Insecure bool   `yaml:"insecure"`
 }
 
 // LogConfig sets the log format (json or console) and level.
@@ -187,6 +222,12 @@ func (c Config) validate() error {
 	}
 	if c.NATS.URL == "" && c.NATS.Listen == "" {
 		return fmt.Errorf("nats: set url (external server) or listen (embedded server)")
+	}
+	if err := c.NATS.Embedded.validate(); err != nil {
+		return err
+	}
+	if err := c.checkExposure(); err != nil {
+		return err
 	}
 	if _, err := c.rules(); err != nil {
 		return err

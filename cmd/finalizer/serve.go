@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -96,6 +97,9 @@ pending (bounded by tracking.shutdown_timeout), the embedded servers stop.`,
 	fs.String("postgres-url", "", "PostgreSQL URL (empty: the managed cluster under <data-dir>/postgres)")
 	fs.Bool("no-migrate", false, "do not create or migrate the control table; fail if its schema is not current")
 	fs.String("http-listen", DefaultHTTPListen, `address of the HTTP API and /metrics ("off" disables it)`)
+	fs.String("http-token", "", "bearer token the HTTP API requires (not /healthz, /readyz); prefer FINALIZER_HTTP_TOKEN")
+	fs.Bool("http-insecure", false, "allow a non-loopback --http-listen without a token")
+	fs.Bool("nats-allow-anonymous", false, "allow a non-loopback --nats-listen without nats.embedded.users")
 	fs.String("control-table", "", "control table, schema-qualified (default "+control.DefaultTable+")")
 	fs.String("subject-prefix", "", "subject prefix of the listener events (default "+listener.DefaultPrefix+")")
 	fs.String("log-format", "", "log format: json or console (default json)")
@@ -123,12 +127,16 @@ func (f *serveFlags) resolve(cmd *cobra.Command) (Config, error) {
 	set("nats-listen", &cfg.NATS.Listen)
 	set("postgres-url", &cfg.Postgres.URL)
 	set("http-listen", &cfg.HTTP.Listen)
+	set("http-token", &cfg.HTTP.Token)
 	set("control-table", &cfg.ControlTable)
 	set("subject-prefix", &cfg.Prefix)
 	set("log-format", &cfg.Log.Format)
 	set("log-level", &cfg.Log.Level)
-	if fl := fs.Lookup("no-migrate"); fl.Changed {
-		cfg.Postgres.NoMigrate = fl.Value.String() == "true"
+	for name, dst := range map[string]*bool{"no-migrate": &cfg.Postgres.NoMigrate, "http-insecure": &cfg.HTTP.Insecure,
+		"nats-allow-anonymous": &cfg.NATS.Embedded.AllowAnonymous} {
+		if fl := fs.Lookup(name); fl.Changed {
+			*dst = fl.Value.String() == "true"
+		}
 	}
 	applyNATSAuthFlags(fs, &cfg.NATS)
 	return cfg, cfg.validate()
@@ -192,20 +200,43 @@ func (s *service) start(ctx context.Context, stdout io.Writer) error {
 	}
 
 	// NATS: embedded or external.
-	natsURL := cfg.NATS.URL
+	natsURL, natsAuth := cfg.NATS.URL, cfg.NATS
 	if natsURL == "" {
 		host, port, err := splitListen(cfg.NATS.Listen)
 		if err != nil {
 			return fmt.Errorf("nats listen: %w", err)
 		}
+		users, user, password, err := embeddedAuth(cfg)
+		if err != nil {
+			return err
+		}
+		tls := embeddedTLS(cfg.NATS.Embedded.TLS)
 		s.nats, err = embeddednats.Start(embeddednats.Options{
 			Host: host, Port: port, StoreDir: filepath.Join(cfg.DataDir, "nats"), Logger: s.log.Named("nats-server"),
+			Users: users, TLS: tls,
 		})
 		if err != nil {
 			return fmt.Errorf("embedded nats: %w", err)
 		}
 		natsURL = s.nats.ClientURL()
-		fmt.Fprintf(stdout, "finalizer: NATS %s (embedded, JetStream under %s)\n", natsURL, filepath.Join(cfg.DataDir, "nats"))
+		// The service logs in as its own user; the client TLS settings
+		// (tls_ca_file, tls_cert_file) apply to its embedded server too,
+		// and without tls_ca_file it trusts the server's own certificate.
+		natsAuth = NATSConfig{User: user, Password: password, TLSCA: cfg.NATS.TLSCA, TLSCert: cfg.NATS.TLSCert, TLSKey: cfg.NATS.TLSKey}
+		if tls != nil && natsAuth.TLSCA == "" {
+			natsAuth.TLSCA = tls.CertFile
+		}
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			natsURL = strings.Replace(natsURL, "://"+net.JoinHostPort(host, ""), "://"+net.JoinHostPort("127.0.0.1", ""), 1)
+		}
+		how := "no authentication"
+		if len(users) > 0 {
+			how = fmt.Sprintf("%d users", len(users)-1)
+		}
+		if tls != nil {
+			how += ", TLS"
+		}
+		fmt.Fprintf(stdout, "finalizer: NATS %s (embedded, %s, JetStream under %s)\n", s.nats.ClientURL(), how, filepath.Join(cfg.DataDir, "nats"))
 	}
 
 	// PostgreSQL: managed or external.
@@ -250,9 +281,9 @@ func (s *service) start(ctx context.Context, stdout io.Writer) error {
 		OnEvent: func(kind progress.Kind, outcome string) {
 			metrics.Events.WithLabelValues(kind.String(), outcome).Inc()
 		},
-		User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token,
-		NKeySeedFile: cfg.NATS.NKeySeed, CredsFile: cfg.NATS.Creds,
-		TLSCAFile: cfg.NATS.TLSCA, TLSCertFile: cfg.NATS.TLSCert, TLSKeyFile: cfg.NATS.TLSKey,
+		User: natsAuth.User, Password: natsAuth.Password, Token: natsAuth.Token,
+		NKeySeedFile: natsAuth.NKeySeed, CredsFile: natsAuth.Creds,
+		TLSCAFile: natsAuth.TLSCA, TLSCertFile: natsAuth.TLSCert, TLSKeyFile: natsAuth.TLSKey,
 	})
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
@@ -311,7 +342,7 @@ func (s *service) start(ctx context.Context, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
 		}
-		s.http = &http.Server{Handler: newHTTPHandler(s, reg), ReadHeaderTimeout: 10 * time.Second}
+		s.http = &http.Server{Handler: requireToken(cfg.HTTP.Token, newHTTPHandler(s, reg)), ReadHeaderTimeout: 10 * time.Second}
 		s.httpDone = make(chan struct{})
 		go func() {
 			defer close(s.httpDone)

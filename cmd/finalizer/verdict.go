@@ -195,7 +195,7 @@ func toTableStatus(v control.Verdict, now time.Time, runs []finalizer.TrackerSta
 }
 
 func newStatusCmd(stdout io.Writer) *cobra.Command {
-	var table, httpURL string
+	var table, httpURL, httpToken string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status [--table T] [--json]",
@@ -226,7 +226,7 @@ Exit codes: 0 shown, 2 usage or connection error (or --table without a verdict).
 			} else if verdicts, err = s.List(ctx); err != nil {
 				return usageError(err)
 			}
-			runs, runsErr := fetchRuns(ctx, httpURL)
+			runs, runsErr := fetchRuns(ctx, httpURL, httpToken)
 			now := time.Now().UTC()
 			out := make([]tableStatus, 0, len(verdicts))
 			for _, v := range verdicts {
@@ -249,12 +249,13 @@ Exit codes: 0 shown, 2 usage or connection error (or --table without a verdict).
 	fs.StringVar(&table, "table", "", "show only this table")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	fs.StringVar(&httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, for tracked runs ("" to skip)`)
+	fs.StringVar(&httpToken, "http-token", "", "bearer token of the service's HTTP API (prefer FINALIZER_HTTP_TOKEN)")
 	addPostgresClientFlags(fs)
 	return cmd
 }
 
 // fetchRuns reads the tracked runs from the service's HTTP API.
-func fetchRuns(ctx context.Context, base string) ([]finalizer.TrackerStatus, error) {
+func fetchRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, error) {
 	runs := []finalizer.TrackerStatus{}
 	if base == "" {
 		return runs, nil
@@ -264,6 +265,9 @@ func fetchRuns(ctx context.Context, base string) ([]finalizer.TrackerStatus, err
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/v1/runs", nil)
 	if err != nil {
 		return runs, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
