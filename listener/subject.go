@@ -54,19 +54,24 @@ type eventSubject struct {
 
 // splitSubject takes apart <prefix>.<kind>.<queryId>.<runId>. It returns
 // false when the token count or the prefix is wrong or a token is empty;
-// an unknown kind token gives KindUnknown and false.
+// an unknown kind token gives KindUnknown and false. It does not allocate:
+// the tokens are substrings of subject.
 func (l *Listener) splitSubject(subject string) (eventSubject, bool) {
-	n := len(l.prefix)
-	toks := strings.Split(subject, ".")
-	if len(toks) != n+3 {
-		return eventSubject{kindToken: "unknown"}, false
-	}
-	for i, p := range l.prefix {
-		if toks[i] != p {
-			return eventSubject{kindToken: "unknown"}, false
+	bad := eventSubject{kindToken: "unknown"}
+	rest := subject
+	for _, p := range l.prefix {
+		tok, after, ok := strings.Cut(rest, ".")
+		if !ok || tok != p {
+			return bad, false
 		}
+		rest = after
 	}
-	es := eventSubject{kindToken: toks[n], queryID: toks[n+1], runID: toks[n+2]}
+	kindToken, rest, ok1 := strings.Cut(rest, ".")
+	queryID, runID, ok2 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || strings.IndexByte(runID, '.') >= 0 {
+		return bad, false
+	}
+	es := eventSubject{kindToken: kindToken, queryID: queryID, runID: runID}
 	kind, ok := progress.ParseKind(es.kindToken)
 	es.kind = kind
 	if !ok {
