@@ -105,6 +105,10 @@ type Request struct {
 	// Supersede stops the trackers of this query's other runs on the same
 	// table: a new run means the old one's driver is gone.
 	Supersede bool
+
+	// resumed marks an explicit track read back from the TrackStore by
+	// Recover: it is persisted already.
+	resumed bool
 }
 
 // JoinResult is the outcome of a Join.
@@ -259,7 +263,7 @@ func (r *Registry) Track(ctx context.Context, req Request) (bool, error) {
 // start persists (when explicit), subscribes and starts e's tracker.
 func (r *Registry) start(ctx context.Context, e *entry) error {
 	req := e.req
-	if req.Explicit && r.cfg.Tracks != nil {
+	if req.Explicit && !req.resumed && r.cfg.Tracks != nil {
 		spec, err := json.Marshal(req.Spec.Options())
 		if err != nil {
 			return fmt.Errorf("track %s: %w", req.RunID, err)
@@ -281,18 +285,22 @@ func (r *Registry) start(ctx context.Context, e *entry) error {
 	e.sub, e.box = sub, box
 	r.wg.Add(1)
 	r.cfg.Metrics.TrackedRuns.Inc()
-	e.t = StartTracker(r.ctx, tc)
-	go r.reap(e)
+	e.t = newTracker(tc)
+	// One goroutine per tracker: its worker, then its reaping.
+	go func() {
+		e.t.run(r.ctx)
+		r.reap(e)
+	}()
 	r.log.Info("tracking run", zap.String("table", req.Table), zap.String("query_id", req.QueryID),
 		zap.String("run_id", req.RunID), zap.String("spec", req.Spec.String()), zap.Bool("explicit", req.Explicit))
 	return nil
 }
 
-// reap waits for e's worker, unsubscribes and records the result.
+// reap runs on e's worker goroutine once the worker has exited: it
+// unsubscribes and records the result.
 func (r *Registry) reap(e *entry) {
 	defer r.wg.Done()
 	defer close(e.reaped)
-	<-e.t.Done()
 	r.cfg.Metrics.TrackedRuns.Dec()
 	if err := e.sub.Unsubscribe(); err != nil {
 		r.log.Warn("unsubscribe failed", zap.String("run_id", e.req.RunID), zap.Error(err))
@@ -520,7 +528,7 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 			note(fmt.Errorf("track of run %s: %w", t.RunID, err))
 			continue
 		}
-		req := Request{QueryID: t.QueryID, RunID: t.RunID, Table: t.Table, Spec: spec, Explicit: true}
+		req := Request{QueryID: t.QueryID, RunID: t.RunID, Table: t.Table, Spec: spec, Explicit: true, resumed: true}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {

@@ -168,6 +168,11 @@ func TestExplicitTrackPersistedAndRecovered(t *testing.T) {
 	if v := store.Verdict("t"); !v.Equal(utc("2026-09-28T14:00:00Z")) {
 		t.Fatalf("verdict = %v", v)
 	}
+	tracks.mu.Lock()
+	defer tracks.mu.Unlock()
+	if len(tracks.saved) != 1 {
+		t.Errorf("saved %d times, want once: a resumed track is persisted already", len(tracks.saved))
+	}
 }
 
 // Recover tracks retained runs that a rule matches, and a retained run that

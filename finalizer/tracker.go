@@ -117,6 +117,14 @@ type Tracker struct {
 // terminates, on Stop (after applying what is pending) or when ctx is
 // cancelled (abandoning an advance in flight). Wait for it with Done or Join.
 func StartTracker(ctx context.Context, cfg TrackerConfig) *Tracker {
+	t := newTracker(cfg)
+	go t.run(ctx)
+	return t
+}
+
+// newTracker fills cfg's defaults and returns a tracker whose worker is
+// not started: the caller runs t.run(ctx) in a goroutine it owns.
+func newTracker(cfg TrackerConfig) *Tracker {
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
 	}
@@ -149,7 +157,6 @@ func StartTracker(ctx context.Context, cfg TrackerConfig) *Tracker {
 		start: cfg.Clock.Now(),
 	}
 	t.lastEvent = t.start
-	go t.run(ctx)
 	return t
 }
 
