@@ -14,9 +14,10 @@ import (
 // statements are the SQL texts of one control table, built once from its
 // quoted names.
 type statements struct {
-	advance string
-	get     string
-	list    string
+	advance      string
+	advanceBatch string
+	get          string
+	list         string
 }
 
 // verdictColumns are read, in this order, by scanVerdict.
@@ -59,8 +60,9 @@ SELECT true, ` + verdictColumns + `, (SELECT count(*) FROM notified) FROM moved
 UNION ALL
 SELECT false, ` + verdictColumns + `, 0 FROM ` + n.table + `
 WHERE table_name = $1::text AND NOT EXISTS (SELECT FROM moved)`,
-		get:  `SELECT ` + verdictColumns + ` FROM ` + n.table + ` WHERE table_name = $1`,
-		list: `SELECT ` + verdictColumns + ` FROM ` + n.table + ` ORDER BY table_name`,
+		advanceBatch: advanceBatchSQL(n),
+		get:          `SELECT ` + verdictColumns + ` FROM ` + n.table + ` WHERE table_name = $1`,
+		list:         `SELECT ` + verdictColumns + ` FROM ` + n.table + ` ORDER BY table_name`,
 	}
 }
 
