@@ -21,7 +21,9 @@ type AdvanceResult struct {
 // advanceBatchSQL is AdvanceBatch's statement: Advance's upsert over the
 // rows of parallel arrays, one row per table, in table order (so that two
 // batches meeting the same tables lock their rows in the same order and
-// cannot deadlock), with one notification per moved row.
+// cannot deadlock), with one notification per moved row. As in Advance, a
+// row the snapshot already shows at or beyond its candidate is not even
+// offered to the upsert: a batch of no-ops is a read.
 func advanceBatchSQL(n names) string {
 	return `
 WITH input AS (
@@ -29,8 +31,10 @@ WITH input AS (
 		AS i(table_name, finalized_until, end_time, end_offset, query_id, run_id, batch_id, payload)
 ), moved AS (
 	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `)
-	SELECT table_name, finalized_until, end_time, end_offset::jsonb, query_id, run_id, batch_id, now()
-	FROM input ORDER BY table_name
+	SELECT i.table_name, i.finalized_until, i.end_time, i.end_offset::jsonb, i.query_id, i.run_id, i.batch_id, now()
+	FROM input i
+	WHERE NOT EXISTS (SELECT FROM ` + n.table + ` WHERE table_name = i.table_name AND finalized_until >= i.finalized_until)
+	ORDER BY i.table_name
 	ON CONFLICT (table_name) DO UPDATE SET
 		finalized_until = EXCLUDED.finalized_until,
 		end_time        = EXCLUDED.end_time,

@@ -193,3 +193,37 @@ func TestAdvanceBatchClosed(t *testing.T) {
 		t.Fatalf("AdvanceBatch on a closed store = %+v, %v; want ErrClosed", res, err)
 	}
 }
+
+// A batch whose advances are all at or behind their rows locks and writes
+// nothing, as a no-op Advance.
+func TestNoopAdvanceBatchIsARead(t *testing.T) {
+	s, url := newStore(t, Options{})
+	ctx := context.Background()
+	batch := []Advance{{Table: "a", FinalizedUntil: at(14, 0)}, {Table: "b", FinalizedUntil: at(14, 0)}}
+	if _, err := s.AdvanceBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, url)
+	rows := func() string {
+		t.Helper()
+		var out string
+		if err := conn.QueryRow(ctx, "SELECT string_agg(xmin::text || '/' || xmax::text, ',' ORDER BY table_name) FROM "+s.n.table).Scan(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	before := rows()
+	batch[1].FinalizedUntil = at(13, 0)
+	res, err := s.AdvanceBatch(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil || r.Moved || !r.Verdict.FinalizedUntil.Equal(at(14, 0)) {
+			t.Errorf("result %d = %+v", i, r)
+		}
+	}
+	if after := rows(); after != before {
+		t.Errorf("a no-op batch touched rows: %s -> %s", before, after)
+	}
+}

@@ -34,6 +34,9 @@ type Metrics struct {
 	StaleRuns prometheus.Gauge
 	// AdvanceSeconds is the latency of one advance statement.
 	AdvanceSeconds prometheus.Histogram
+	// AdvanceBatchSize is the number of advances each group commit applied
+	// in one statement (ADR 0008).
+	AdvanceBatchSize prometheus.Histogram
 
 	now      func() time.Time
 	mu       sync.Mutex
@@ -86,6 +89,11 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 			Help:    "Latency of one advance statement.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
+		AdvanceBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "finalizer_advance_batch_size",
+			Help:    "Advances applied by one group-commit statement.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 7),
+		}),
 		now:      now,
 		verdicts: make(map[string]time.Time),
 		lagDesc: prometheus.NewDesc("finalizer_verdict_lag_seconds",
@@ -95,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Events, m.Candidates, m.Advances, m.Writes, m.FailedAdvances,
-			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, verdictCollector{m})
+			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, verdictCollector{m})
 	}
 	return m
 }

@@ -87,6 +87,14 @@ type RegistryConfig struct {
 	// (its identity, Box, Store, Clock, Logger and Metrics are ignored).
 	Tracker TrackerConfig
 
+	// MaxBatch is the most advances one group commit applies when Store is
+	// a BatchStore (ADR 0008): 0 means DefaultMaxBatch, a negative value
+	// turns group commit off (one statement per advance).
+	MaxBatch int
+	// Committers is how many group commits may be in flight at once; 0
+	// means DefaultCommitters.
+	Committers int
+
 	StaleAfter         time.Duration // 0 = DefaultStaleAfter
 	ExpireAfter        time.Duration // 0 = DefaultExpireAfter; negative = never
 	Remember           int           // 0 = DefaultRemember
@@ -144,6 +152,8 @@ type Registry struct {
 	found  chan listener.Run
 	stop   chan struct{}
 	every  time.Duration // janitor interval
+	store  Store         // what trackers advance through: cfg.Store, or its group commit
+	commit *committer    // nil without group commit
 
 	mu       sync.RWMutex
 	closed   bool
@@ -178,6 +188,12 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 	if cfg.RecoverParallelism == 0 {
 		cfg.RecoverParallelism = DefaultRecoverParallelism
 	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.Committers <= 0 {
+		cfg.Committers = DefaultCommitters
+	}
 	every := janitorEvery
 	for _, d := range []time.Duration{cfg.StaleAfter / 2, cfg.ExpireAfter / 2} {
 		if d > 0 && d < every {
@@ -199,6 +215,15 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		starting: make(map[string]int),
 		finished: newMemo(cfg.Remember),
 		ignored:  newMemo(cfg.Remember),
+	}
+	r.store = cfg.Store
+	if bs, ok := cfg.Store.(BatchStore); ok && cfg.MaxBatch > 0 {
+		timeout := cfg.Tracker.AdvanceTimeout
+		if timeout <= 0 {
+			timeout = DefaultAdvanceTimeout
+		}
+		r.commit = newCommitter(ctx, bs, cfg.Metrics, cfg.MaxBatch, cfg.Committers, timeout)
+		r.store = r.commit
 	}
 	r.wg.Add(2)
 	go r.discoverLoop()
@@ -280,7 +305,7 @@ func (r *Registry) start(ctx context.Context, e *entry) error {
 	}
 	tc := r.cfg.Tracker
 	tc.QueryID, tc.RunID, tc.Table, tc.Spec = req.QueryID, req.RunID, req.Table, req.Spec
-	tc.Box, tc.Store = box, r.cfg.Store
+	tc.Box, tc.Store = box, r.store
 	tc.Clock, tc.Logger, tc.Metrics = r.cfg.Clock, r.cfg.Logger, r.cfg.Metrics
 	e.sub, e.box = sub, box
 	r.wg.Add(1)
@@ -656,6 +681,9 @@ func (r *Registry) Close(ctx context.Context) error {
 		<-done
 	}
 	r.cancel()
+	if r.commit != nil {
+		r.commit.close()
+	}
 	return err
 }
 

@@ -1,0 +1,181 @@
+package finalizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/control"
+)
+
+// gatedBatchStore applies batches in memory, forward-only; while gate is
+// set, each batch waits for it to be closed.
+type gatedBatchStore struct {
+	mu      sync.Mutex
+	rows    map[string]time.Time
+	sizes   []int
+	err     error
+	gate    chan struct{}
+	entered chan struct{} // receives once per batch that reached the store
+}
+
+func newGatedBatchStore() *gatedBatchStore {
+	return &gatedBatchStore{rows: map[string]time.Time{}, entered: make(chan struct{}, 100)}
+}
+
+func (s *gatedBatchStore) Advance(ctx context.Context, a control.Advance) (control.Verdict, bool, error) {
+	res, err := s.AdvanceBatch(ctx, []control.Advance{a})
+	if err != nil {
+		return control.Verdict{}, false, err
+	}
+	return res[0].Verdict, res[0].Moved, res[0].Err
+}
+
+func (s *gatedBatchStore) AdvanceBatch(ctx context.Context, as []control.Advance) ([]control.AdvanceResult, error) {
+	s.entered <- struct{}{}
+	s.mu.Lock()
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sizes = append(s.sizes, len(as))
+	res := make([]control.AdvanceResult, len(as))
+	if s.err != nil {
+		for i := range res {
+			res[i].Err = s.err
+		}
+		return res, s.err
+	}
+	for i, a := range as {
+		cur, ok := s.rows[a.Table]
+		if !ok || a.FinalizedUntil.After(cur) {
+			s.rows[a.Table], cur = a.FinalizedUntil, a.FinalizedUntil
+			res[i].Moved = true
+		}
+		res[i].Verdict = control.Verdict{Table: a.Table, FinalizedUntil: cur}
+	}
+	return res, nil
+}
+
+func (s *gatedBatchStore) batchSizes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.sizes...)
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func hour(h int) time.Time { return time.Date(2026, 9, 28, h, 0, 0, 0, time.UTC) }
+
+// Advances that land while a statement is in flight ride together in the
+// next one, and each caller gets its own table's result.
+func TestCommitterGathersAdvancesThatLandTogether(t *testing.T) {
+	store := newGatedBatchStore()
+	store.gate = make(chan struct{})
+	c := newCommitter(context.Background(), store, NewMetrics(nil, nil), 1000, 1, time.Minute)
+	defer c.close()
+
+	type result struct {
+		table string
+		v     control.Verdict
+		moved bool
+		err   error
+	}
+	results := make(chan result, 51)
+	advance := func(table string, until time.Time) {
+		v, moved, err := c.Advance(context.Background(), control.Advance{Table: table, FinalizedUntil: until})
+		results <- result{table, v, moved, err}
+	}
+	go advance("first", hour(1))
+	<-store.entered // the first advance is in flight, alone
+	for i := range 50 {
+		go advance(fmt.Sprintf("t%02d", i), hour(2))
+	}
+	waitFor(t, "50 advances queued", func() bool { return len(c.queue) == 50 })
+	close(store.gate)
+	for range 51 {
+		r := <-results
+		want := hour(2)
+		if r.table == "first" {
+			want = hour(1)
+		}
+		if r.err != nil || !r.moved || r.v.Table != r.table || !r.v.FinalizedUntil.Equal(want) {
+			t.Errorf("%s: %+v moved %v err %v", r.table, r.v, r.moved, r.err)
+		}
+	}
+	if got := store.batchSizes(); fmt.Sprint(got) != "[1 50]" {
+		t.Errorf("batch sizes = %v, want [1 50]", got)
+	}
+}
+
+// A batch that fails fails every advance in it, and an advance whose
+// caller gave up while queued is not sent.
+func TestCommitterErrorsAndCancellation(t *testing.T) {
+	store := newGatedBatchStore()
+	store.gate = make(chan struct{})
+	c := newCommitter(context.Background(), store, NewMetrics(nil, nil), 1000, 1, time.Minute)
+	defer c.close()
+
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := c.Advance(context.Background(), control.Advance{Table: "a", FinalizedUntil: hour(1)})
+		first <- err
+	}()
+	<-store.entered
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, _, err := c.Advance(ctx, control.Advance{Table: "gone", FinalizedUntil: hour(1)})
+		gaveUp <- err
+	}()
+	waitFor(t, "queued", func() bool { return len(c.queue) == 1 })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled advance: err = %v", err)
+	}
+	down := errors.New("postgresql unavailable")
+	store.mu.Lock()
+	store.err = down
+	store.mu.Unlock()
+	close(store.gate)
+	if err := <-first; !errors.Is(err, down) {
+		t.Fatalf("advance of a failed batch: err = %v, want %v", err, down)
+	}
+	// The cancelled one is dropped before a statement: the next advance,
+	// handled after it by the one committer, is the second batch.
+	store.mu.Lock()
+	store.err = nil
+	store.mu.Unlock()
+	if _, moved, err := c.Advance(context.Background(), control.Advance{Table: "last", FinalizedUntil: hour(1)}); err != nil || !moved {
+		t.Fatalf("last advance: moved %v, err %v", moved, err)
+	}
+	if got := store.batchSizes(); fmt.Sprint(got) != "[1 1]" {
+		t.Errorf("batch sizes = %v, want [1 1]", got)
+	}
+	store.mu.Lock()
+	_, written := store.rows["gone"]
+	store.mu.Unlock()
+	if written {
+		t.Error("an advance whose caller gave up was written")
+	}
+}
