@@ -456,6 +456,12 @@ func (s *service) handleTrack(ctx context.Context, r listener.TrackRequest) list
 	if r.QueryID == "" || r.RunID == "" || r.Table == "" {
 		return listener.TrackReply{Error: "query id, run id and table are required"}
 	}
+	// Checked before anything is persisted: a track that can never receive
+	// an event would otherwise fail again at every restart.
+	r.QueryID, r.RunID = strings.ToLower(r.QueryID), strings.ToLower(r.RunID)
+	if err := checkIDs(r.QueryID, r.RunID); err != nil {
+		return listener.TrackReply{Error: err.Error()}
+	}
 	ok, err := s.reg.Track(ctx, finalizer.Request{QueryID: r.QueryID, RunID: r.RunID, Table: r.Table, Spec: spec, Explicit: true, Supersede: true})
 	if err != nil {
 		return listener.TrackReply{Error: err.Error()}
