@@ -181,9 +181,9 @@ tables:
 
 	// Subjects with odd tokens.
 	done = expect("odd subjects", 3, unknown, mismatch)
-	raw("spark.bogus."+qH+"."+rH, []byte(progressAt(qH, rH, "x", 1, "2026-09-28T23:00:00")))                      // unknown kind on the run's own subscription
+	raw("spark.bogus."+qH+"."+rH, []byte(progressAt(qH, rH, "x", 1, "2026-09-28T23:00:00")))                                       // unknown kind on the run's own subscription
 	raw("spark.progress."+strings.ToUpper(qH)+"."+strings.ToUpper(rH), []byte(progressAt(qH, rH, "x", 99, "2026-09-28T23:00:00"))) // upper-case ids: another run to the server
-	raw("spark.progress.é.ü", []byte(progressAt(qH, rH, "x", 99, "2026-09-28T23:00:00")))                                         // non-ASCII tokens
+	raw("spark.progress.é.ü", []byte(progressAt(qH, rH, "x", 99, "2026-09-28T23:00:00")))                                          // non-ASCII tokens
 	done()
 	raw("spark.progress."+qH+"."+rH+".extra", []byte(`{}`)) // five tokens: no subscription matches, the stream keeps it
 	raw("spark.progress", []byte(`{}`))

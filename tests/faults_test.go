@@ -326,7 +326,9 @@ func TestDuplicateReplayedAndOutOfOrderProgress(t *testing.T) {
 	pub.publish("progress", q, r1, b2)
 	first := waitVerdict(t, pgURL, "dup", "2026-09-28T14:00:00Z")
 
-	accepted := func() float64 { return sample(t, s.httpURL, `finalizer_events_total{kind="progress",outcome="accepted"}`) }
+	accepted := func() float64 {
+		return sample(t, s.httpURL, `finalizer_events_total{kind="progress",outcome="accepted"}`)
+	}
 	n := accepted()
 	pub.publish("progress", q, r1, b2) // the same batch twice
 	pub.publish("progress", q, r1, b1) // an older batch after a newer one
