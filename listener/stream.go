@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -278,6 +279,10 @@ func (l *Listener) Publish(ctx context.Context, ev *progress.Event, payload []by
 	return nil
 }
 
+// DefaultStreamLookupTimeout bounds Publish's question, asked once per
+// connection, whether a stream captures the subject.
+const DefaultStreamLookupTimeout = time.Second
+
 // publishViaJetStream reports whether a stream captures subj, asking the
 // server once per connection. A failed question (no JetStream, no
 // permission for its API) means plain publishing.
@@ -289,7 +294,12 @@ func (l *Listener) publishViaJetStream(ctx context.Context, subj string) bool {
 		return state > 0
 	}
 	state = -1
-	name, err := l.js.StreamNameBySubject(ctx, subj)
+	// Bounded on its own: a login that may not use the JetStream API (a
+	// publisher-only role) gets no answer at all, only an asynchronous
+	// permissions violation, and the publish still needs time after it.
+	lctx, cancel := context.WithTimeout(ctx, DefaultStreamLookupTimeout)
+	defer cancel()
+	name, err := l.js.StreamNameBySubject(lctx, subj)
 	switch {
 	case err == nil && name != "":
 		state = 1
