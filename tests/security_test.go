@@ -287,10 +287,23 @@ nats:
 	_ = nk.Flush()
 	waitVerdict(t, pgURL, "sec."+r2[:8], "2026-09-28T13:00:00Z")
 
+	// finalizer publish as a publisher: no JetStream API, so after a 1 s
+	// stream lookup it publishes plainly.
+	sparkEvents := writeFile(t, t.TempDir(), "spark.jsonl", progressAt(q, r2, "x", 2, "2026-09-28T14:05:00")+"\n", 0o644)
+	began := time.Now()
+	if code, o := out.run(t, append([]string{"FINALIZER_NATS_PASSWORD=" + sparkPW}, env...),
+		"publish", "--nats-url", natsURL, "--nats-user", "spark", "--nats-tls-ca", pki.caCert, sparkEvents); code != 0 {
+		t.Fatalf("publisher publish: exit %d: %s", code, o)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("publisher publish took %s", d)
+	}
+	waitVerdict(t, pgURL, "sec."+r2[:8], "2026-09-28T14:00:00Z")
+
 	// The operator replays an event log with publish (through JetStream) and joins.
 	events := writeFile(t, t.TempDir(), "events.jsonl",
 		progressAt(q, r1, "x", 2, "2026-09-28T14:05:00")+"\n"+terminatedJSON(q, r1)+"\n", 0o644)
-	began := time.Now()
+	began = time.Now()
 	if code, o := out.run(t, opsEnv, append([]string{"publish", events}, ops...)...); code != 0 {
 		t.Fatalf("operator publish: exit %d: %s", code, o)
 	}
