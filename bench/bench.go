@@ -85,6 +85,9 @@ type Config struct {
 	WorkDir string
 	// Naive runs the naive baseline too.
 	Naive bool
+	// NoGroupCommit turns the group commit of advances off (ADR 0008), to
+	// measure what it changes.
+	NoGroupCommit bool
 	// ProfileDir, when set, receives a CPU profile per phase
 	// (cpu-<phase>.pprof) and a heap profile after tracking (heap.pprof).
 	ProfileDir string
@@ -148,22 +151,23 @@ func (c Config) Validate() error {
 
 // runner holds one invocation's state.
 type runner struct {
-	cfg     Config
-	tag     uint32
-	clk     clock
-	sims    []*sim
-	work    string
-	natsSrv *embeddednats.Server
-	natsURL string
-	pgc     *pgcluster.Cluster
-	pgURL   string
-	schema  string
-	pub     *nats.Conn
-	obs     *observer
-	buf     []byte
-	rr      int    // round-robin position of the paced publisher
-	stored  uint64 // the stream's last sequence, as waitStored last saw it
-	res     Result
+	cfg       Config
+	tag       uint32
+	clk       clock
+	sims      []*sim
+	work      string
+	natsSrv   *embeddednats.Server
+	natsURL   string
+	pgc       *pgcluster.Cluster
+	pgURL     string
+	schema    string
+	pub       *nats.Conn
+	obs       *observer
+	buf       []byte
+	rr        int    // round-robin position of the paced publisher
+	rrLatency int    // rr when the service's latency phase began
+	stored    uint64 // the stream's last sequence, as waitStored last saw it
+	res       Result
 }
 
 // Run runs every phase and returns the results. It blocks for the whole
@@ -198,6 +202,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	r.res.MsgBytes = total / len(r.sims)
 
+	r.res.LoadBefore = loadAverage()
 	defer func() {
 		if cerr := r.teardown(); cerr != nil && err == nil {
 			err = cerr
@@ -214,6 +219,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			return nil, err
 		}
 	}
+	r.res.LoadAfter = loadAverage()
 	r.res.ratios()
 	out := r.res
 	return &out, nil
@@ -322,7 +328,7 @@ func (r *runner) rules() []finalizer.Rule {
 func (r *runner) serviceConfig() serviceConfig {
 	return serviceConfig{
 		NATSURL: r.natsURL, PostgresURL: r.pgURL, ControlTable: r.schema + ".table_finalization",
-		Prefix: prefix, Rules: r.rules(), Logger: r.cfg.Logger,
+		Prefix: prefix, Rules: r.rules(), Logger: r.cfg.Logger, NoGroupCommit: r.cfg.NoGroupCommit,
 	}
 }
 
@@ -409,6 +415,21 @@ func (r *runner) waitVerdicts(ctx context.Context, what string, targets map[stri
 	return last, nil
 }
 
+// settle waits until count() has not changed for 200 ms: the verdicts a
+// phase waits for are heard at commit, a little before the trackers (or
+// the naive callbacks) count the statements that made them.
+func (r *runner) settle(ctx context.Context, count func() float64) float64 {
+	deadline := time.Now().Add(r.cfg.WaitTimeout)
+	last, since := count(), time.Now()
+	for time.Since(since) < 200*time.Millisecond && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+		if v := count(); v != last {
+			last, since = v, time.Now()
+		}
+	}
+	return last
+}
+
 // targetsAtLast returns, per table, the period of its last published batch.
 func (r *runner) targetsAtLast() map[string]time.Time {
 	t := make(map[string]time.Time, len(r.sims))
@@ -482,28 +503,37 @@ func (r *runner) rawDelivery(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.waitStored(ctx, st, n); err != nil {
+	stored, err := r.waitStored(ctx, st, n)
+	if err != nil {
 		return err
+	}
+	if stored < n {
+		r.say("raw NATS delivery: the stream stored %d of the %d plain publishes", stored, n)
 	}
 	return st.Purge(ctx)
 }
 
-// waitStored waits until the stream has stored at least n messages more
-// than at its last sequence seen (the stream captures plain publishes
-// asynchronously).
-func (r *runner) waitStored(ctx context.Context, st jetstream.Stream, n int) error {
+// waitStored waits until the stream has stored n messages more than at
+// r.stored (it captures plain publishes asynchronously), or has stored
+// nothing more for a second: under a flood of plain publishes JetStream
+// may drop some. It returns how many were stored.
+func (r *runner) waitStored(ctx context.Context, st jetstream.Stream, n int) (int, error) {
 	deadline := time.Now().Add(r.cfg.WaitTimeout)
+	var seen uint64
+	still := time.Now()
 	for {
 		info, err := st.Info(ctx)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if info.State.LastSeq >= r.stored+uint64(n) {
-			r.stored = info.State.LastSeq
-			return nil
+		last := info.State.LastSeq
+		if last != seen {
+			seen, still = last, time.Now()
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("stream stored %d of %d messages", info.State.LastSeq-r.stored, n)
+		if last >= r.stored+uint64(n) || time.Since(still) > time.Second || time.Now().After(deadline) {
+			stored := int(last - r.stored)
+			r.stored = last
+			return stored, nil
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -541,6 +571,20 @@ func residentBytes() uint64 {
 	return pages * uint64(os.Getpagesize())
 }
 
+// loadAverage returns the 1-minute load average, 0 when unknown.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
 // counterValue reads a Prometheus counter or gauge.
 func counterValue(c prometheus.Metric) float64 {
 	var m dto.Metric
@@ -565,9 +609,15 @@ func (r *runner) runService(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	stop := func() {
+		r.res.AdvanceRetries += int(counterValue(svc.metrics.Retries))
+		r.res.AdvanceFailures += int(counterValue(svc.metrics.FailedAdvances))
+		svc.stop(ctx)
+		svc = nil
+	}
 	defer func() {
 		if svc != nil {
-			svc.stop(ctx)
+			stop()
 		}
 	}()
 	if err := r.profile("track", func() error { return r.track(ctx, svc) }); err != nil {
@@ -605,6 +655,7 @@ func (r *runner) runService(ctx context.Context) error {
 	if err := r.serviceIngest(ctx, svc); err != nil {
 		return err
 	}
+	r.rrLatency = r.rr
 	if err := r.profile("latency", func() error {
 		return r.latency(ctx, func() float64 { return counterValue(svc.metrics.Writes) }, &r.res.Latency)
 	}); err != nil {
@@ -622,8 +673,7 @@ func (r *runner) runService(ctx context.Context) error {
 	}
 
 	// Restart: stop, publish one crossing per run while down, start.
-	svc.stop(ctx)
-	svc = nil
+	stop()
 	js, err := jetstream.New(r.pub)
 	if err != nil {
 		return err
@@ -645,8 +695,10 @@ func (r *runner) runService(ctx context.Context) error {
 	if err := r.pub.Flush(); err != nil {
 		return err
 	}
-	if err := r.waitStored(ctx, st, len(r.sims)); err != nil {
+	if stored, err := r.waitStored(ctx, st, len(r.sims)); err != nil {
 		return err
+	} else if stored < len(r.sims) {
+		return fmt.Errorf("recovery: the stream stored %d of the %d progress events published while the service was down", stored, len(r.sims))
 	}
 	targets := r.targetsAtLast()
 	err = r.profile("recovery", func() error {
@@ -661,8 +713,9 @@ func (r *runner) runService(ctx context.Context) error {
 		}
 		r.res.RecoverySeconds = last.Sub(start).Seconds()
 		r.res.RecoveryStartSeconds = svc.startedIn.Seconds()
-		r.say("recovery: %d runs re-applied %s after start (start itself %s)", len(r.sims),
-			last.Sub(start).Round(time.Millisecond), svc.startedIn.Round(time.Millisecond))
+		r.say("recovery: %d runs re-applied %s after start (start itself %s: retained runs listed in %s, Recover %s)", len(r.sims),
+			last.Sub(start).Round(time.Millisecond), svc.startedIn.Round(time.Millisecond),
+			svc.retainedIn.Round(time.Millisecond), svc.recoverIn.Round(time.Millisecond))
 		return nil
 	})
 	return err
@@ -772,7 +825,8 @@ func (r *runner) serviceIngest(ctx context.Context, svc *service) error {
 	}
 	r.res.IngestEventsPerSec = float64(n) / acceptedAt.Sub(start).Seconds()
 	r.res.SettledEventsPerSec = float64(n) / settled.Sub(start).Seconds()
-	r.res.IngestWritesPerPeriod = (counterValue(svc.metrics.Writes) - writes0) / float64(max(crossings, 1))
+	writes := r.settle(ctx, func() float64 { return counterValue(svc.metrics.Writes) })
+	r.res.IngestWritesPerPeriod = (writes - writes0) / float64(max(crossings, 1))
 	r.say("ingest: %d events accepted at %.0f/s (%.0f%% of raw), all verdicts committed at %.0f/s, %.2f writes per (table, period)",
 		n, r.res.IngestEventsPerSec, 100*r.res.IngestEventsPerSec/r.res.RawEventsPerSec, r.res.SettledEventsPerSec, r.res.IngestWritesPerPeriod)
 	return nil
@@ -828,7 +882,7 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 		out.P99Ms = ms(lat[min(len(lat)-1, len(lat)*99/100)])
 		out.MaxMs = ms(lat[len(lat)-1])
 	}
-	out.WritesPerPeriod = (writes() - writes0) / float64(max(crossings, 1))
+	out.WritesPerPeriod = (r.settle(ctx, writes) - writes0) / float64(max(crossings, 1))
 	r.say("latency at %.0f events/s for %s: %d crossings, p50 %.2f ms, p99 %.2f ms, max %.2f ms, %.2f writes per (table, period)",
 		r.cfg.Rate, r.cfg.Duration, out.Probes, out.P50Ms, out.P99Ms, out.MaxMs, out.WritesPerPeriod)
 	return nil
@@ -870,10 +924,6 @@ func (r *runner) runNaive(ctx context.Context) error {
 
 	// Ingest: the same messages (batches 2 .. IngestPerRun+1).
 	n := len(r.sims) * r.cfg.IngestPerRun
-	last := make([]int64, len(r.sims))
-	for i, s := range r.sims {
-		last[i] = s.last
-	}
 	var start time.Time
 	err = r.profile("naive-ingest", func() error {
 		var err error
@@ -895,12 +945,11 @@ func (r *runner) runNaive(ctx context.Context) error {
 		crossings += r.crossingsIn(s, 1, s.last)
 	}
 	b.IngestEventsPerSec = float64(n) / took.Seconds()
-	b.IngestWritesPerPeriod = float64(nv.writes.Load()) / float64(max(crossings, 1))
+	b.IngestWritesPerPeriod = r.settle(ctx, func() float64 { return float64(nv.writes.Load()) }) / float64(max(crossings, 1))
 	r.say("naive ingest: %d events at %.0f/s, %.2f writes per (table, period)", n, b.IngestEventsPerSec, b.IngestWritesPerPeriod)
-	// Carry on from where the service left off: batches only grow.
-	for i, s := range r.sims {
-		s.last = last[i]
-	}
+	// The runs now stand where they stood after the service's ingest; the
+	// latency and burst phases replay the service's messages.
+	r.rr = r.rrLatency
 	if nv.failed.Load() != 0 {
 		return fmt.Errorf("naive: %d events failed", nv.failed.Load())
 	}

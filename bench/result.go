@@ -75,6 +75,15 @@ type Result struct {
 	RecoverySeconds      float64 `json:"recovery_s"`       // start until N verdicts re-applied
 	RecoveryStartSeconds float64 `json:"recovery_start_s"` // of which the start itself
 
+	// AdvanceRetries and AdvanceFailures count advances retried and given
+	// up (until the next event) by the service; both 0 in a clean run.
+	AdvanceRetries  int `json:"advance_retries"`
+	AdvanceFailures int `json:"advance_failures"`
+	// LoadBefore and LoadAfter are the machine's 1-minute load average at
+	// the start and the end: other work on the machine shows here.
+	LoadBefore float64 `json:"load_before"`
+	LoadAfter  float64 `json:"load_after"`
+
 	Naive  *Baseline `json:"naive,omitempty"`
 	Ratios *Ratios   `json:"vs_naive,omitempty"`
 }
@@ -144,6 +153,8 @@ func (r *Result) WriteTable(w io.Writer) error {
 	row(fmt.Sprintf("recovery of %d runs (s)", r.Runs), fmt.Sprintf("%.3f", r.RecoverySeconds), "", "< 5")
 	row("  of which start and Recover (s)", fmt.Sprintf("%.3f", r.RecoveryStartSeconds), "", "")
 	row("track N runs / N first verdicts (s)", fmt.Sprintf("%.3f / %.3f", r.TrackSeconds, r.FirstVerdictsSeconds), "", "")
+	row("advance retries / failures", fmt.Sprintf("%d / %d", r.AdvanceRetries, r.AdvanceFailures), "", "0 / 0")
+	row("load average before / after", fmt.Sprintf("%.2f / %.2f", r.LoadBefore, r.LoadAfter), "", "")
 	if r.Ratios != nil {
 		fmt.Fprintf(tw, "vs naive: ingest %.1fx, writes %.1fx fewer (ingest %.1fx), p99 %.1fx, burst %.1fx\n",
 			r.Ratios.Ingest, r.Ratios.Writes, r.Ratios.IngestWrites, r.Ratios.LatencyP99, r.Ratios.Burst)

@@ -53,6 +53,8 @@ type service struct {
 	dropped  atomic.Int64 // events dropped (malformed, mismatch, ...)
 
 	startedIn time.Duration // serve's start: open, migrate, dial, stream, recover
+	// Of which: listing the runs JetStream retains, and Recover.
+	retainedIn, recoverIn time.Duration
 }
 
 // serviceConfig is what startService needs.
@@ -63,6 +65,8 @@ type serviceConfig struct {
 	Prefix       string
 	Rules        []finalizer.Rule
 	Logger       *zap.Logger
+	// NoGroupCommit: one statement per advance (ADR 0008 off).
+	NoGroupCommit bool
 }
 
 // startService starts the service as serve does, recovering explicit
@@ -100,10 +104,14 @@ func startService(ctx context.Context, c serviceConfig) (*service, error) {
 		s.stop(ctx)
 		return nil, fmt.Errorf("stream: %w", err)
 	}
-	s.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
+	rc := finalizer.RegistryConfig{
 		Events: busAdapter{s.bus}, Store: s.store, Tracks: s.store, Rules: c.Rules,
 		Logger: c.Logger.Named("tracker"), Metrics: s.metrics,
-	})
+	}
+	if c.NoGroupCommit {
+		rc.MaxBatch = -1
+	}
+	s.reg = finalizer.NewRegistry(rc)
 	if len(c.Rules) > 0 {
 		if s.disc, err = s.bus.Discover(s.reg.Known, s.reg.Discovered); err != nil {
 			s.stop(ctx)
@@ -116,16 +124,19 @@ func startService(ctx context.Context, c serviceConfig) (*service, error) {
 		return nil, fmt.Errorf("read explicit tracks: %w", err)
 	}
 	var runs []listener.Run
+	t0 := time.Now()
 	if len(c.Rules) > 0 {
 		if runs, err = s.bus.Retained(ctx); err != nil && !errors.Is(err, listener.ErrNoStream) {
 			s.stop(ctx)
 			return nil, fmt.Errorf("retained runs: %w", err)
 		}
 	}
+	t1 := time.Now()
 	if err := s.reg.Recover(ctx, tracks, runs); err != nil {
 		s.stop(ctx)
 		return nil, fmt.Errorf("recover: %w", err)
 	}
+	s.retainedIn, s.recoverIn = t1.Sub(t0), time.Since(t1)
 	s.startedIn = time.Since(began)
 	return s, nil
 }

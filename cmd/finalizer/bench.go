@@ -80,6 +80,7 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 	fs.StringVar(&cfg.PostgresURL, "postgres-url", "", "PostgreSQL to use (empty: a throwaway cluster)")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the NATS store and the throwaway cluster (empty: a temporary one)")
 	fs.BoolVar(&cfg.Naive, "naive", true, "also run the naive baseline (one upsert per event)")
+	fs.BoolVar(&cfg.NoGroupCommit, "no-group-commit", false, "one statement per advance (ADR 0008 off), to measure what group commit changes")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU profile per phase and a heap profile here")
 	fs.DurationVar(&cfg.WaitTimeout, "wait-timeout", bench.DefaultWaitTimeout, "bound of every wait for verdicts")
 	fs.StringVar(&logLevel, "log-level", "", "log the service at this level on stderr (default: no logs)")
