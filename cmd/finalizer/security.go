@@ -53,14 +53,16 @@ func (c Config) checkExposure() error {
 		return fmt.Errorf("http.listen %s is not a loopback address and no http.token is set: set a token (--http-token, "+
 			"FINALIZER_HTTP_TOKEN) so that only its holders can read verdicts, runs and metrics, or pass --http-insecure to serve them to anyone who can connect", l)
 	}
-	if c.NATS.URL == "" && !isLoopback(c.NATS.Listen) && len(c.NATS.Embedded.Users) == 0 && !c.NATS.Embedded.AllowAnonymous {
+	// The embedded server reads an empty host as 127.0.0.1.
+	natsLoopback := isLoopback(c.NATS.Listen) || strings.HasPrefix(c.NATS.Listen, ":")
+	if c.NATS.URL == "" && !natsLoopback && len(c.NATS.Embedded.Users) == 0 && !c.NATS.Embedded.AllowAnonymous {
 		return fmt.Errorf("nats.listen %s is not a loopback address and the embedded server has no users: anyone who can connect could publish "+
 			"progress and move verdicts; configure nats.embedded.users (see SECURITY.md), or pass --nats-allow-anonymous", c.NATS.Listen)
 	}
 	return nil
 }
 
-// validateEmbedded checks the nats.embedded section.
+// validate checks the nats.embedded section.
 func (e EmbeddedNATSConfig) validate() error {
 	for i, u := range e.Users {
 		switch u.Role {

@@ -32,6 +32,7 @@ func TestExposureRefusedWithoutCredentials(t *testing.T) {
 		{"http off", []string{"--http-listen", "off"}, "", ""},
 		{"nats on all interfaces", []string{"--nats-listen", "0.0.0.0:4222"}, "", "nats.embedded.users"},
 		{"nats anonymous allowed", []string{"--nats-listen", "0.0.0.0:4222", "--nats-allow-anonymous"}, "", ""},
+		{"nats without a host (127.0.0.1)", []string{"--nats-listen", ":4222"}, "", ""},
 		{"nats external", []string{"--nats-listen", "0.0.0.0:4222", "--nats-url", "nats://nats:4222"}, "", ""},
 		{"nats with users", []string{"--nats-listen", "0.0.0.0:4222"}, `
 nats:
