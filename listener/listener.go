@@ -47,9 +47,14 @@ const (
 	// dropped messages of one class (outcome and kind).
 	DefaultWarnEvery = 10 * time.Second
 	// DefaultPendingMsgs and DefaultPendingBytes are the pending limits of
-	// every subscription: generous, because a callback never waits on I/O.
+	// the API subscriptions: generous, because a callback never waits on I/O.
 	DefaultPendingMsgs  = 1 << 20
 	DefaultPendingBytes = 256 << 20
+	// DefaultRouterPendingMsgs and DefaultRouterPendingBytes are the pending
+	// limits of the one event subscription that serves every run and
+	// discovery (ADR 0009): a backlog of about 400,000 progress events.
+	DefaultRouterPendingMsgs  = 4 << 20
+	DefaultRouterPendingBytes = 1 << 30
 	// DefaultReensureFor is how long the listener keeps retrying to
 	// re-ensure the stream after a reconnect.
 	DefaultReensureFor = time.Minute
@@ -239,6 +244,14 @@ type Listener struct {
 	discover map[*Subscription]struct{}
 	api      map[*Subscription]struct{}
 
+	// The event subscription and its routing table (ADR 0009).
+	routerMu      sync.Mutex
+	router        *nats.Subscription // <prefix>.*.*.*, made by the first Subscribe or Discover
+	routerFlushed bool
+	routeMu       sync.RWMutex
+	routes        map[string][]*Subscription // run id -> its run subscriptions
+	discs         []*Subscription            // discovery subscriptions
+
 	afterFlush func() // test hook: between a run's subscription and its catch-up
 	closeOnce  sync.Once
 }
@@ -278,6 +291,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		runs:        make(map[*Subscription]struct{}),
 		discover:    make(map[*Subscription]struct{}),
 		api:         make(map[*Subscription]struct{}),
+		routes:      make(map[string][]*Subscription),
 	}
 	var closedOnce sync.Once
 	opts := append([]nats.Option{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -41,6 +42,7 @@ func (s *Subscription) Unsubscribe() error {
 		delete(s.l.discover, s)
 		delete(s.l.api, s)
 		s.l.mu.Unlock()
+		s.l.unroute(s)
 		for _, sub := range s.subs {
 			err := sub.Unsubscribe()
 			switch {
@@ -80,15 +82,103 @@ func (l *Listener) register(set map[*Subscription]struct{}, s *Subscription) err
 	return nil
 }
 
-// Subscribe delivers the events of one run into box. It makes one core
-// subscription, <prefix>.*.*.<runID>, so the server filters by run and no
-// other run's message is delivered or parsed. A message is offered to box
-// only if its subject has the right shape, its query token is queryID, it
-// parses, and the ids in its payload match the subject; any other message
-// is counted (Options.OnEvent), logged at most once per class every
-// DefaultWarnEvery, and dropped.
+// ensureRouter makes the listener's one event subscription,
+// <prefix>.*.*.*, unless it exists, and flushes it so that the server has
+// it before the caller reads the stream. Every run subscription and
+// discovery is served by it (ADR 0009). A flush that fails while the
+// connection is reconnecting is no error: the subscription is sent again
+// with the reconnect, after which every run is caught up.
+func (l *Listener) ensureRouter(ctx context.Context) error {
+	l.routerMu.Lock()
+	defer l.routerMu.Unlock()
+	if l.router == nil {
+		subject := l.opts.Prefix + ".*.*.*"
+		sub, err := l.nc.Subscribe(subject, l.route)
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", subject, err)
+		}
+		if err := sub.SetPendingLimits(DefaultRouterPendingMsgs, DefaultRouterPendingBytes); err != nil {
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("subscribe %s: pending limits: %w", subject, err)
+		}
+		l.router = sub
+		l.routerFlushed = false
+	}
+	if l.routerFlushed {
+		return nil
+	}
+	if err := l.nc.FlushWithContext(ctx); err != nil {
+		if l.nc.IsReconnecting() {
+			return nil
+		}
+		return fmt.Errorf("subscribe %s: %w", l.router.Subject, err)
+	}
+	l.routerFlushed = true
+	return nil
+}
+
+// route is the event subscription's callback: it hands a message to the
+// run subscriptions of the run named by the subject's last token, without
+// parsing it, or, when the run has none, to discovery; a message of a run
+// nobody tracks or discovers is dropped uncounted, as the server would
+// have filtered it out of a subscription of its own.
+func (l *Listener) route(m *nats.Msg) {
+	runID := lastToken(m.Subject)
+	l.routeMu.RLock()
+	subs, disc := l.routes[runID], l.discs
+	l.routeMu.RUnlock()
+	if len(subs) > 0 {
+		for _, s := range subs {
+			s.deliver(m.Subject, m.Data)
+		}
+		return
+	}
+	for _, d := range disc {
+		d.onDiscover(m)
+	}
+}
+
+// addRoute makes the router deliver s's run to s. The slices in routes
+// and discs are replaced, never changed, so route reads them unlocked.
+func (l *Listener) addRoute(s *Subscription) {
+	l.routeMu.Lock()
+	defer l.routeMu.Unlock()
+	if s.found != nil {
+		l.discs = append(slices.Clip(l.discs), s)
+		return
+	}
+	l.routes[s.runID] = append(slices.Clip(l.routes[s.runID]), s)
+}
+
+// unroute undoes addRoute; a subscription never routed is ignored.
+func (l *Listener) unroute(s *Subscription) {
+	l.routeMu.Lock()
+	defer l.routeMu.Unlock()
+	if s.found != nil {
+		l.discs = slices.DeleteFunc(slices.Clone(l.discs), func(o *Subscription) bool { return o == s })
+		return
+	}
+	if s.runID == "" {
+		return
+	}
+	left := slices.DeleteFunc(slices.Clone(l.routes[s.runID]), func(o *Subscription) bool { return o == s })
+	if len(left) == 0 {
+		delete(l.routes, s.runID)
+	} else {
+		l.routes[s.runID] = left
+	}
+}
+
+// Subscribe delivers the events of one run into box. The listener's one
+// event subscription, <prefix>.*.*.*, made and flushed by the first
+// Subscribe or Discover, routes each message by the run id at the end of
+// its subject (ADR 0009): no other run's message is parsed or counted
+// here. A message is offered to box only if its subject has the right
+// shape, its query token is queryID, it parses, and the ids in its payload
+// match the subject; any other message is counted (Options.OnEvent),
+// logged at most once per class every DefaultWarnEvery, and dropped.
 //
-// Once the subscription is active, Subscribe reads the run's last progress
+// Once the run is routed, Subscribe reads the run's last progress
 // and its termination from the stream (when there is one) and offers them,
 // progress first. Because the Mailbox keeps only a newer progress, a message
 // read from the stream never replaces a newer live one, and a message
@@ -109,29 +199,21 @@ func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*Subscription
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
-	s := &Subscription{l: l, queryID: queryID, runID: runID, box: box}
-	sub, err := l.subscribe(l.opts.Prefix+".*.*."+runID, func(m *nats.Msg) {
-		s.deliver(m.Subject, m.Data)
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.subs = []*nats.Subscription{sub}
-	if err := l.register(l.runs, s); err != nil {
-		_ = s.Unsubscribe()
-		return nil, err
-	}
-
 	ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
 	defer cancel()
-	if err := l.nc.FlushWithContext(ctx); err != nil {
-		if l.nc.IsReconnecting() {
-			// Registered before the reconnect completes: the reconnect
-			// handling catches this run up.
-			return s, nil
-		}
-		_ = s.Unsubscribe()
+	if err := l.ensureRouter(ctx); err != nil {
 		return nil, fmt.Errorf("subscribe run %s: %w", runID, err)
+	}
+	s := &Subscription{l: l, queryID: queryID, runID: runID, box: box}
+	if err := l.register(l.runs, s); err != nil {
+		return nil, err
+	}
+	// From here on the router delivers the run's live messages to s; the
+	// catch-up below reads what the stream holds from before.
+	l.addRoute(s)
+	if l.nc.IsReconnecting() {
+		// The reconnect handling catches this run up.
+		return s, nil
 	}
 	if l.afterFlush != nil {
 		l.afterFlush()
@@ -258,9 +340,11 @@ type Run struct {
 }
 
 // Discover calls found for runs it sees that known does not know, for
-// declarative tracking. It makes one subscription, <prefix>.*.*.*, that
-// sees every event: for each message it takes the run id from the subject
-// and returns at once, without parsing, when known(runID) is true. known
+// declarative tracking. It is served by the listener's event subscription,
+// <prefix>.*.*.*, which sees every event (ADR 0009): a message of a run
+// that has a run subscription goes to that subscription only; for any other
+// message it takes the run id from the subject and returns at once,
+// without parsing, when known(runID) is true. known
 // should therefore also return true for runs already decided against, so
 // that each run is parsed once. For another run it parses the message,
 // checks its ids against the subject, and calls found; when the event
@@ -278,16 +362,16 @@ func (l *Listener) Discover(known func(runID string) bool, found func(Run)) (*Su
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
+	defer cancel()
+	if err := l.ensureRouter(ctx); err != nil {
+		return nil, fmt.Errorf("discover: %w", err)
+	}
 	s := &Subscription{l: l, known: known, found: found}
-	sub, err := l.subscribe(l.opts.Prefix+".*.*.*", s.onDiscover)
-	if err != nil {
-		return nil, err
-	}
-	s.subs = []*nats.Subscription{sub}
 	if err := l.register(l.discover, s); err != nil {
-		_ = s.Unsubscribe()
 		return nil, err
 	}
+	l.addRoute(s)
 	return s, nil
 }
 
