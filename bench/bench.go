@@ -23,7 +23,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/embeddednats"
@@ -585,16 +584,23 @@ func loadAverage() float64 {
 	return v
 }
 
-// counterValue reads a Prometheus counter or gauge.
-func counterValue(c prometheus.Metric) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
+// metricValue returns the sum of the samples of the counter or gauge name
+// in g, 0 when there is none.
+func metricValue(g prometheus.Gatherer, name string) float64 {
+	mfs, err := g.Gather()
+	if err != nil {
 		return 0
 	}
-	if m.Counter != nil {
-		return m.Counter.GetValue()
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
 	}
-	return m.Gauge.GetValue()
+	return sum
 }
 
 // runService runs the service's phases.
@@ -610,8 +616,8 @@ func (r *runner) runService(ctx context.Context) error {
 		return err
 	}
 	stop := func() {
-		r.res.AdvanceRetries += int(counterValue(svc.metrics.Retries))
-		r.res.AdvanceFailures += int(counterValue(svc.metrics.FailedAdvances))
+		r.res.AdvanceRetries += int(svc.metric("finalizer_advance_retries_total"))
+		r.res.AdvanceFailures += int(svc.metric("finalizer_advance_failures_total"))
 		svc.stop(ctx)
 		svc = nil
 	}
@@ -657,7 +663,7 @@ func (r *runner) runService(ctx context.Context) error {
 	}
 	r.rrLatency = r.rr
 	if err := r.profile("latency", func() error {
-		return r.latency(ctx, func() float64 { return counterValue(svc.metrics.Writes) }, &r.res.Latency)
+		return r.latency(ctx, func() float64 { return svc.metric("finalizer_control_writes_total") }, &r.res.Latency)
 	}); err != nil {
 		return err
 	}
@@ -737,7 +743,7 @@ func (r *runner) track(ctx context.Context, svc *service) error {
 		go func() {
 			defer wg.Done()
 			for s := range work {
-				_, err := svc.reg.Track(ctx, finalizer.Request{QueryID: s.queryID, RunID: s.runID, Table: s.table,
+				_, err := svc.tracker.Track(ctx, finalizer.Request{QueryID: s.queryID, RunID: s.runID, Table: s.table,
 					Spec: s.spec, Explicit: true, Supersede: true})
 				if err != nil {
 					mu.Lock()
@@ -765,7 +771,7 @@ func (r *runner) track(ctx context.Context, svc *service) error {
 		return err
 	}
 	n := int64(len(r.sims))
-	if err := r.waitCount(ctx, "trackers", n, func() int64 { return int64(counterValue(svc.metrics.TrackedRuns)) }); err != nil {
+	if err := r.waitCount(ctx, "trackers", n, func() int64 { return int64(svc.metric("finalizer_tracked_runs")) }); err != nil {
 		return err
 	}
 	r.res.TrackSeconds = time.Since(start).Seconds()
@@ -797,7 +803,7 @@ func (r *runner) serviceIngest(ctx context.Context, svc *service) error {
 	n := len(r.sims) * r.cfg.IngestPerRun
 	base := svc.accepted.Load()
 	accepted := func() int64 { return svc.accepted.Load() - base }
-	writes0 := counterValue(svc.metrics.Writes)
+	writes0 := svc.metric("finalizer_control_writes_total")
 	var start, acceptedAt time.Time
 	err := r.profile("ingest", func() error {
 		var err error
@@ -825,7 +831,7 @@ func (r *runner) serviceIngest(ctx context.Context, svc *service) error {
 	}
 	r.res.IngestEventsPerSec = float64(n) / acceptedAt.Sub(start).Seconds()
 	r.res.SettledEventsPerSec = float64(n) / settled.Sub(start).Seconds()
-	writes := r.settle(ctx, func() float64 { return counterValue(svc.metrics.Writes) })
+	writes := r.settle(ctx, func() float64 { return svc.metric("finalizer_control_writes_total") })
 	r.res.IngestWritesPerPeriod = (writes - writes0) / float64(max(crossings, 1))
 	r.say("ingest: %d events accepted at %.0f/s (%.0f%% of raw), all verdicts committed at %.0f/s, %.2f writes per (table, period)",
 		n, r.res.IngestEventsPerSec, 100*r.res.IngestEventsPerSec/r.res.RawEventsPerSec, r.res.SettledEventsPerSec, r.res.IngestWritesPerPeriod)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/control"
@@ -45,7 +46,8 @@ type service struct {
 	log     *zap.Logger
 	store   *control.Store
 	bus     *listener.Listener
-	reg     *finalizer.Registry
+	reg     *prometheus.Registry // the metrics, as /metrics serves them
+	tracker *finalizer.Registry
 	disc    *listener.Subscription
 	metrics *finalizer.Metrics
 
@@ -73,8 +75,8 @@ type serviceConfig struct {
 // tracks from PostgreSQL and ruled runs from JetStream.
 func startService(ctx context.Context, c serviceConfig) (*service, error) {
 	began := time.Now()
-	s := &service{log: c.Logger}
-	s.metrics = finalizer.NewMetrics(nil, time.Now)
+	s := &service{log: c.Logger, reg: prometheus.NewRegistry()}
+	s.metrics = finalizer.NewMetrics(s.reg, time.Now)
 	var err error
 	s.store, err = control.Open(ctx, c.PostgresURL, control.Options{Table: c.ControlTable, Logger: c.Logger.Named("control")})
 	if err != nil {
@@ -111,9 +113,9 @@ func startService(ctx context.Context, c serviceConfig) (*service, error) {
 	if c.NoGroupCommit {
 		rc.MaxBatch = -1
 	}
-	s.reg = finalizer.NewRegistry(rc)
+	s.tracker = finalizer.NewRegistry(rc)
 	if len(c.Rules) > 0 {
-		if s.disc, err = s.bus.Discover(s.reg.Known, s.reg.Discovered); err != nil {
+		if s.disc, err = s.bus.Discover(s.tracker.Known, s.tracker.Discovered); err != nil {
 			s.stop(ctx)
 			return nil, fmt.Errorf("discovery: %w", err)
 		}
@@ -132,7 +134,7 @@ func startService(ctx context.Context, c serviceConfig) (*service, error) {
 		}
 	}
 	t1 := time.Now()
-	if err := s.reg.Recover(ctx, tracks, runs); err != nil {
+	if err := s.tracker.Recover(ctx, tracks, runs); err != nil {
 		s.stop(ctx)
 		return nil, fmt.Errorf("recover: %w", err)
 	}
@@ -141,13 +143,16 @@ func startService(ctx context.Context, c serviceConfig) (*service, error) {
 	return s, nil
 }
 
+// metric returns the value of one of the service's counters or gauges.
+func (s *service) metric(name string) float64 { return metricValue(s.reg, name) }
+
 // stop stops what startService started, as serve does. It blocks.
 func (s *service) stop(ctx context.Context) {
 	if s.disc != nil {
 		_ = s.disc.Unsubscribe()
 	}
-	if s.reg != nil {
-		if err := s.reg.Close(ctx); err != nil {
+	if s.tracker != nil {
+		if err := s.tracker.Close(ctx); err != nil {
 			s.log.Warn("registry close", zap.Error(err))
 		}
 	}

@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/pgcluster/pgtest"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// TestMain gives the bench a throwaway PostgreSQL (or the server named by
+// FINALIZER_TEST_POSTGRES_URL) and checks for leaked goroutines.
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestQuickBench runs every phase of the bench on a small configuration so
+// that the harness cannot rot. It asserts what must hold on any machine,
+// never a timing: every verdict reached, one control write per table and
+// period in steady state, one per event for the naive baseline, nothing
+// dropped, retried or failed.
+func TestQuickBench(t *testing.T) {
+	var log strings.Builder
+	cfg := Config{
+		Runs:         50,
+		IngestPerRun: 10,
+		Rate:         200, // 4 events/s per run: the workers never fall a period behind
+		Duration:     2 * time.Second,
+		PostgresURL:  pgtest.URL(t),
+		Naive:        true,
+		WaitTimeout:  time.Minute,
+		Log:          &log,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	t.Log("\n" + log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	if err := res.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + table.String() + string(res.JSON()))
+
+	if res.IngestEvents != 50*10 || res.RawEventsPerSec <= 0 || res.IngestEventsPerSec <= 0 || res.SettledEventsPerSec <= 0 {
+		t.Errorf("ingest: %d events, raw %.0f/s, accepted %.0f/s, settled %.0f/s", res.IngestEvents,
+			res.RawEventsPerSec, res.IngestEventsPerSec, res.SettledEventsPerSec)
+	}
+	if res.IngestWritesPerPeriod > 1 {
+		t.Errorf("ingest wrote %.2f times per (table, period), want at most 1", res.IngestWritesPerPeriod)
+	}
+	if l := res.Latency; l.Probes == 0 || l.Missing != 0 || l.WritesPerPeriod != 1 {
+		t.Errorf("latency phase: %d crossings measured, %d missing, %.3f writes per (table, period); want some, none, 1.00",
+			l.Probes, l.Missing, l.WritesPerPeriod)
+	}
+	if res.BurstSeconds <= 0 || res.RecoverySeconds <= 0 || res.FirstVerdictsSeconds <= 0 {
+		t.Errorf("burst %.3f s, recovery %.3f s, first verdicts %.3f s: a phase did not run", res.BurstSeconds,
+			res.RecoverySeconds, res.FirstVerdictsSeconds)
+	}
+	if res.AdvanceRetries != 0 || res.AdvanceFailures != 0 {
+		t.Errorf("%d advances retried, %d failed", res.AdvanceRetries, res.AdvanceFailures)
+	}
+	n := res.Naive
+	if n == nil {
+		t.Fatal("no naive baseline")
+	}
+	// The naive consumer writes once per event: PerPeriod times per period.
+	want := float64(DefaultPerPeriod)
+	if l := n.Latency; l.Missing != 0 || l.Probes == 0 || math.Abs(l.WritesPerPeriod-want) > 0.5 {
+		t.Errorf("naive latency phase: %d measured, %d missing, %.2f writes per (table, period); want ~%.0f",
+			l.Probes, l.Missing, l.WritesPerPeriod, want)
+	}
+	if n.BurstSeconds <= 0 || res.Ratios == nil {
+		t.Errorf("naive burst %.3f s, ratios %+v", n.BurstSeconds, res.Ratios)
+	}
+}
+
+// TestConfigValidate rejects what cannot run.
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"defaults", Config{}, true},
+		{"rule", Config{Tracking: "rule"}, true},
+		{"bad tracking", Config{Tracking: "all"}, false},
+		{"one per period", Config{PerPeriod: 1}, false},
+		{"does not divide a minute", Config{PerPeriod: 7}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.cfg.Validate(); (err == nil) != tc.ok {
+				t.Errorf("Validate() = %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}
+
+// TestProgressTemplates checks that every simulated run's documents parse
+// to the batch and time they were written with, in both JSON forms, and
+// are 2-3 KB as Spark's are.
+func TestProgressTemplates(t *testing.T) {
+	sims, err := newSims(8, 0xabcdef01, "spark", "mixed", DefaultPerPeriod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock{base: time.Date(2026, 9, 28, 13, 0, 0, 0, time.UTC), step: 10 * time.Second, perPeriod: DefaultPerPeriod}
+	forms := map[bool]int{}
+	for _, s := range sims {
+		forms[s.eventLog]++
+		for _, k := range []int64{1, 7, 123456} {
+			doc := s.progress(nil, k, clk.at(s, k))
+			if len(doc) < 1500 || len(doc) > 3500 {
+				t.Errorf("run %d: %d bytes", s.idx, len(doc))
+			}
+			ev, err := progress.Parse(doc, progress.KindProgress)
+			if err != nil {
+				t.Fatalf("run %d batch %d: %v\n%s", s.idx, k, err, doc)
+			}
+			if ev.BatchID != k || ev.RunID != s.runID || ev.QueryID != s.queryID || ev.Name != s.name {
+				t.Errorf("run %d batch %d: parsed %+v", s.idx, k, ev)
+			}
+			c, ok := s.spec.Candidate(ev)
+			if !ok || !c.Time.Equal(clk.at(s, k)) || !c.Until.Equal(clk.period(s, k)) {
+				t.Errorf("run %d batch %d: candidate %+v, %v; want time %v, until %v", s.idx, k, c, ok, clk.at(s, k), clk.period(s, k))
+			}
+		}
+	}
+	if forms[true] == 0 || forms[false] == 0 {
+		t.Errorf("forms: %v, want both", forms)
+	}
+}
