@@ -79,6 +79,10 @@ type Config struct {
 	// (the local installation, as `serve` does) and removes it afterwards.
 	// The bench works in a schema of its own, bench_<tag>, dropped at the end.
 	PostgresURL string
+	// PostgresSettings are extra server settings of the throwaway cluster
+	// (e.g. "synchronous_commit": "off"); none by default, as `serve` runs
+	// its managed cluster.
+	PostgresSettings map[string]string
 	// WorkDir holds the NATS store and the throwaway cluster; "" means a
 	// new temporary directory, removed afterwards.
 	WorkDir string
@@ -251,7 +255,8 @@ func (r *runner) setup(ctx context.Context) error {
 	r.pgURL = r.cfg.PostgresURL
 	if r.pgURL == "" {
 		r.say("starting a throwaway PostgreSQL cluster under %s", r.work)
-		r.pgc, err = pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(r.work, "postgres"), Logger: r.cfg.Logger.Named("postgres")})
+		r.pgc, err = pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(r.work, "postgres"), Logger: r.cfg.Logger.Named("postgres"),
+			Settings: r.cfg.PostgresSettings})
 		if err != nil {
 			return err
 		}
