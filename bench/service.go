@@ -51,7 +51,7 @@ type service struct {
 	disc    *listener.Subscription
 	metrics *finalizer.Metrics
 
-	accepted atomic.Int64 // progress events accepted by run subscriptions
+	accepted atomic.Int64 // progress events taken in: parsed and accepted, or superseded unparsed
 	dropped  atomic.Int64 // events dropped (malformed, mismatch, ...)
 
 	startedIn time.Duration // serve's start: open, migrate, dial, stream, recover
@@ -91,10 +91,10 @@ func startService(ctx context.Context, c serviceConfig) (*service, error) {
 		OnEvent: func(kind progress.Kind, outcome string) {
 			s.metrics.Events.WithLabelValues(kind.String(), outcome).Inc()
 			switch {
-			case outcome != listener.OutcomeAccepted:
+			case outcome != listener.OutcomeAccepted && outcome != listener.OutcomeSuperseded:
 				s.dropped.Add(1)
 			case kind == progress.KindProgress:
-				s.accepted.Add(1)
+				s.accepted.Add(1) // parsed, or made useless by a newer one (ADR 0011)
 			}
 		},
 	})

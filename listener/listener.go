@@ -75,6 +75,10 @@ const (
 	OutcomeMismatch = "mismatch"
 	// OutcomeIgnored: a well-formed event of a class finalizer does not use.
 	OutcomeIgnored = "ignored"
+	// OutcomeSuperseded: a progress that waited unparsed in its run's slot
+	// and was made useless by a newer one (or that was older than the one
+	// waiting or taken); it is never parsed (ADR 0011).
+	OutcomeSuperseded = "superseded"
 )
 
 // Errors of the package. Errors from nats.go are wrapped, not translated,

@@ -121,8 +121,48 @@ func TestSubscribeKeepsNewestUnderBurst(t *testing.T) {
 			t.Fatalf("batch %d taken after %d", c.batches[i], c.batches[i-1])
 		}
 	}
-	eventually(t, "every message counted", func() bool { return events.get("progress/accepted") == n })
-	t.Logf("%d progress messages, %d takes", n, len(c.batches))
+	// Each message is parsed or, replaced in the slot before the worker
+	// took it, counted as superseded without a parse (ADR 0011).
+	eventually(t, "every message counted", func() bool {
+		return events.get("progress/accepted")+events.get("progress/superseded") == n
+	})
+	t.Logf("%d progress messages, %d takes, %d parsed, %d superseded unparsed", n, len(c.batches),
+		events.get("progress/accepted"), events.get("progress/superseded"))
+}
+
+// A burst that lands while the worker is busy is parsed once: the newest.
+func TestSubscribeParsesOnlyTheNewestOfABurst(t *testing.T) {
+	srv := startNATS(t)
+	q, run := uuid(3, 2), uuid(3, 3)
+	events := newCounter()
+	l := dial(t, srv.ClientURL(), listener.Options{OnEvent: events.onEvent})
+	var parsed atomic.Int64
+	listener.SetParse(l, func(data []byte, k progress.Kind) (*progress.Event, error) {
+		parsed.Add(1)
+		return progress.Parse(data, k)
+	})
+	box := listener.NewMailbox()
+	sub, err := l.Subscribe(q, run, box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	const n = 100
+	nc := rawConn(t, srv.ClientURL())
+	for b := int64(0); b < n; b++ {
+		rawPublish(t, nc, "spark.progress."+q+"."+run, progressJSON(q, run, "burst", b))
+	}
+	eventually(t, "the burst delivered", func() bool { return events.get("progress/superseded") == n-1 })
+	if p := parsed.Load(); p != 0 {
+		t.Fatalf("%d payloads parsed before the worker took one, want 0", p)
+	}
+	m := box.Take()
+	if m.Progress == nil || m.Progress.BatchID != n-1 {
+		t.Fatalf("took %+v, want batch %d", m.Progress, n-1)
+	}
+	if p, a := parsed.Load(), events.get("progress/accepted"); p != 1 || a != 1 {
+		t.Errorf("%d parsed, %d accepted; want the newest only", p, a)
+	}
 }
 
 func TestLateSubscribeRecoversFromStream(t *testing.T) {
@@ -186,8 +226,12 @@ func TestCatchUpWindowLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	// Two live messages and one read from the stream.
-	eventually(t, "three messages handled", func() bool { return events.get("progress/accepted") == 3 })
+	// Two live messages and one read from the stream: the live replay of
+	// batch 1, older than the live batch 2 waiting unparsed, is superseded
+	// once batch 2 is checked (ADR 0011).
+	eventually(t, "three messages handled", func() bool {
+		return events.get("progress/accepted")+events.get("progress/superseded") == 3
+	})
 	c := newCollector(box)
 	c.take()
 	if c.last() != 2 {

@@ -2,6 +2,7 @@ package listener
 
 import (
 	"sync"
+	"time"
 
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -11,14 +12,54 @@ import (
 // that an idle event or the termination arrived, and wakes one worker. Offer
 // never blocks, so it is safe to call from a NATS callback. The zero value is
 // not usable; call NewMailbox.
+//
+// A progress that arrives through the run's subscription waits in the slot
+// as it arrived, unparsed, and is parsed by Take, so that of a burst only the
+// newest is parsed (ADR 0011); one that another waiting or newer progress
+// makes useless is counted as superseded and never parsed.
 type Mailbox struct {
 	mu         sync.Mutex
-	progress   *progress.Event // waiting, not taken yet
-	taken      *progress.Event // the newest progress already taken
+	progress   *progress.Event // waiting, parsed; nil when raw waits or none
+	raw        *rawProgress    // waiting, not parsed yet; nil when progress waits or none
+	taken      mark            // the newest progress already taken
+	hasTaken   bool
 	idle       bool
 	terminated *progress.Event
 	wake       chan struct{}
 }
+
+// mark is what the slot remembers of a progress already taken: enough to
+// order a later one (progress.Event.Newer reads only these).
+type mark struct {
+	batch int64
+	ts    time.Time
+}
+
+// rawProgress is a progress message of a tracked run, not parsed yet. Its
+// batch id was read from the payload by peekProgress, without parsing.
+type rawProgress struct {
+	sub     *Subscription
+	subject string
+	es      eventSubject
+	data    []byte
+	batch   int64
+}
+
+// parse parses and checks the message, counting its outcome as the
+// subscription's eager path does; nil when it is not a usable progress.
+func (r *rawProgress) parse() *progress.Event {
+	l := r.sub.l
+	ev, outcome, err := l.check(r.es, r.data)
+	if err != nil {
+		l.drop(r.es, r.subject, outcome, err)
+		return nil
+	}
+	l.event(progress.KindProgress, OutcomeAccepted)
+	return ev
+}
+
+// superseded counts a raw progress that will never be parsed.
+func (r *rawProgress) superseded() { r.sub.l.event(progress.KindProgress, OutcomeSuperseded) }
 
 // Mail is what a worker takes out of a Mailbox at once.
 type Mail struct {
@@ -51,7 +92,16 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 	m.mu.Lock()
 	switch ev.Kind {
 	case progress.KindProgress:
-		if ev.Newer(m.progress) && (m.taken == nil || strictlyNewer(ev, m.taken)) {
+		if r := m.raw; r != nil {
+			m.raw = nil
+			if r.batch > ev.BatchID {
+				// ev loses to a message nobody has checked yet: check it.
+				m.progress = m.admit(r.parse())
+			} else {
+				r.superseded()
+			}
+		}
+		if ev.Newer(m.progress) && m.admit(ev) != nil {
 			m.progress = ev
 		} else {
 			m.idle = true
@@ -67,6 +117,60 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 		return
 	}
 	m.mu.Unlock()
+	m.signal()
+}
+
+// offerRaw puts a progress message into the slot without parsing it. It
+// keeps the message with the higher batch id, the later arrival on a tie
+// (a run's messages arrive in the order they were posted). A message that
+// would lose to one waiting unchecked makes Offer check that one first, so
+// that a bad message cannot hide a good one that arrived later; a message
+// older than the progress already taken only counts as an idle event.
+func (m *Mailbox) offerRaw(r *rawProgress) {
+	m.mu.Lock()
+	switch {
+	case m.hasTaken && r.batch < m.taken.batch:
+		m.idle = true
+		r.superseded()
+	case m.progress != nil:
+		if r.batch >= m.progress.BatchID {
+			m.progress, m.raw = nil, r
+		} else {
+			m.idle = true
+			r.superseded()
+		}
+	case m.raw != nil:
+		if r.batch >= m.raw.batch {
+			m.raw.superseded()
+			m.raw = r
+			break
+		}
+		waiting := m.raw
+		m.raw = nil
+		if m.progress = m.admit(waiting.parse()); m.progress != nil {
+			m.idle = true
+			r.superseded()
+		} else {
+			m.raw = r
+		}
+	default:
+		m.raw = r
+	}
+	m.mu.Unlock()
+	m.signal()
+}
+
+// admit returns ev when it may go into the slot: strictly newer than the
+// progress already taken. It returns nil otherwise, and for nil. m.mu held.
+func (m *Mailbox) admit(ev *progress.Event) *progress.Event {
+	if ev == nil || (m.hasTaken && !m.taken.before(ev)) {
+		return nil
+	}
+	return ev
+}
+
+// signal wakes the worker without blocking.
+func (m *Mailbox) signal() {
 	select {
 	case m.wake <- struct{}{}:
 	default:
@@ -77,26 +181,37 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 // worker selects on it and then calls Take.
 func (m *Mailbox) Wake() <-chan struct{} { return m.wake }
 
-// Take empties the slot and returns what was in it. It never blocks; a
-// Take after a wake that an earlier Take already served returns empty Mail
-// (apart from a sticky Terminated).
+// Take empties the slot and returns what was in it. A progress waiting
+// unparsed is parsed now (on the caller's goroutine): a bad one is counted
+// and dropped, one not strictly newer than the last taken counts as an idle
+// event. It never blocks on I/O; a Take after a wake that an earlier Take
+// already served returns empty Mail (apart from a sticky Terminated).
 func (m *Mailbox) Take() Mail {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if r := m.raw; r != nil {
+		m.raw = nil
+		if ev := r.parse(); ev != nil {
+			if m.progress = m.admit(ev); m.progress == nil {
+				m.idle = true
+			}
+		}
+	}
 	mail := Mail{Progress: m.progress, Idle: m.idle, Terminated: m.terminated}
 	if m.progress != nil {
-		m.taken = m.progress
+		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: m.progress.Timestamp}, true
 	}
 	m.progress = nil
 	m.idle = false
 	return mail
 }
 
-// strictlyNewer reports whether e is newer than old: a later batch, or the
-// same batch with a later timestamp. A duplicate is not newer.
-func strictlyNewer(e, old *progress.Event) bool {
-	if e.BatchID != old.BatchID {
-		return e.BatchID > old.BatchID
+// before reports whether e is strictly newer than the progress m marks: a
+// later batch, or the same batch with a later timestamp. A duplicate is not
+// newer.
+func (mk mark) before(e *progress.Event) bool {
+	if e.BatchID != mk.batch {
+		return e.BatchID > mk.batch
 	}
-	return e.Timestamp.After(old.Timestamp)
+	return e.Timestamp.After(mk.ts)
 }

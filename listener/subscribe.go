@@ -246,13 +246,16 @@ func (l *Listener) catchUp(ctx context.Context, s *Subscription) error {
 		if err != nil {
 			return fmt.Errorf("catch up %s: %w", subj, err)
 		}
-		s.deliver(msg.Subject, msg.Data)
+		s.deliverNow(msg.Subject, msg.Data)
 	}
 	return nil
 }
 
-// deliver checks and parses one message of s's run and offers it to the
-// run's mailbox. It never blocks on I/O.
+// deliver checks one live message of s's run and offers it to the run's
+// mailbox. A progress whose batch id and run id can be read without
+// parsing goes into the slot unparsed (ADR 0011): the worker's Take parses
+// it, unless a newer one replaces it first. Anything else is parsed and
+// checked now, as deliverNow does. It never blocks on I/O.
 func (s *Subscription) deliver(subject string, data []byte) {
 	l := s.l
 	es, ok := l.splitSubject(subject)
@@ -264,6 +267,36 @@ func (s *Subscription) deliver(subject string, data []byte) {
 		l.drop(es, subject, OutcomeMismatch, fmt.Errorf("subject ids differ from the tracked run %s/%s", s.queryID, s.runID))
 		return
 	}
+	if es.kind == progress.KindProgress && len(data) <= l.opts.MaxPayload {
+		if batch, ok := peekProgress(data, es.runID); ok {
+			s.box.offerRaw(&rawProgress{sub: s, subject: subject, es: es, data: data, batch: batch})
+			return
+		}
+	}
+	s.offerParsed(es, subject, data)
+}
+
+// deliverNow is deliver without the unparsed slot: the catch-up's messages
+// from the stream, which may be older than what waits, are parsed and
+// ordered at once.
+func (s *Subscription) deliverNow(subject string, data []byte) {
+	l := s.l
+	es, ok := l.splitSubject(subject)
+	if !ok {
+		l.drop(es, subject, OutcomeMalformed, errBadSubject)
+		return
+	}
+	if es.queryID != s.queryID || es.runID != s.runID {
+		l.drop(es, subject, OutcomeMismatch, fmt.Errorf("subject ids differ from the tracked run %s/%s", s.queryID, s.runID))
+		return
+	}
+	s.offerParsed(es, subject, data)
+}
+
+// offerParsed parses and checks a message whose subject is s's run's, and
+// offers it.
+func (s *Subscription) offerParsed(es eventSubject, subject string, data []byte) {
+	l := s.l
 	ev, outcome, err := l.check(es, data)
 	if err != nil {
 		l.drop(es, subject, outcome, err)

@@ -1,0 +1,177 @@
+package listener
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+const (
+	rawQuery = "8d268dc2-bc9c-4be8-97a9-b135d2943028"
+	rawRun   = "e225d92f-2545-48f8-87a2-9c0309580f8a"
+)
+
+// rawRig is a run subscription without a connection: what the router
+// hands to it, and the outcomes it counts.
+type rawRig struct {
+	sub    *Subscription
+	box    *Mailbox
+	mu     sync.Mutex
+	counts map[string]int
+	parsed int
+}
+
+func newRawRig(t *testing.T) *rawRig {
+	t.Helper()
+	r := &rawRig{box: NewMailbox(), counts: map[string]int{}}
+	o := Options{OnEvent: func(k progress.Kind, outcome string) {
+		r.mu.Lock()
+		r.counts[k.String()+"/"+outcome]++
+		r.mu.Unlock()
+	}}.withDefaults()
+	prefix, _ := splitPrefix(o.Prefix)
+	l := &Listener{opts: o, log: zap.NewNop(), prefix: prefix, warn: newWarnLimiter(time.Now, DefaultWarnEvery)}
+	l.parse = func(d []byte, k progress.Kind) (*progress.Event, error) {
+		r.mu.Lock()
+		r.parsed++
+		r.mu.Unlock()
+		return progress.Parse(d, k)
+	}
+	r.sub = &Subscription{l: l, queryID: rawQuery, runID: rawRun, box: r.box}
+	return r
+}
+
+// doc is a progress of the rig's run; runID "" means the rig's.
+func doc(batch int64, runID string) []byte {
+	if runID == "" {
+		runID = rawRun
+	}
+	ts := time.Date(2026, 9, 28, 13, 0, 0, 0, time.UTC).Add(time.Duration(batch) * time.Minute).Format("2006-01-02T15:04:05.000Z")
+	return fmt.Appendf(nil, `{"id":%q,"runId":%q,"name":"q","timestamp":%q,"batchId":%d,`+
+		`"sources":[{"description":"s","startOffset":null,"endOffset":{"commit_ts":%q}}],"eventTime":{}}`,
+		rawQuery, runID, ts, batch, ts)
+}
+
+func (r *rawRig) live(data []byte) { r.sub.deliver("spark.progress."+rawQuery+"."+rawRun, data) }
+
+func (r *rawRig) stats() (parsed int, counts map[string]int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := map[string]int{}
+	for k, v := range r.counts {
+		c[k] = v
+	}
+	return r.parsed, c
+}
+
+// The unparsed slot keeps what the parsed one kept: the newest batch,
+// nothing older than what was taken, and a bad message never hides a good
+// one that arrived after it. Only what a Take hands out, and what a
+// conflict needs checked, is parsed.
+func TestMailboxRawSlot(t *testing.T) {
+	type step struct {
+		live   []byte          // a live message through deliver
+		parsed *progress.Event // an Offer of a parsed event (catch-up, discovery)
+		take   bool
+	}
+	ev := func(b int64) *progress.Event {
+		e, err := progress.Parse(doc(b, ""), progress.KindProgress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	badRun := "00000000-0000-4000-8000-000000000000"
+	tests := []struct {
+		name       string
+		steps      []step
+		wantBatch  int64 // -100: no progress
+		wantIdle   bool
+		wantParsed int
+		wantCounts map[string]int
+	}{
+		{"newer replaces unparsed", []step{{live: doc(1, "")}, {live: doc(2, "")}, {live: doc(3, "")}}, 3, false, 1,
+			map[string]int{"progress/accepted": 1, "progress/superseded": 2}},
+		{"older than waiting checks the waiting one", []step{{live: doc(5, "")}, {live: doc(3, "")}}, 5, true, 1,
+			map[string]int{"progress/accepted": 1, "progress/superseded": 1}},
+		{"a bad waiting one does not hide a later good one", []step{{live: doc(5, "")}, {live: []byte(`{"batchId":9,"runId":"` + rawRun + `","id":"nope"`)}, {live: doc(3, "")}}, 3, false, 2,
+			map[string]int{"progress/accepted": 1, "progress/superseded": 1, "progress/malformed": 1}},
+		{"older than taken", []step{{live: doc(5, "")}, {take: true}, {live: doc(4, "")}}, -100, true, 1,
+			map[string]int{"progress/accepted": 1, "progress/superseded": 1}},
+		{"duplicate of taken", []step{{live: doc(5, "")}, {take: true}, {live: doc(5, "")}}, -100, true, 2,
+			map[string]int{"progress/accepted": 2}},
+		{"newer than parsed waiting", []step{{parsed: ev(5)}, {live: doc(6, "")}}, 6, false, 1,
+			map[string]int{"progress/accepted": 1}},
+		{"older than parsed waiting", []step{{parsed: ev(5)}, {live: doc(4, "")}}, 5, true, 0,
+			map[string]int{"progress/superseded": 1}},
+		{"parsed older than unparsed", []step{{live: doc(5, "")}, {parsed: ev(3)}}, 5, true, 1,
+			map[string]int{"progress/accepted": 1}},
+		{"parsed newer than unparsed", []step{{live: doc(5, "")}, {parsed: ev(7)}}, 7, false, 0,
+			map[string]int{"progress/superseded": 1}},
+		{"payload of another run is parsed at once", []step{{live: doc(5, badRun)}}, -100, false, 1,
+			map[string]int{"progress/mismatch": 1}},
+		{"bad but peekable, alone", []step{{live: []byte(`{"batchId":9,"runId":"` + rawRun + `"`)}}, -100, false, 1,
+			map[string]int{"progress/malformed": 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRawRig(t)
+			for _, s := range tt.steps {
+				switch {
+				case s.take:
+					r.box.Take()
+				case s.parsed != nil:
+					r.box.Offer(s.parsed)
+				default:
+					r.live(s.live)
+				}
+			}
+			m := r.box.Take()
+			got := int64(-100)
+			if m.Progress != nil {
+				got = m.Progress.BatchID
+			}
+			if got != tt.wantBatch || m.Idle != tt.wantIdle {
+				t.Errorf("took batch %d idle %v, want %d idle %v", got, m.Idle, tt.wantBatch, tt.wantIdle)
+			}
+			parsed, counts := r.stats()
+			if parsed != tt.wantParsed || fmt.Sprint(counts) != fmt.Sprint(tt.wantCounts) {
+				t.Errorf("parsed %d, counted %v; want %d, %v", parsed, counts, tt.wantParsed, tt.wantCounts)
+			}
+		})
+	}
+}
+
+func TestPeekProgress(t *testing.T) {
+	tests := []struct {
+		name  string
+		doc   string
+		batch int64
+		ok    bool
+	}{
+		{"listener form", string(doc(42, "")), 42, true},
+		{"event-log form", `{"Event":"x$QueryProgressEvent","progress":{"id":"q","runId":"` + rawRun + `","batchId" : 7 }}`, 7, true},
+		{"upper-case run id", `{"runId":"E225D92F-2545-48F8-87A2-9C0309580F8A","batchId":1}`, 1, true},
+		{"negative", `{"runId":"` + rawRun + `","batchId":-1,}`, -1, true},
+		{"other run", `{"runId":"e225d92f-2545-48f8-87a2-9c0309580f8b","batchId":1}`, 0, false},
+		{"no run id", `{"batchId":1}`, 0, false},
+		{"fraction", `{"runId":"` + rawRun + `","batchId":1.5}`, 0, false},
+		{"string batch", `{"runId":"` + rawRun + `","batchId":"1"}`, 0, false},
+		{"too long", `{"runId":"` + rawRun + `","batchId":12345678901234567890}`, 0, false},
+		{"key in a string", `{"name":"\"batchId\":5","runId":"` + rawRun + `"}`, 0, false},
+		{"truncated", `{"runId":"` + rawRun + `","batchId":12`, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, ok := peekProgress([]byte(tt.doc), rawRun)
+			if b != tt.batch || ok != tt.ok {
+				t.Errorf("peekProgress = %d, %v; want %d, %v", b, ok, tt.batch, tt.ok)
+			}
+		})
+	}
+}
