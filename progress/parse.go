@@ -50,7 +50,7 @@ func Parse(data []byte, kind Kind) (*Event, error) {
 		return nil, malformed("want a JSON object")
 	}
 	var top fields
-	end, err := top.scan(data, i)
+	end, err := top.scan(data, i, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
@@ -79,7 +79,7 @@ func Parse(data []byte, kind Kind) (*Event, error) {
 				return nil, malformed(`QueryProgressEvent without a "progress" object`)
 			}
 			var pf fields
-			if _, err := pf.scan(data, p.s); err != nil {
+			if _, err := pf.scan(data, p.s, true); err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 			}
 			body = &pf
@@ -101,47 +101,55 @@ type fields struct {
 	watermark                           span // of eventTime
 }
 
-// scan validates the object at d[i] and records its members' spans.
-func (f *fields) scan(d []byte, i int) (int, error) {
-	return eachMember(d, i, 0, func(key []byte, esc bool, v span) error {
-		k := key[1 : len(key)-1]
-		if esc {
-			k = appendUnquoted(nil, key)
-		}
-		switch string(k) {
-		case "Event":
-			f.event = v
-		case "progress":
-			f.progress = v
-		case "id":
-			f.id = v
-		case "runId":
-			f.runID = v
-		case "name":
-			f.name = v
-		case "timestamp":
-			f.timestamp = v
-		case "batchId":
-			f.batchID = v
-		case "sources":
-			f.sources = v
-		case "eventTime":
-			f.eventTime = v
-		case "exception":
-			f.exception = v
-		case "errorClassOnException":
-			f.errorClass = v
-		case "description":
-			f.description = v
-		case "startOffset":
-			f.startOffset = v
-		case "endOffset":
-			f.endOffset = v
-		case "watermark":
-			f.watermark = v
-		}
-		return nil
-	})
+// scan validates the object at d[i] and records its members' spans. With
+// trusted, the object lies inside JSON already validated and is only
+// walked (see eachMemberTrusted).
+func (f *fields) scan(d []byte, i int, trusted bool) (int, error) {
+	if trusted {
+		return eachMemberTrusted(d, i, f.member)
+	}
+	return eachMember(d, i, 0, f.member)
+}
+
+// member records one member's span when Parse reads it.
+func (f *fields) member(key []byte, esc bool, v span) error {
+	k := key[1 : len(key)-1]
+	if esc {
+		k = appendUnquoted(nil, key)
+	}
+	switch string(k) {
+	case "Event":
+		f.event = v
+	case "progress":
+		f.progress = v
+	case "id":
+		f.id = v
+	case "runId":
+		f.runID = v
+	case "name":
+		f.name = v
+	case "timestamp":
+		f.timestamp = v
+	case "batchId":
+		f.batchID = v
+	case "sources":
+		f.sources = v
+	case "eventTime":
+		f.eventTime = v
+	case "exception":
+		f.exception = v
+	case "errorClassOnException":
+		f.errorClass = v
+	case "description":
+		f.description = v
+	case "startOffset":
+		f.startOffset = v
+	case "endOffset":
+		f.endOffset = v
+	case "watermark":
+		f.watermark = v
+	}
+	return nil
 }
 
 // inferKind guesses the kind of a listener-form document from its keys.
@@ -316,7 +324,7 @@ func readWatermark(d []byte, v span) (string, error) {
 		return "", malformed(fmt.Sprintf("eventTime %s: want an object", clip(string(d[v.s:v.e]))))
 	}
 	var et fields
-	if _, err := et.scan(d, v.s); err != nil {
+	if _, err := et.scan(d, v.s, true); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return optString(d, et.watermark, "eventTime.watermark")
@@ -333,12 +341,12 @@ func readSources(d []byte, v span) ([]Source, error) {
 	var stack [4]fields
 	srcs := stack[:0]
 	size := 0
-	_, err := eachElement(d, v.s, 0, func(el span) error {
+	_, err := eachElementTrusted(d, v.s, func(el span) error {
 		if d[el.s] != '{' {
 			return malformed(fmt.Sprintf("sources[%d] %s: want an object", len(srcs), clip(string(d[el.s:el.e]))))
 		}
 		var f fields
-		if _, err := f.scan(d, el.s); err != nil {
+		if _, err := f.scan(d, el.s, true); err != nil {
 			return err
 		}
 		srcs = append(srcs, f)
