@@ -133,3 +133,32 @@ func TestProgressTemplates(t *testing.T) {
 		t.Errorf("forms: %v, want both", forms)
 	}
 }
+
+// BenchmarkParseProgress measures progress.Parse and the tracker's
+// candidate on the bench's own documents (compact, as Spark writes them):
+// the largest cost of an event in the service (BENCHMARKS.md).
+func BenchmarkParseProgress(b *testing.B) {
+	sims, err := newSims(4, 1, "spark", "mixed", DefaultPerPeriod)
+	if err != nil {
+		b.Fatal(err)
+	}
+	clk := clock{base: time.Date(2026, 9, 28, 13, 0, 0, 0, time.UTC), step: 10 * time.Second, perPeriod: DefaultPerPeriod}
+	for _, s := range sims {
+		kind := map[sourceKind]string{sourceCDC: "cdc", sourceKafka: "kafka"}[s.source]
+		form := map[bool]string{false: "listener", true: "eventlog"}[s.eventLog]
+		doc := s.progress(nil, 42, clk.at(s, 42))
+		b.Run(kind+"/"+form, func(b *testing.B) {
+			b.SetBytes(int64(len(doc)))
+			b.ReportAllocs()
+			for b.Loop() {
+				ev, err := progress.Parse(doc, progress.KindProgress)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, ok := s.spec.Candidate(ev); !ok {
+					b.Fatal("no candidate")
+				}
+			}
+		})
+	}
+}

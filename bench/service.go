@@ -33,8 +33,9 @@ func (b busAdapter) RunName(ctx context.Context, queryID, runID string) (string,
 }
 
 var (
-	_ finalizer.Events = busAdapter{}
-	_ finalizer.Namer  = busAdapter{}
+	_ finalizer.Events     = busAdapter{}
+	_ finalizer.Namer      = busAdapter{}
+	_ finalizer.BatchStore = (*control.Store)(nil) // serve's store gets group commit (ADR 0008)
 )
 
 // service is the part of `finalizer serve` that does the work, wired the
