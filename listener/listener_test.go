@@ -152,7 +152,9 @@ func TestSubscribeParsesOnlyTheNewestOfABurst(t *testing.T) {
 	for b := int64(0); b < n; b++ {
 		rawPublish(t, nc, "spark.progress."+q+"."+run, progressJSON(q, run, "burst", b))
 	}
-	eventually(t, "the burst delivered", func() bool { return events.get("progress/superseded") == n-1 })
+	// All but the newest and the one it replaced (kept in case the newest
+	// fails its parse) are superseded unparsed.
+	eventually(t, "the burst delivered", func() bool { return events.get("progress/superseded") == n-2 })
 	if p := parsed.Load(); p != 0 {
 		t.Fatalf("%d payloads parsed before the worker took one, want 0", p)
 	}
@@ -162,6 +164,9 @@ func TestSubscribeParsesOnlyTheNewestOfABurst(t *testing.T) {
 	}
 	if p, a := parsed.Load(), events.get("progress/accepted"); p != 1 || a != 1 {
 		t.Errorf("%d parsed, %d accepted; want the newest only", p, a)
+	}
+	if s := events.get("progress/superseded"); s != n-1 {
+		t.Errorf("%d superseded after the take, want %d", s, n-1)
 	}
 }
 

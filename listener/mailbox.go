@@ -18,10 +18,15 @@ import (
 // newest is parsed (ADR 0011); one that another waiting or newer progress
 // makes useless is counted as superseded and never parsed.
 type Mailbox struct {
-	mu         sync.Mutex
-	progress   *progress.Event // waiting, parsed; nil when raw waits or none
-	raw        *rawProgress    // waiting, not parsed yet; nil when progress waits or none
-	taken      mark            // the newest progress already taken
+	mu       sync.Mutex
+	progress *progress.Event // waiting, parsed; nil when raw waits or none
+	raw      *rawProgress    // waiting, not parsed yet; nil when progress waits or none
+	// The waiting progress that raw replaced, kept until Take so that a
+	// raw one that peeked well but fails its parse does not lose it: at
+	// most one of the two is set.
+	fbEvent    *progress.Event
+	fbRaw      *rawProgress
+	taken      mark // the newest progress already taken
 	hasTaken   bool
 	idle       bool
 	terminated *progress.Event
@@ -93,12 +98,13 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 	switch ev.Kind {
 	case progress.KindProgress:
 		if r := m.raw; r != nil {
-			m.raw = nil
 			if r.batch > ev.BatchID {
 				// ev loses to a message nobody has checked yet: check it.
-				m.progress = m.admit(r.parse())
+				m.progress = m.admit(m.parseRaw())
 			} else {
+				m.raw = nil
 				r.superseded()
+				m.keepFallback(nil, nil)
 			}
 		}
 		if ev.Newer(m.progress) && m.admit(ev) != nil {
@@ -134,6 +140,7 @@ func (m *Mailbox) offerRaw(r *rawProgress) {
 		r.superseded()
 	case m.progress != nil:
 		if r.batch >= m.progress.BatchID {
+			m.keepFallback(m.progress, nil)
 			m.progress, m.raw = nil, r
 		} else {
 			m.idle = true
@@ -141,13 +148,11 @@ func (m *Mailbox) offerRaw(r *rawProgress) {
 		}
 	case m.raw != nil:
 		if r.batch >= m.raw.batch {
-			m.raw.superseded()
+			m.keepFallback(nil, m.raw)
 			m.raw = r
 			break
 		}
-		waiting := m.raw
-		m.raw = nil
-		if m.progress = m.admit(waiting.parse()); m.progress != nil {
+		if m.progress = m.admit(m.parseRaw()); m.progress != nil {
 			m.idle = true
 			r.superseded()
 		} else {
@@ -158,6 +163,35 @@ func (m *Mailbox) offerRaw(r *rawProgress) {
 	}
 	m.mu.Unlock()
 	m.signal()
+}
+
+// parseRaw takes the waiting raw progress out of the slot and parses it;
+// when it fails its parse (it peeked well but is malformed elsewhere), the
+// progress it replaced is used instead, so a bad message loses no good
+// one. It returns nil when neither is usable. m.mu held; m.raw set.
+func (m *Mailbox) parseRaw() *progress.Event {
+	r := m.raw
+	m.raw = nil
+	ev := r.parse()
+	switch {
+	case ev != nil:
+		m.keepFallback(nil, nil)
+	case m.fbRaw != nil:
+		ev = m.fbRaw.parse()
+	default:
+		ev = m.fbEvent
+	}
+	m.fbEvent, m.fbRaw = nil, nil
+	return ev
+}
+
+// keepFallback makes the waiting progress that a raw one replaces (parsed
+// ev or unparsed r) the fallback, dropping an older fallback. m.mu held.
+func (m *Mailbox) keepFallback(ev *progress.Event, r *rawProgress) {
+	if m.fbRaw != nil {
+		m.fbRaw.superseded()
+	}
+	m.fbEvent, m.fbRaw = ev, r
 }
 
 // admit returns ev when it may go into the slot: strictly newer than the
@@ -189,9 +223,8 @@ func (m *Mailbox) Wake() <-chan struct{} { return m.wake }
 func (m *Mailbox) Take() Mail {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if r := m.raw; r != nil {
-		m.raw = nil
-		if ev := r.parse(); ev != nil {
+	if m.raw != nil {
+		if ev := m.parseRaw(); ev != nil {
 			if m.progress = m.admit(ev); m.progress == nil {
 				m.idle = true
 			}
