@@ -78,6 +78,7 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 	fs.IntVar(&cfg.PerPeriod, "per-period", bench.DefaultPerPeriod, "progress events per run and (minute) period")
 	fs.IntVar(&cfg.Window, "window", bench.DefaultWindow, "messages the ingest publisher may run ahead of the consumer")
 	fs.StringVar(&cfg.PostgresURL, "postgres-url", "", "PostgreSQL to use (empty: a throwaway cluster)")
+	fs.IntVar(&cfg.RawRounds, "raw-rounds", bench.DefaultRawRounds, "times the raw NATS delivery is measured; the best counts")
 	fs.StringToStringVar(&cfg.PostgresSettings, "pg-setting", nil, "extra setting of the throwaway cluster, name=value (repeatable), e.g. synchronous_commit=off")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the NATS store and the throwaway cluster (empty: a temporary one)")
 	fs.BoolVar(&cfg.Naive, "naive", true, "also run the naive baseline (one upsert per event)")
