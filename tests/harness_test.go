@@ -44,8 +44,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build finalizer:", err)
 		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	pgtest.Main(m)
+	code := pgtest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // proc is a running `finalizer serve`.

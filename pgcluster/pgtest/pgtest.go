@@ -86,6 +86,12 @@ func Main(m *testing.M, opts ...goleak.Option) {
 	os.Exit(run(m, opts))
 }
 
+// Run is Main without the exit: it returns the tests' status, so that a
+// TestMain can clean up what it made before it exits.
+func Run(m *testing.M, opts ...goleak.Option) int {
+	return run(m, opts)
+}
+
 func run(m *testing.M, opts []goleak.Option) int {
 	server.mu.Lock()
 	server.main = true
