@@ -290,11 +290,16 @@ tables:
 	if !after.UpdatedAt.Equal(before.UpdatedAt) || !after.FinalizedUntil.Equal(before.FinalizedUntil) {
 		t.Errorf("k9.cdc_k9 written again at recovery: %+v, was %+v", after, before)
 	}
+	// Recovery re-applies each run's retained progress once: the CDC table
+	// is unchanged; the explicit one moves, unless the killed service's
+	// blocked statement won the row lock during the orphaned postmaster's
+	// fast shutdown and committed first (then it too is unchanged).
 	eventually(t, "recovery's advances counted", func() bool {
-		return sample(t, s2.httpURL, `finalizer_candidates_total{outcome="unchanged"}`) == 1
+		return sample(t, s2.httpURL, `finalizer_candidates_total{outcome="unchanged"}`)+
+			sample(t, s2.httpURL, `finalizer_candidates_total{outcome="advanced"}`) == 2
 	})
-	if a := sample(t, s2.httpURL, "finalizer_advances_total"); a != 1 {
-		t.Errorf("%v verdict moves after the restart, want exactly 1 (the one in flight at the kill)", a)
+	if a := sample(t, s2.httpURL, "finalizer_advances_total"); a > 1 {
+		t.Errorf("%v verdict moves after the restart, want at most 1 (the one in flight at the kill)", a)
 	}
 	// Both runs are still live.
 	pub2 := connect(t, s2.natsURL)
