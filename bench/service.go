@@ -16,25 +16,7 @@ import (
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
-// busAdapter makes *listener.Listener a finalizer.Events and Namer, as
-// cmd/finalizer does.
-type busAdapter struct{ l *listener.Listener }
-
-func (b busAdapter) Subscribe(queryID, runID string, box *listener.Mailbox) (finalizer.Subscription, error) {
-	s, err := b.l.Subscribe(queryID, runID, box)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func (b busAdapter) RunName(ctx context.Context, queryID, runID string) (string, error) {
-	return b.l.RunName(ctx, queryID, runID)
-}
-
 var (
-	_ finalizer.Events     = busAdapter{}
-	_ finalizer.Namer      = busAdapter{}
 	_ finalizer.BatchStore = (*control.Store)(nil) // serve's store gets group commit (ADR 0008)
 )
 
@@ -108,7 +90,7 @@ func startService(ctx context.Context, c serviceConfig) (*service, error) {
 		return nil, fmt.Errorf("stream: %w", err)
 	}
 	rc := finalizer.RegistryConfig{
-		Events: busAdapter{s.bus}, Store: s.store, Tracks: s.store, Rules: c.Rules,
+		Events: finalizer.ListenerEvents{L: s.bus}, Store: s.store, Tracks: s.store, Rules: c.Rules,
 		Logger: c.Logger.Named("tracker"), Metrics: s.metrics,
 	}
 	if c.NoGroupCommit {

@@ -720,3 +720,26 @@ func (m *memo) put(k string, v JoinResult) {
 		m.order = kept
 	}
 }
+
+// ListenerEvents adapts a *listener.Listener to Events and Namer: its
+// Subscribe returns the concrete *listener.Subscription.
+type ListenerEvents struct{ L *listener.Listener }
+
+var (
+	_ Events = ListenerEvents{}
+	_ Namer  = ListenerEvents{}
+)
+
+// Subscribe subscribes box to the run's events (see listener.Subscribe).
+func (b ListenerEvents) Subscribe(queryID, runID string, box *listener.Mailbox) (Subscription, error) {
+	s, err := b.L.Subscribe(queryID, runID, box)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return s, nil
+}
+
+// RunName looks the run's query name up in what JetStream retained.
+func (b ListenerEvents) RunName(ctx context.Context, queryID, runID string) (string, error) {
+	return b.L.RunName(ctx, queryID, runID)
+}

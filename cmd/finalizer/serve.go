@@ -32,24 +32,8 @@ import (
 var (
 	_ finalizer.Store      = (*control.Store)(nil)
 	_ finalizer.TrackStore = (*control.Store)(nil)
-	_ finalizer.Events     = busAdapter{}
-	_ finalizer.Namer      = busAdapter{}
+	_ finalizer.BatchStore = (*control.Store)(nil) // group commit (ADR 0008)
 )
-
-// busAdapter makes *listener.Listener an finalizer.Events.
-type busAdapter struct{ l *listener.Listener }
-
-func (b busAdapter) Subscribe(queryID, runID string, box *listener.Mailbox) (finalizer.Subscription, error) {
-	s, err := b.l.Subscribe(queryID, runID, box)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func (b busAdapter) RunName(ctx context.Context, queryID, runID string) (string, error) {
-	return b.l.RunName(ctx, queryID, runID)
-}
 
 // postgresURLFile is where serve leaves the managed cluster's URL, for the
 // status, is-final and wait commands (mode 0600).
@@ -299,7 +283,7 @@ func (s *service) start(ctx context.Context, stdout io.Writer) error {
 
 	rules, _ := cfg.rules() // validated already
 	s.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
-		Events: busAdapter{s.bus}, Store: s.store, Tracks: s.store, Rules: rules,
+		Events: finalizer.ListenerEvents{L: s.bus}, Store: s.store, Tracks: s.store, Rules: rules,
 		Logger: s.log.Named("tracker"), Metrics: metrics,
 		Tracker:     finalizer.TrackerConfig{FutureSkew: time.Duration(cfg.Tracking.FutureSkew)},
 		StaleAfter:  time.Duration(cfg.Tracking.StaleAfter),
