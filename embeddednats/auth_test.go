@@ -1,21 +1,15 @@
 package embeddednats_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/finalizer-dev/finalizer/internal/testpki"
 
 	"github.com/nats-io/nats.go"
 
@@ -158,14 +152,14 @@ func TestBadUsersRefused(t *testing.T) {
 }
 
 func TestTLSWithClientCertificates(t *testing.T) {
-	pki := newPKI(t)
+	pki := testpki.New(t)
 	s := start(t, embeddednats.Options{StoreDir: t.TempDir(), TLS: &embeddednats.TLS{
-		CertFile: pki.serverCert, KeyFile: pki.serverKey, ClientCAFile: pki.caCert}})
+		CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CACert}})
 	url := s.ClientURL()
 	if !strings.HasPrefix(url, "tls://127.0.0.1:") {
 		t.Fatalf("ClientURL = %s, want tls://", url)
 	}
-	if nc, err := nats.Connect(url, nats.RootCAs(pki.caCert)); err == nil {
+	if nc, err := nats.Connect(url, nats.RootCAs(pki.CACert)); err == nil {
 		nc.Close()
 		t.Fatal("a client without a certificate was accepted")
 	}
@@ -173,7 +167,7 @@ func TestTLSWithClientCertificates(t *testing.T) {
 		nc.Close()
 		t.Fatal("a plain-text client was accepted")
 	}
-	nc, err := nats.Connect(url, nats.RootCAs(pki.caCert), nats.ClientCert(pki.clientCert, pki.clientKey))
+	nc, err := nats.Connect(url, nats.RootCAs(pki.CACert), nats.ClientCert(pki.ClientCert, pki.ClientKey))
 	if err != nil {
 		t.Fatalf("mutual TLS connect: %v", err)
 	}
@@ -182,65 +176,7 @@ func TestTLSWithClientCertificates(t *testing.T) {
 		t.Error("connection not using TLS")
 	}
 	if _, err := embeddednats.Start(embeddednats.Options{Port: embeddednats.RandomPort, StoreDir: t.TempDir(),
-		TLS: &embeddednats.TLS{CertFile: pki.serverCert}}); !errors.Is(err, embeddednats.ErrBadAuth) {
+		TLS: &embeddednats.TLS{CertFile: pki.ServerCert}}); !errors.Is(err, embeddednats.ErrBadAuth) {
 		t.Fatalf("tls without a key: err = %v, want ErrBadAuth", err)
 	}
-}
-
-// pki is a CA with a server certificate for 127.0.0.1 and localhost and a
-// client certificate, as PEM files.
-type pki struct {
-	caCert, serverCert, serverKey, clientCert, clientKey string
-}
-
-func newPKI(t *testing.T) pki {
-	t.Helper()
-	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "finalizer test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pki{caCert: writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER)}
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return writePEM(t, dir, name+".pem", "CERTIFICATE", der), writePEM(t, dir, name+"-key.pem", "EC PRIVATE KEY", keyDER)
-	}
-	p.serverCert, p.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
-	return p
-}
-
-func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }

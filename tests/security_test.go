@@ -2,18 +2,11 @@ package tests
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"net/url"
 	"os"
 	"os/user"
@@ -24,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/finalizer-dev/finalizer/internal/testpki"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats-server/v2/server"
@@ -80,14 +75,14 @@ func (o *outputs) run(t *testing.T, env []string, args ...string) (int, string) 
 // Without the credential each command fails at once with exit 2, and no
 // secret ever shows in a log or an output.
 func TestNATSClientAuthentication(t *testing.T) {
-	pki := newPKI(t)
+	pki := testpki.New(t)
 	seedFile := writeFile(t, t.TempDir(), "user.nk", testNKeySeed+"\n", 0o600)
 	creds, err := os.ReadFile(filepath.Join("testdata", "user.creds"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	credsFile := writeFile(t, t.TempDir(), "user.creds", string(creds), 0o600)
-	clientKey, _ := os.ReadFile(pki.clientKey)
+	clientKey, _ := os.ReadFile(pki.ClientKey)
 	const password, token = "pw-3f9c1d7e-password", "tok-8a6b2c4d-token"
 
 	for _, tc := range []struct {
@@ -139,10 +134,10 @@ func TestNATSClientAuthentication(t *testing.T) {
 			name: "tls with a client certificate",
 			server: func(t *testing.T) string {
 				return startEmbedded(t, embeddednats.Options{TLS: &embeddednats.TLS{
-					CertFile: pki.serverCert, KeyFile: pki.serverKey, ClientCAFile: pki.caCert}})
+					CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CACert}})
 			},
-			config:  "nats:\n  tls_ca_file: " + pki.caCert + "\n  tls_cert_file: " + pki.clientCert + "\n  tls_key_file: " + pki.clientKey + "\n",
-			client:  []string{"--nats-tls-ca", pki.caCert, "--nats-tls-cert", pki.clientCert, "--nats-tls-key", pki.clientKey},
+			config:  "nats:\n  tls_ca_file: " + pki.CACert + "\n  tls_cert_file: " + pki.ClientCert + "\n  tls_key_file: " + pki.ClientKey + "\n",
+			client:  []string{"--nats-tls-ca", pki.CACert, "--nats-tls-cert", pki.ClientCert, "--nats-tls-key", pki.ClientKey},
 			secrets: []string{strings.TrimSpace(string(pemBody(clientKey)))},
 		},
 	} {
@@ -192,7 +187,7 @@ func TestNATSClientAuthentication(t *testing.T) {
 // events and nothing else, operators use the API, nobody gets in without a
 // login or without TLS, and no password shows in the output.
 func TestEmbeddedServerUsersAndTLS(t *testing.T) {
-	pki := newPKI(t)
+	pki := testpki.New(t)
 	const sparkPW, opsPW = "spark-7d1e5c2a9f", "ops-4b8e1a6c3d"
 	env := []string{"SPARK_PW=" + sparkPW, "OPS_PW=" + opsPW}
 	config := `
@@ -203,8 +198,8 @@ nats:
       - {user: ops, password: "${OPS_PW}", role: operator}
       - {nkey: ` + testNKeyPub + `, role: publisher}
     tls:
-      cert_file: ` + pki.serverCert + `
-      key_file: ` + pki.serverKey + `
+      cert_file: ` + pki.ServerCert + `
+      key_file: ` + pki.ServerKey + `
 `
 	pgURL := pgtest.URL(t)
 	s := startServe(t, serveOpts{pgURL: pgURL, config: config, env: env})
@@ -221,7 +216,7 @@ nats:
 			t.Errorf("something like the service's own password shows in the output: %s", m)
 		}
 	})
-	tlsCA := nats.RootCAs(pki.caCert)
+	tlsCA := nats.RootCAs(pki.CACert)
 	natsURL := s.natsURL
 
 	if _, err := nats.Connect(natsURL, tlsCA); !errors.Is(err, nats.ErrAuthorization) {
@@ -236,7 +231,7 @@ nats:
 	}
 
 	// The operator tracks two runs with the CLI.
-	ops := []string{"--nats-url", natsURL, "--nats-user", "ops", "--nats-tls-ca", pki.caCert}
+	ops := []string{"--nats-url", natsURL, "--nats-user", "ops", "--nats-tls-ca", pki.CACert}
 	opsEnv := append([]string{"FINALIZER_NATS_PASSWORD=" + opsPW}, env...)
 	q, r1, r2 := id(0xb00), id(0xb01), id(0xb02)
 	for _, run := range []string{r1, r2} {
@@ -292,7 +287,7 @@ nats:
 	sparkEvents := writeFile(t, t.TempDir(), "spark.jsonl", progressAt(q, r2, "x", 2, "2026-09-28T14:05:00")+"\n", 0o644)
 	began := time.Now()
 	if code, o := out.run(t, append([]string{"FINALIZER_NATS_PASSWORD=" + sparkPW}, env...),
-		"publish", "--nats-url", natsURL, "--nats-user", "spark", "--nats-tls-ca", pki.caCert, sparkEvents); code != 0 {
+		"publish", "--nats-url", natsURL, "--nats-user", "spark", "--nats-tls-ca", pki.CACert, sparkEvents); code != 0 {
 		t.Fatalf("publisher publish: exit %d: %s", code, o)
 	}
 	if d := time.Since(began); d > 5*time.Second {
@@ -370,14 +365,14 @@ func TestHTTPBearerToken(t *testing.T) {
 // that verifies the server's certificate, every one of its connections
 // uses TLS, and a URL trusting another CA fails with a clear error.
 func TestPostgresTLSVerifyFull(t *testing.T) {
-	pki := newPKI(t)
+	pki := testpki.New(t)
 	base := openDir(t)
 	certDir := filepath.Join(base, "certs")
 	if err := os.Mkdir(certDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cert, key := filepath.Join(certDir, "server.pem"), filepath.Join(certDir, "server-key.pem")
-	for src, dst := range map[string]string{pki.serverCert: cert, pki.serverKey: key} {
+	for src, dst := range map[string]string{pki.ServerCert: cert, pki.ServerKey: key} {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
@@ -392,7 +387,7 @@ func TestPostgresTLSVerifyFull(t *testing.T) {
 		settings[k] = v
 	}
 	pg := startCluster(t, filepath.Join(base, "pg"), 0, settings)
-	pgURL := strings.Replace(pg.URL(), "sslmode=disable", "sslmode=verify-full&sslrootcert="+url.QueryEscape(pki.caCert), 1)
+	pgURL := strings.Replace(pg.URL(), "sslmode=disable", "sslmode=verify-full&sslrootcert="+url.QueryEscape(pki.CACert), 1)
 
 	s := startServe(t, serveOpts{pgURL: pgURL})
 	pub := connect(t, s.natsURL)
@@ -419,8 +414,8 @@ WHERE a.application_name LIKE 'finalizer%'`).Scan(&total, &encrypted); err != ni
 	if code, out, e := cli(t, nil, "is-final", "--postgres-url", pgURL, "--table", "tls", "--period-end", "2026-09-28T13:00:00Z"); code != 0 {
 		t.Errorf("is-final over verify-full: %d %s %s", code, out, e)
 	}
-	other := newPKI(t)
-	wrong := strings.Replace(pgURL, url.QueryEscape(pki.caCert), url.QueryEscape(other.caCert), 1)
+	other := testpki.New(t)
+	wrong := strings.Replace(pgURL, url.QueryEscape(pki.CACert), url.QueryEscape(other.CACert), 1)
 	if code, out, e := cli(t, nil, "is-final", "--postgres-url", wrong, "--table", "tls", "--period-end", "2026-09-28T13:00:00Z"); code != 2 || !strings.Contains(e, "certificate") {
 		t.Errorf("is-final trusting another CA: exit %d, want 2 naming the certificate: %s%s", code, out, e)
 	}
@@ -693,62 +688,4 @@ func (v *violations) has(sub string) bool {
 		}
 	}
 	return false
-}
-
-// pki is a CA with a server certificate for 127.0.0.1 and localhost and a
-// client certificate, as PEM files.
-type pki struct {
-	caCert, serverCert, serverKey, clientCert, clientKey string
-}
-
-func newPKI(t *testing.T) pki {
-	t.Helper()
-	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "finalizer test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pki{caCert: writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER)}
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return writePEM(t, dir, name+".pem", "CERTIFICATE", der), writePEM(t, dir, name+"-key.pem", "PRIVATE KEY", keyDER)
-	}
-	p.serverCert, p.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
-	return p
-}
-
-func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
