@@ -370,12 +370,16 @@ func TestDuplicateReplayedAndOutOfOrderProgress(t *testing.T) {
 	if row.RunID != r2 || row.BatchID != 4 {
 		t.Errorf("provenance %s/%d, want the new run's batch 4", row.RunID, row.BatchID)
 	}
+	// b1 and b2 were published back to back: the slot may have replaced b1
+	// before the worker took it (ADR 0004), so 13:00 may never have been
+	// written. Either way the moves are 13:00 (maybe), 14:00, 15:00.
 	seen := watch.check(t, "2026-09-28T15:00:00Z")
-	if len(seen) != 2 {
-		t.Errorf("verdicts seen %v, want 14:00 then 15:00", seen)
+	if n := len(seen); n < 2 || n > 3 || !seen[n-2].Equal(utc("2026-09-28T14:00:00Z")) || !seen[n-1].Equal(utc("2026-09-28T15:00:00Z")) ||
+		(n == 3 && !seen[0].Equal(utc("2026-09-28T13:00:00Z"))) {
+		t.Errorf("verdicts seen %v, want [13:00] 14:00 15:00", seen)
 	}
-	if a := sample(t, s.httpURL, "finalizer_advances_total"); a != 3 {
-		t.Errorf("%v verdict moves, want 3 (13:00, 14:00, 15:00)", a)
+	if a := sample(t, s.httpURL, "finalizer_advances_total"); a < 2 || a > 3 {
+		t.Errorf("%v verdict moves, want 2 or 3 ([13:00], 14:00, 15:00)", a)
 	}
 }
 
