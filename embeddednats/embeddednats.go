@@ -15,6 +15,15 @@ import (
 	"go.uber.org/zap"
 )
 
+// The embedded server's per-stream ingest buffer, above nats-server's
+// defaults (100,000 messages, 128 MiB) so that a burst of plain publishes
+// (Spark drivers publish without JetStream acknowledgements) is stored, not
+// dropped.
+const (
+	DefaultStreamMaxBufferedMsgs = 1_000_000
+	DefaultStreamMaxBufferedSize = 1 << 30 // 1 GiB
+)
+
 // Defaults for Options.
 const (
 	// DefaultHost is the address the server listens on when Options.Host is
@@ -125,6 +134,12 @@ func Start(o Options) (*Server, error) {
 		JetStream:  true,
 		StoreDir:   o.StoreDir,
 		NoSigs:     true,
+		// A stream's ingest queue drops plainly published messages (no
+		// error reaches the publisher) once it holds more than this; the
+		// server's defaults (100,000 messages, 128 MiB, about 64,000 progress
+		// documents) were reached by a flood of 200,000 in finalizer bench.
+		StreamMaxBufferedMsgs: DefaultStreamMaxBufferedMsgs,
+		StreamMaxBufferedSize: DefaultStreamMaxBufferedSize,
 		// HTTP monitoring, cluster, leafnodes and websockets stay off.
 	}
 	if err := applyAuth(o, sopts); err != nil {
