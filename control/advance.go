@@ -23,6 +23,21 @@ type statements struct {
 // verdictColumns are read, in this order, by scanVerdict.
 const verdictColumns = `table_name, finalized_until, end_time, end_offset, query_id, run_id, batch_id, updated_at`
 
+// forwardOnly ends the upsert of Advance and AdvanceBatch: the one place
+// that says a verdict only moves forward. It writes the provenance with
+// the move and returns the rows that moved (the insert's target is aliased
+// c).
+const forwardOnly = `ON CONFLICT (table_name) DO UPDATE SET
+		finalized_until = EXCLUDED.finalized_until,
+		end_time        = EXCLUDED.end_time,
+		end_offset      = EXCLUDED.end_offset,
+		query_id        = EXCLUDED.query_id,
+		run_id          = EXCLUDED.run_id,
+		batch_id        = EXCLUDED.batch_id,
+		updated_at      = EXCLUDED.updated_at
+	WHERE c.finalized_until IS NULL OR EXCLUDED.finalized_until > c.finalized_until
+	RETURNING ` + verdictColumns
+
 func newStatements(n names) statements {
 	return statements{
 		// One statement, so one transaction: the upsert moves the row only
@@ -43,16 +58,7 @@ WITH moved AS (
 	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `)
 	SELECT $1::text, $2::timestamptz, $3::timestamptz, $4::jsonb, $5::text, $6::text, $7::bigint, now()
 	WHERE NOT EXISTS (SELECT FROM ` + n.table + ` WHERE table_name = $1::text AND finalized_until >= $2::timestamptz)
-	ON CONFLICT (table_name) DO UPDATE SET
-		finalized_until = EXCLUDED.finalized_until,
-		end_time        = EXCLUDED.end_time,
-		end_offset      = EXCLUDED.end_offset,
-		query_id        = EXCLUDED.query_id,
-		run_id          = EXCLUDED.run_id,
-		batch_id        = EXCLUDED.batch_id,
-		updated_at      = EXCLUDED.updated_at
-	WHERE c.finalized_until IS NULL OR EXCLUDED.finalized_until > c.finalized_until
-	RETURNING ` + verdictColumns + `
+` + forwardOnly + `
 ), notified AS (
 	SELECT pg_notify('` + NotifyChannel + `', $8::text) FROM moved
 )

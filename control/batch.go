@@ -35,16 +35,7 @@ WITH input AS (
 	FROM input i
 	WHERE NOT EXISTS (SELECT FROM ` + n.table + ` WHERE table_name = i.table_name AND finalized_until >= i.finalized_until)
 	ORDER BY i.table_name
-	ON CONFLICT (table_name) DO UPDATE SET
-		finalized_until = EXCLUDED.finalized_until,
-		end_time        = EXCLUDED.end_time,
-		end_offset      = EXCLUDED.end_offset,
-		query_id        = EXCLUDED.query_id,
-		run_id          = EXCLUDED.run_id,
-		batch_id        = EXCLUDED.batch_id,
-		updated_at      = EXCLUDED.updated_at
-	WHERE c.finalized_until IS NULL OR EXCLUDED.finalized_until > c.finalized_until
-	RETURNING ` + verdictColumns + `
+` + forwardOnly + `
 ), notified AS (
 	SELECT pg_notify('` + NotifyChannel + `', i.payload) FROM moved m JOIN input i USING (table_name)
 )
