@@ -8,7 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func writeConfig(t *testing.T, body string) string {
 	t.Helper()
