@@ -3,12 +3,14 @@ package tests
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/finalizer-dev/finalizer/embeddednats"
+	"github.com/finalizer-dev/finalizer/pgcluster"
 	"github.com/finalizer-dev/finalizer/pgcluster/pgtest"
 )
 
@@ -340,4 +342,38 @@ func TestSecondServeOnSameDataDirRefused(t *testing.T) {
 	cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "t")
 	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T13:10:00"))
 	waitVerdict(t, pgURL, "t", "2026-09-28T13:00:00Z")
+}
+
+// Run as root from a directory the postgres OS user cannot traverse (a
+// checkout under root's 0700 home), serve puts its managed cluster in the
+// fallback directory and works as usual.
+func TestServeManagedClusterFallsBackWhenDataDirUnreachable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root runs the managed cluster as another OS user")
+	}
+	dir := t.TempDir() // 0700, root's
+	s := startServe(t, serveOpts{dataDir: dir})
+	out := s.stdout.String()
+	i := strings.Index(out, "(managed cluster under /var/lib/finalizer/clusters/")
+	if i < 0 {
+		t.Fatalf("serve did not use the fallback cluster dir:\n%s", out)
+	}
+	clusterDir := strings.TrimSuffix(strings.Fields(out[i:])[3], ")")
+	t.Cleanup(func() {
+		s.stop() // before the cluster goes (cleanups run last-in first-out)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := pgcluster.Remove(ctx, clusterDir); err != nil {
+			t.Errorf("remove %s: %v", clusterDir, err)
+		}
+	})
+	pub := connect(t, s.natsURL)
+	cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "t")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T13:10:00"))
+	waitVerdict(t, s.pgURL, "t", "2026-09-28T13:00:00Z")
+	code, status, e := cli(t, nil, "status", "--data-dir", dir, "--http-url", "")
+	if code != 0 || !strings.Contains(status, "2026-09-28T13:00:00Z") {
+		t.Fatalf("status through the data dir: %d\n%s%s", code, status, e)
+	}
+	s.stop()
 }
