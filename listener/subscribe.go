@@ -257,16 +257,11 @@ func (l *Listener) catchUp(ctx context.Context, s *Subscription) error {
 // it, unless a newer one replaces it first. Anything else is parsed and
 // checked now, as deliverNow does. It never blocks on I/O.
 func (s *Subscription) deliver(subject string, data []byte) {
-	l := s.l
-	es, ok := l.splitSubject(subject)
+	es, ok := s.checkSubject(subject)
 	if !ok {
-		l.drop(es, subject, OutcomeMalformed, errBadSubject)
 		return
 	}
-	if es.queryID != s.queryID || es.runID != s.runID {
-		l.drop(es, subject, OutcomeMismatch, fmt.Errorf("subject ids differ from the tracked run %s/%s", s.queryID, s.runID))
-		return
-	}
+	l := s.l
 	if es.kind == progress.KindProgress && len(data) <= l.opts.MaxPayload {
 		if batch, ok := peekProgress(data, es.runID); ok {
 			s.box.offerRaw(&rawProgress{sub: s, subject: subject, es: es, data: data, batch: batch})
@@ -276,18 +271,29 @@ func (s *Subscription) deliver(subject string, data []byte) {
 	s.offerParsed(es, subject, data)
 }
 
-// deliverNow is deliver without the unparsed slot: the catch-up's messages
-// from the stream, which may be older than what waits, are parsed and
-// ordered at once.
-func (s *Subscription) deliverNow(subject string, data []byte) {
+// checkSubject splits a message's subject and checks that it names s's
+// query and run; otherwise it counts and drops the message and reports
+// false.
+func (s *Subscription) checkSubject(subject string) (eventSubject, bool) {
 	l := s.l
 	es, ok := l.splitSubject(subject)
 	if !ok {
 		l.drop(es, subject, OutcomeMalformed, errBadSubject)
-		return
+		return es, false
 	}
 	if es.queryID != s.queryID || es.runID != s.runID {
 		l.drop(es, subject, OutcomeMismatch, fmt.Errorf("subject ids differ from the tracked run %s/%s", s.queryID, s.runID))
+		return es, false
+	}
+	return es, true
+}
+
+// deliverNow is deliver without the unparsed slot: the catch-up's messages
+// from the stream, which may be older than what waits, are parsed and
+// ordered at once.
+func (s *Subscription) deliverNow(subject string, data []byte) {
+	es, ok := s.checkSubject(subject)
+	if !ok {
 		return
 	}
 	s.offerParsed(es, subject, data)
