@@ -5,10 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/finalizer-dev/finalizer/internal/natstest"
 	"github.com/finalizer-dev/finalizer/internal/testpki"
 
 	"github.com/nats-io/nats.go"
@@ -21,32 +21,6 @@ const (
 	testNKeySeed = "SUAAE5OXNWCYVXNV6V3BJMDGGZPFDGGUQKPDTNWCNSFFE32BX2VERRWZNA"
 	testNKeyPub  = "UC37QVSA5W5K5OC5OECEB2RLZKK3F7FFUMDP3JJXTE27VTQZD4X2IMZR"
 )
-
-// violations collects the permission violations the server reports to a
-// client.
-type violations struct {
-	mu   sync.Mutex
-	errs []string
-}
-
-func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
-	if errors.Is(err, nats.ErrPermissionViolation) {
-		v.mu.Lock()
-		v.errs = append(v.errs, err.Error())
-		v.mu.Unlock()
-	}
-}
-
-func (v *violations) has(sub string) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for _, e := range v.errs {
-		if strings.Contains(e, sub) {
-			return true
-		}
-	}
-	return false
-}
 
 func TestUsersAndPermissions(t *testing.T) {
 	s := start(t, embeddednats.Options{StoreDir: t.TempDir(), Users: []embeddednats.User{
@@ -82,8 +56,8 @@ func TestUsersAndPermissions(t *testing.T) {
 	}
 
 	// A publisher publishes its events and nothing else.
-	var pv violations
-	pub, err := nats.Connect(url, nats.UserInfo("spark", "pub-secret"), nats.ErrorHandler(pv.handler))
+	var pv natstest.Violations
+	pub, err := nats.Connect(url, nats.UserInfo("spark", "pub-secret"), nats.ErrorHandler(pv.Handler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +72,9 @@ func TestUsersAndPermissions(t *testing.T) {
 	_, _ = pub.SubscribeSync("spark.>")
 	_ = pub.Flush()
 	deadline := time.Now().Add(5 * time.Second)
-	for !(pv.has(`Publish to "finalizer.api.track"`) && pv.has(`Subscription to "spark.>"`)) {
+	for !(pv.Has(`Publish to "finalizer.api.track"`) && pv.Has(`Subscription to "spark.>"`)) {
 		if time.Now().After(deadline) {
-			t.Fatalf("publisher violations = %v, want publish to the API and subscribe refused", pv.errs)
+			t.Fatalf("publisher violations = %v, want publish to the API and subscribe refused", pv.Errors())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/finalizer-dev/finalizer/internal/natstest"
 	"github.com/finalizer-dev/finalizer/internal/testpki"
 
 	"github.com/jackc/pgx/v5"
@@ -241,8 +242,8 @@ nats:
 	}
 
 	// A publisher (as a Spark driver) publishes events...
-	var v violations
-	spark, err := nats.Connect(natsURL, tlsCA, nats.UserInfo("spark", sparkPW), nats.ErrorHandler(v.handler))
+	var v natstest.Violations
+	spark, err := nats.Connect(natsURL, tlsCA, nats.UserInfo("spark", sparkPW), nats.ErrorHandler(v.Handler))
 	if err != nil {
 		t.Fatalf("publisher connect: %v", err)
 	}
@@ -261,7 +262,7 @@ nats:
 	}
 	_ = spark.Flush()
 	eventually(t, "the publisher's violations reported", func() bool {
-		return v.has(`Publish to "finalizer.api.track"`) && v.has(`Subscription to "spark.>"`)
+		return v.Has(`Publish to "finalizer.api.track"`) && v.Has(`Subscription to "spark.>"`)
 	})
 	if tracked(t, s.httpURL, id(0xb03)) {
 		t.Error("the publisher's track request was served")
@@ -663,29 +664,4 @@ func chownToPostgres(t *testing.T, path string) {
 	if err := os.Chown(path, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// violations collects the permission violations a client is told of.
-type violations struct {
-	mu   sync.Mutex
-	errs []string
-}
-
-func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
-	if errors.Is(err, nats.ErrPermissionViolation) {
-		v.mu.Lock()
-		v.errs = append(v.errs, err.Error())
-		v.mu.Unlock()
-	}
-}
-
-func (v *violations) has(sub string) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for _, e := range v.errs {
-		if strings.Contains(e, sub) {
-			return true
-		}
-	}
-	return false
 }
