@@ -11,7 +11,7 @@ import (
 
 	neturl "net/url"
 
-	"github.com/finalizer-dev/finalizer/pgcluster/pgtest"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 )
 
 func TestAdvanceFirstInserts(t *testing.T) {

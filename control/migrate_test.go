@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/finalizer-dev/finalizer/pgcluster/pgtest"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 )
 
 func TestMigrationsAreNumbered(t *testing.T) {

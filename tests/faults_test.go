@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/finalizer-dev/finalizer/embeddednats"
-	"github.com/finalizer-dev/finalizer/pgcluster"
-	"github.com/finalizer-dev/finalizer/pgcluster/pgtest"
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 )
 
 // The fault tests: each runs the real service, injects a fault, and

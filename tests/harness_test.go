@@ -25,7 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
-	"github.com/finalizer-dev/finalizer/pgcluster/pgtest"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 )
 
 // binary is the finalizer built for this test run.

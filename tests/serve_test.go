@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/finalizer-dev/finalizer/embeddednats"
-	"github.com/finalizer-dev/finalizer/pgcluster"
-	"github.com/finalizer-dev/finalizer/pgcluster/pgtest"
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 )
 
 const (

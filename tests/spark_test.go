@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/finalizer-dev/finalizer/pgcluster/pgtest"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 )
 
 // The real Spark event log (Apache Spark's own test resource, a Spark

@@ -24,7 +24,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/goleak"
 
-	"github.com/finalizer-dev/finalizer/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 )
 
 func TestMain(m *testing.M) {
@@ -141,7 +141,7 @@ func TestPythonAgainstNATS(t *testing.T) {
 		"FINALIZER_NATS_TOKEN=t0ken",
 		"FINALIZER_NATS_TLS_URL=" + tlsSrv.ClientURL(),
 		"FINALIZER_NATS_TLS_CA=" + caFile,
-		"FINALIZER_SPARK_EVENTS=" + abs(t, "../../eventlog/testdata/local-1596020211915.streaming.jsonl"),
+		"FINALIZER_SPARK_EVENTS=" + abs(t, "../../internal/eventlog/testdata/local-1596020211915.streaming.jsonl"),
 	}
 	run(t, unittest(t, py, env, "test_nats"))
 }

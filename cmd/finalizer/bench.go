@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/finalizer-dev/finalizer/bench"
+	"github.com/finalizer-dev/finalizer/internal/bench"
 )
 
 func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/finalizer-dev/finalizer/eventlog"
+	"github.com/finalizer-dev/finalizer/internal/eventlog"
 	"github.com/finalizer-dev/finalizer/progress"
 )
 

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/finalizer-dev/finalizer/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 )
 
 // Roles of the embedded NATS server's users (nats.embedded.users[].role).

@@ -21,10 +21,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/control"
-	"github.com/finalizer-dev/finalizer/embeddednats"
 	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster"
 	"github.com/finalizer-dev/finalizer/listener"
-	"github.com/finalizer-dev/finalizer/pgcluster"
 	"github.com/finalizer-dev/finalizer/progress"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"go.uber.org/goleak"
 
-	"github.com/finalizer-dev/finalizer/eventlog"
+	"github.com/finalizer-dev/finalizer/internal/eventlog"
 )
 
 func TestMain(m *testing.M) {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/finalizer-dev/finalizer/eventlog"
+	"github.com/finalizer-dev/finalizer/internal/eventlog"
 )
 
 // BenchmarkPublishPath reads an event log shaped like a busy streaming

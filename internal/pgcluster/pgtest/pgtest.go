@@ -36,7 +36,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
-	"github.com/finalizer-dev/finalizer/pgcluster"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster"
 )
 
 // Environment variables read by Main and URL.

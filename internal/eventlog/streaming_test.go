@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/finalizer-dev/finalizer/eventlog"
+	"github.com/finalizer-dev/finalizer/internal/eventlog"
 	"github.com/finalizer-dev/finalizer/progress"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/finalizer-dev/finalizer/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 )
 
 // A test NKey (not a secret: it exists only in this test).
