@@ -17,7 +17,7 @@ const (
 )
 
 // Parse decodes one listener event in either JSON form Spark writes
-// (CONTRACT.md §2). kind is the kind the caller expects, from the NATS
+// (docs/contract.md §2). kind is the kind the caller expects, from the NATS
 // subject; KindUnknown when it does not know (an event-log line).
 //
 // Event-log (Jackson) form: the document has an "Event" field naming a

@@ -11,7 +11,7 @@ import (
 // is not a valid kind; a Spec holding it gives no candidate.
 type TimeKind uint8
 
-// The time kinds of CONTRACT.md §3.
+// The time kinds of docs/contract.md §3.
 const (
 	// TimeOffset reads a value inside a source's endOffset, at Spec.Pointer.
 	TimeOffset TimeKind = iota + 1
@@ -25,7 +25,7 @@ const (
 // granularity; Floor and Spec reject it.
 type Granularity uint8
 
-// The granularities of CONTRACT.md §3.
+// The granularities of docs/contract.md §3.
 const (
 	Minute Granularity = iota + 1
 	Hour
@@ -60,7 +60,7 @@ func ParseGranularity(s string) (Granularity, error) {
 // all of them.
 const SourceAll = -1
 
-// The defaults of a tracking spec (CONTRACT.md §3), as SpecOptions strings.
+// The defaults of a tracking spec (docs/contract.md §3), as SpecOptions strings.
 const (
 	DefaultTime        = "offset:/commit_ts"
 	DefaultSource      = "0"

@@ -15,7 +15,7 @@ var (
 	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
 )
 
-// ParseTime reads one time value of a progress (CONTRACT.md §3): a JSON
+// ParseTime reads one time value of a progress (docs/contract.md §3): a JSON
 // string holding an RFC 3339 time with any offset, or an ISO-8601 time
 // without a zone, read as UTC ("2026-09-28T14:37:12.345"), or a JSON number
 // of milliseconds since the Unix epoch (a fraction is kept to the

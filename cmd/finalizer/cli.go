@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Exit codes (CONTRACT.md §5).
+// Exit codes (docs/contract.md §5).
 const (
 	exitOK       = 0
 	exitNegative = 1 // not final, timeout

@@ -100,7 +100,7 @@ Exit codes: 0 tracked (or already tracked), 2 usage error or no service reachabl
 	return cmd
 }
 
-// uuidPattern is a query or run id as Spark prints it (CONTRACT.md §2).
+// uuidPattern is a query or run id as Spark prints it (docs/contract.md §2).
 var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // checkIDs refuses a query or run id (in lower case) that is not a UUID:
@@ -114,7 +114,7 @@ func checkIDs(queryID, runID string) error {
 	return nil
 }
 
-// addSpecFlags adds the tracking spec flags (CONTRACT.md §3).
+// addSpecFlags adds the tracking spec flags (docs/contract.md §3).
 func addSpecFlags(fs *pflag.FlagSet, s *progress.SpecOptions) {
 	fs.StringVar(&s.Time, "time", progress.DefaultTime, "offset:<JSON Pointer> into the source's endOffset, watermark, or trigger")
 	fs.StringVar(&s.Source, "source", progress.DefaultSource, "index into the progress's sources, or all (the earliest time)")

@@ -16,7 +16,7 @@ import (
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
-// Defaults of the service's configuration (CONTRACT.md §3, §7).
+// Defaults of the service's configuration (docs/contract.md §3, §7).
 const (
 	DefaultDataDir     = "./finalizer-data"
 	DefaultNATSListen  = "127.0.0.1:4222"

@@ -17,7 +17,7 @@ import (
 // maxLongPoll bounds the wait of GET /v1/tables/{table}/final.
 const maxLongPoll = 5 * time.Minute
 
-// newHTTPHandler serves the HTTP API (CONTRACT.md §6).
+// newHTTPHandler serves the HTTP API (docs/contract.md §6).
 func newHTTPHandler(s *service, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))

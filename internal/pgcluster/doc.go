@@ -1,5 +1,5 @@
 // Package pgcluster runs the managed private PostgreSQL cluster that
-// finalizer serve uses when no --postgres-url is given (CONTRACT.md §7), and
+// finalizer serve uses when no --postgres-url is given (docs/contract.md §7), and
 // that tests start through pgcluster/pgtest.
 //
 // The cluster lives in one directory: the data directory, a generated
