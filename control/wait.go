@@ -85,8 +85,9 @@ type listener struct {
 	closing chan struct{} // closed by close
 	done    chan struct{} // closed when the goroutine has returned
 
-	mu      sync.Mutex
-	waiters map[string]map[*waiter]struct{}
+	mu       sync.Mutex
+	waiters  map[string]map[*waiter]struct{}
+	watchers map[*watcher]struct{}
 	running bool // the goroutine was started
 	closed  bool
 	pid     uint32 // backend pid of the current LISTEN connection, 0 when none
@@ -102,7 +103,8 @@ func newListener(connect func(context.Context) (*pgx.Conn, error), log *zap.Logg
 		maxWait: DefaultReconnectMax,
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
-		waiters: map[string]map[*waiter]struct{}{},
+		waiters:  map[string]map[*waiter]struct{}{},
+		watchers: map[*watcher]struct{}{},
 	}
 }
 
@@ -113,18 +115,24 @@ func (l *listener) register(table string, until time.Time) (*waiter, error) {
 	if l.closed {
 		return nil, ErrClosed
 	}
-	if !l.running {
-		l.running = true
-		ctx, cancel := context.WithCancel(context.Background())
-		l.cancel = cancel
-		go l.run(ctx)
-	}
+	l.startLocked()
 	w := &waiter{table: table, until: until, wake: make(chan struct{}, 1)}
 	if l.waiters[table] == nil {
 		l.waiters[table] = map[*waiter]struct{}{}
 	}
 	l.waiters[table][w] = struct{}{}
 	return w, nil
+}
+
+// startLocked starts the goroutine unless it runs already. l.mu is held.
+func (l *listener) startLocked() {
+	if l.running {
+		return
+	}
+	l.running = true
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	go l.run(ctx)
 }
 
 func (l *listener) unregister(w *waiter) {
@@ -238,7 +246,7 @@ func (l *listener) setPID(pid uint32) {
 	l.mu.Unlock()
 }
 
-// wakeAll wakes every waiter.
+// wakeAll wakes every waiter and tells every watcher to re-read.
 func (l *listener) wakeAll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -246,6 +254,9 @@ func (l *listener) wakeAll() {
 		for w := range ws {
 			w.signal()
 		}
+	}
+	for w := range l.watchers {
+		w.fn(Notification{})
 	}
 }
 
@@ -261,9 +272,54 @@ func (l *listener) dispatch(payload string) {
 	until, err := time.Parse(time.RFC3339Nano, n.FinalizedUntil)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for w := range l.watchers {
+		if err != nil {
+			w.fn(Notification{})
+		} else {
+			w.fn(Notification{Table: n.Table, FinalizedUntil: until.UTC()})
+		}
+	}
 	for w := range l.waiters[n.Table] {
 		if err != nil || !w.until.After(until) {
 			w.signal()
 		}
 	}
+}
+
+// Notification is one verdict move announced on NotifyChannel. The zero
+// Notification means "re-read every verdict": the LISTEN connection was
+// (re)established, so moves announced while it was down are lost, or an
+// announcement could not be read.
+type Notification struct {
+	Table          string
+	FinalizedUntil time.Time // UTC
+}
+
+// watcher is one Watch call.
+type watcher struct{ fn func(Notification) }
+
+// Watch calls fn with every verdict move announced on NotifyChannel, by
+// this process or any other writer of the database (the channel is the
+// database's, so moves of another control table in the same database are
+// announced too), and with the zero Notification each time the LISTEN
+// connection is (re)established. fn runs on the goroutine of the LISTEN
+// connection that Wait shares, in the order of the announcements; it must
+// not block or call the Store. Call stop to end the calls: once stop
+// returns, fn is not called again. Watch fails with ErrClosed on a closed
+// Store.
+func (s *Store) Watch(fn func(Notification)) (stop func(), err error) {
+	l := s.lis
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, fmt.Errorf("watch: %w", ErrClosed)
+	}
+	w := &watcher{fn: fn}
+	l.watchers[w] = struct{}{}
+	l.startLocked()
+	return func() {
+		l.mu.Lock()
+		delete(l.watchers, w)
+		l.mu.Unlock()
+	}, nil
 }

@@ -266,3 +266,71 @@ func TestWaitSurvivesSilentListener(t *testing.T) {
 		return newPID != 0 && newPID != pid
 	})
 }
+
+// TestWatchSeesEveryMove: a watcher gets each move with its table and
+// time, a zero Notification when the LISTEN connection is re-established
+// (moves announced meanwhile are lost), and nothing after stop.
+func TestWatchSeesEveryMove(t *testing.T) {
+	s, url := newStore(t, Options{})
+	var mu sync.Mutex
+	var got []Notification
+	seen := func() []Notification {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]Notification(nil), got...)
+	}
+	stop, err := s.Watch(func(n Notification) {
+		mu.Lock()
+		got = append(got, n)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first connect's re-read", func() bool { return len(seen()) == 1 })
+	if n := seen()[0]; n != (Notification{}) {
+		t.Fatalf("first notification %+v, want the zero re-read", n)
+	}
+	advance(t, s, "a", at(13, 0))
+	advance(t, s, "b", at(14, 0))
+	advance(t, s, "a", at(13, 0)) // no move, no announcement
+	advance(t, s, "a", at(15, 0))
+	eventually(t, "three moves", func() bool { return len(seen()) == 4 })
+	want := []Notification{{}, {"a", at(13, 0)}, {"b", at(14, 0)}, {"a", at(15, 0)}}
+	for i, n := range seen() {
+		if n.Table != want[i].Table || !n.FinalizedUntil.Equal(want[i].FinalizedUntil) {
+			t.Errorf("notification %d = %+v, want %+v", i, n, want[i])
+		}
+	}
+
+	// A lost connection: the watcher is told to re-read when it is back.
+	admin := connect(t, url)
+	if _, err := admin.Exec(context.Background(), "SELECT pg_terminate_backend($1)", s.lis.backendPID()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the re-read after the reconnect", func() bool { return len(seen()) == 5 })
+	if n := seen()[4]; n != (Notification{}) {
+		t.Fatalf("after the reconnect: %+v, want the zero re-read", n)
+	}
+
+	stop()
+	// A Wait woken by the announcement proves it was dispatched: the
+	// watcher would have been called before the waiter.
+	ch := goWait(t, context.Background(), s, "a", at(16, 0))
+	listening(t, s, 1)
+	advance(t, s, "a", at(16, 0))
+	if r := result(t, ch); r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n := len(seen()); n != 5 {
+		t.Errorf("%d notifications after stop, want 5", n)
+	}
+}
+
+func TestWatchOnClosedStore(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	s.Close()
+	if _, err := s.Watch(func(Notification) {}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Watch on a closed store: %v, want ErrClosed", err)
+	}
+}

@@ -77,6 +77,10 @@ type TrackerStatus struct {
 	LastError string `json:"last_error,omitempty"`
 	// Failures is the number of failed advances in a row.
 	Failures int `json:"failures,omitempty"`
+	// Idle is true when the run's newest event said it has no new data
+	// (an idle event, or a progress no newer than the last one), false
+	// after a new progress.
+	Idle bool `json:"idle,omitempty"`
 	// Terminated is true once the run's termination arrived.
 	Terminated bool `json:"terminated,omitempty"`
 	// Done is true once the worker has stopped.
@@ -109,6 +113,7 @@ type Tracker struct {
 	lastErr    error
 	failures   int
 	lastEvent  time.Time
+	idle       bool
 	terminated bool
 	shownWrite time.Time
 }
@@ -198,6 +203,7 @@ func (t *Tracker) Status() TrackerStatus {
 		Written:    t.shownWrite,
 		LastEvent:  t.lastEvent,
 		Failures:   t.failures,
+		Idle:       t.idle,
 		Terminated: t.terminated,
 	}
 	if t.lastErr != nil {
@@ -230,6 +236,7 @@ func (t *Tracker) run(ctx context.Context) {
 		if mail.Progress != nil || mail.Idle || mail.Terminated != nil {
 			t.mu.Lock()
 			t.lastEvent = t.cfg.Clock.Now()
+			t.idle = mail.Progress == nil && mail.Idle
 			t.terminated = mail.Terminated != nil
 			t.mu.Unlock()
 		}

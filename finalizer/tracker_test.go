@@ -170,6 +170,22 @@ func TestIdleEventRetriesFailedAdvance(t *testing.T) {
 	eventually(t, "error cleared", func() bool { return r.reg.Status()[0].LastError == "" })
 }
 
+// A run whose newest event says it has no new data is shown idle until its
+// next new progress.
+func TestStatusShowsIdleRun(t *testing.T) {
+	r := newRig(t)
+	r.track(t, runA, "t")
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+	eventually(t, "first write", func() bool { return len(r.store.Calls()) == 1 })
+	if st := r.reg.Status()[0]; st.Idle {
+		t.Fatalf("idle after a new progress: %+v", st)
+	}
+	r.bus.Publish(idle(runA))
+	eventually(t, "idle shown", func() bool { return r.reg.Status()[0].Idle })
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T15:05:00"))
+	eventually(t, "running again", func() bool { return !r.reg.Status()[0].Idle })
+}
+
 // An advance that fails after the run terminated is still retried in
 // place before the worker stops; join reports the failure otherwise.
 func TestTerminationAppliesPendingAndReportsLastError(t *testing.T) {
