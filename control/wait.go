@@ -88,21 +88,21 @@ type listener struct {
 	mu       sync.Mutex
 	waiters  map[string]map[*waiter]struct{}
 	watchers map[*watcher]struct{}
-	running bool // the goroutine was started
-	closed  bool
-	pid     uint32 // backend pid of the current LISTEN connection, 0 when none
-	cancel  context.CancelFunc
+	running  bool // the goroutine was started
+	closed   bool
+	pid      uint32 // backend pid of the current LISTEN connection, 0 when none
+	cancel   context.CancelFunc
 }
 
 func newListener(connect func(context.Context) (*pgx.Conn, error), log *zap.Logger) *listener {
 	return &listener{
-		connect: connect,
-		log:     log,
-		ping:    DefaultListenPing,
-		minWait: DefaultReconnectMin,
-		maxWait: DefaultReconnectMax,
-		closing: make(chan struct{}),
-		done:    make(chan struct{}),
+		connect:  connect,
+		log:      log,
+		ping:     DefaultListenPing,
+		minWait:  DefaultReconnectMin,
+		maxWait:  DefaultReconnectMax,
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
 		waiters:  map[string]map[*waiter]struct{}{},
 		watchers: map[*watcher]struct{}{},
 	}
