@@ -78,6 +78,32 @@ type notification struct {
 	FinalizedUntil string `json:"finalized_until"` // RFC 3339, UTC
 }
 
+// check validates a and returns the time to store (pgx sends
+// microseconds, truncating, and the notification must say what is stored)
+// and the notification's payload, which is always shorter than
+// pg_notify's limit.
+func (a Advance) check() (time.Time, string, error) {
+	op := "advance " + a.Table
+	if err := CheckTableName(a.Table); err != nil {
+		return time.Time{}, "", fmt.Errorf("advance: %w: %w", ErrInvalidAdvance, err)
+	}
+	switch {
+	case a.FinalizedUntil.IsZero():
+		return time.Time{}, "", fmt.Errorf("%s: %w: no finalized_until", op, ErrInvalidAdvance)
+	case len(a.EndOffset) > 0 && !json.Valid(a.EndOffset):
+		return time.Time{}, "", fmt.Errorf("%s: %w: end offset is not JSON", op, ErrInvalidAdvance)
+	}
+	until := a.FinalizedUntil.UTC().Truncate(time.Microsecond)
+	payload, err := json.Marshal(notification{Table: a.Table, FinalizedUntil: until.Format(time.RFC3339Nano)})
+	if err != nil {
+		return time.Time{}, "", fmt.Errorf("%s: %w", op, err)
+	}
+	if len(payload) >= maxNotifyPayload { // unreachable with CheckTableName's cap; never send one
+		return time.Time{}, "", fmt.Errorf("%s: %w: notification of %d bytes", op, ErrInvalidAdvance, len(payload))
+	}
+	return until, string(payload), nil
+}
+
 // Advance moves a.Table's verdict forward to a.FinalizedUntil, in one
 // statement: it inserts the row when the table has none, and updates it only
 // when the row's finalized_until is NULL or earlier than the candidate,
@@ -95,7 +121,8 @@ type notification struct {
 // database still refuses is stored as NULL: the offset never blocks the
 // verdict.
 //
-// Errors: ErrInvalidAdvance (no table, no time, EndOffset not JSON),
+// Errors: ErrInvalidAdvance (a table name CheckTableName refuses, no
+// time, EndOffset not JSON),
 // ErrUnavailable (PostgreSQL unreachable; nothing or everything was
 // written, and retrying is safe because the advance is idempotent),
 // ErrNotMigrated (no control table).
@@ -104,19 +131,9 @@ func (s *Store) Advance(ctx context.Context, a Advance) (v Verdict, moved bool, 
 	if s.closed.Load() {
 		return Verdict{}, false, fmt.Errorf("%s: %w", op, ErrClosed)
 	}
-	switch {
-	case a.Table == "":
-		return Verdict{}, false, fmt.Errorf("advance: %w: no table", ErrInvalidAdvance)
-	case a.FinalizedUntil.IsZero():
-		return Verdict{}, false, fmt.Errorf("%s: %w: no finalized_until", op, ErrInvalidAdvance)
-	case len(a.EndOffset) > 0 && !json.Valid(a.EndOffset):
-		return Verdict{}, false, fmt.Errorf("%s: %w: end offset is not JSON", op, ErrInvalidAdvance)
-	}
-	// pgx sends microseconds, truncating; the payload must say what is stored.
-	until := a.FinalizedUntil.UTC().Truncate(time.Microsecond)
-	payload, err := json.Marshal(notification{Table: a.Table, FinalizedUntil: until.Format(time.RFC3339Nano)})
+	until, payload, err := a.check()
 	if err != nil {
-		return Verdict{}, false, fmt.Errorf("%s: %w", op, err)
+		return Verdict{}, false, err
 	}
 	var endOffset any
 	if len(a.EndOffset) > 0 {
@@ -124,7 +141,7 @@ func (s *Store) Advance(ctx context.Context, a Advance) (v Verdict, moved bool, 
 	}
 	var notified int64
 	row := s.pool.QueryRow(ctx, s.sql.advance,
-		a.Table, until, nullTime(a.EndTime), endOffset, nullString(a.QueryID), nullString(a.RunID), a.BatchID, string(payload))
+		a.Table, until, nullTime(a.EndTime), endOffset, nullString(a.QueryID), nullString(a.RunID), a.BatchID, payload)
 	v, err = scanVerdict(row, &moved, &notified)
 	if err != nil && endOffset != nil && offsetRefused(err) {
 		// The offset is provenance; the verdict must not wait on it (a
@@ -133,7 +150,7 @@ func (s *Store) Advance(ctx context.Context, a Advance) (v Verdict, moved bool, 
 		s.log.Warn("postgresql refused the end offset; advancing without it",
 			zap.String("table", a.Table), zap.String("run_id", a.RunID), zap.Error(err))
 		row = s.pool.QueryRow(ctx, s.sql.advance,
-			a.Table, until, nullTime(a.EndTime), nil, nullString(a.QueryID), nullString(a.RunID), a.BatchID, string(payload))
+			a.Table, until, nullTime(a.EndTime), nil, nullString(a.QueryID), nullString(a.RunID), a.BatchID, payload)
 		v, err = scanVerdict(row, &moved, &notified)
 	}
 	switch {
@@ -155,10 +172,15 @@ func (s *Store) Advance(ctx context.Context, a Advance) (v Verdict, moved bool, 
 	return v, false, nil
 }
 
-// Get returns the table's verdict, or ErrNotFound when it has none.
+// Get returns the table's verdict, or ErrNotFound when it has none, or
+// ErrInvalidTable, without asking PostgreSQL, for a name CheckTableName
+// refuses.
 func (s *Store) Get(ctx context.Context, table string) (Verdict, error) {
 	if s.closed.Load() {
 		return Verdict{}, fmt.Errorf("get %s: %w", table, ErrClosed)
+	}
+	if err := CheckTableName(table); err != nil {
+		return Verdict{}, fmt.Errorf("get: %w", err)
 	}
 	v, err := scanVerdict(s.pool.QueryRow(ctx, s.sql.get, table))
 	if errors.Is(err, pgx.ErrNoRows) {

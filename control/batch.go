@@ -2,7 +2,7 @@ package control
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -54,10 +54,18 @@ WHERE table_name = ANY($1::text[]) AND table_name NOT IN (SELECT table_name FROM
 // first: the others do not move it and get its verdict.
 //
 // An invalid advance gets ErrInvalidAdvance in its result and is not sent.
-// The returned error is for the batch as a whole (ErrUnavailable,
-// ErrNotMigrated, ErrClosed, ctx's): then nothing was written, or
-// everything, and every result carries the same error. An EndOffset the
-// database refuses makes the batch fall back to one Advance per entry.
+// One advance the database refuses never fails the others, whatever the
+// error: when the statement fails for any reason but the database's
+// availability, the batch is applied again in halves, down to single
+// advances (each applied as Advance applies it, so an EndOffset the
+// database refuses is dropped), so that k refused advances cost about
+// k·log2(n) statements and only they carry an error.
+//
+// The returned error is for the batch as a whole: PostgreSQL unreachable
+// (ErrUnavailable), no control table (ErrNotMigrated), the store closed
+// (ErrClosed) or ctx done. Then the advances not applied before it carry
+// it in their results; those applied before it (by earlier halves) carry
+// their own.
 func (s *Store) AdvanceBatch(ctx context.Context, as []Advance) ([]AdvanceResult, error) {
 	res := make([]AdvanceResult, len(as))
 	if s.closed.Load() {
@@ -67,107 +75,51 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []Advance) ([]AdvanceResult
 		}
 		return res, err
 	}
-	// The row sent for each table: the highest candidate.
-	type row struct {
-		i       int // index into as
-		until   time.Time
-		offset  *string
-		payload string
-	}
-	rows := make(map[string]*row, len(as))
+	b := &batch{as: as, rows: make(map[string]*batchRow, len(as))}
 	var order []string
 	for i, a := range as {
-		switch {
-		case a.Table == "":
-			res[i].Err = fmt.Errorf("advance: %w: no table", ErrInvalidAdvance)
-			continue
-		case a.FinalizedUntil.IsZero():
-			res[i].Err = fmt.Errorf("advance %s: %w: no finalized_until", a.Table, ErrInvalidAdvance)
-			continue
-		case len(a.EndOffset) > 0 && !json.Valid(a.EndOffset):
-			res[i].Err = fmt.Errorf("advance %s: %w: end offset is not JSON", a.Table, ErrInvalidAdvance)
-			continue
-		}
-		until := a.FinalizedUntil.UTC().Truncate(time.Microsecond)
-		if r, ok := rows[a.Table]; ok && !until.After(r.until) {
-			continue
-		}
-		payload, err := json.Marshal(notification{Table: a.Table, FinalizedUntil: until.Format(time.RFC3339Nano)})
+		until, payload, err := a.check()
 		if err != nil {
-			res[i].Err = fmt.Errorf("advance %s: %w", a.Table, err)
+			res[i].Err = err
 			continue
 		}
-		r := &row{i: i, until: until, payload: string(payload)}
+		if r, ok := b.rows[a.Table]; ok && !until.After(r.until) {
+			continue
+		}
+		r := &batchRow{i: i, until: until, payload: payload}
 		if len(a.EndOffset) > 0 {
 			off := string(jsonbSafe(a.EndOffset))
 			r.offset = &off
 		}
-		if _, ok := rows[a.Table]; !ok {
+		if _, ok := b.rows[a.Table]; !ok {
 			order = append(order, a.Table)
 		}
-		rows[a.Table] = r
+		b.rows[a.Table] = r
 	}
 	if len(order) == 0 {
 		return res, nil
 	}
 	sort.Strings(order)
-	n := len(order)
-	var (
-		tables   = make([]string, n)
-		untils   = make([]time.Time, n)
-		ends     = make([]*time.Time, n)
-		offsets  = make([]*string, n)
-		queries  = make([]*string, n)
-		runs     = make([]*string, n)
-		batches  = make([]int64, n)
-		payloads = make([]string, n)
-	)
-	for j, table := range order {
-		r := rows[table]
-		a := as[r.i]
-		tables[j], untils[j], offsets[j], batches[j], payloads[j] = table, r.until, r.offset, a.BatchID, r.payload
-		if !a.EndTime.IsZero() {
-			t := a.EndTime
-			ends[j] = &t
-		}
-		if a.QueryID != "" {
-			queries[j] = &as[r.i].QueryID
-		}
-		if a.RunID != "" {
-			runs[j] = &as[r.i].RunID
-		}
-	}
-	verdicts, moved, err := s.advanceBatch(ctx, tables, untils, ends, offsets, queries, runs, batches, payloads)
-	if err != nil && offsetRefused(err) {
-		// As Advance does, per entry: the offset is provenance and must not
-		// block a verdict.
-		s.log.Warn("postgresql refused an end offset of a batch; advancing its entries one by one",
-			zap.Int("advances", len(as)), zap.Error(err))
-		for i, a := range as {
-			if res[i].Err == nil {
-				res[i].Verdict, res[i].Moved, res[i].Err = s.Advance(ctx, a)
-			}
-		}
-		return res, nil
-	}
-	if err != nil {
-		err = wrap(ctx, fmt.Sprintf("advance batch of %d tables", n), err)
-		for i := range res {
-			if res[i].Err == nil {
-				res[i].Err = err
-			}
-		}
-		return res, err
+	b.verdicts = make(map[string]Verdict, len(order))
+	b.moved = make(map[string]bool, len(order))
+	b.failed = make(map[string]error)
+	batchErr := s.applyBatch(ctx, b, order, true)
+	if batchErr != nil {
+		batchErr = wrap(ctx, fmt.Sprintf("advance batch of %d tables", len(order)), batchErr)
 	}
 	for i, a := range as {
 		if res[i].Err != nil {
 			continue
 		}
-		r := rows[a.Table]
+		r := b.rows[a.Table]
 		until := a.FinalizedUntil.UTC().Truncate(time.Microsecond)
-		v, ok := verdicts[a.Table]
+		v, ok := b.verdicts[a.Table]
 		switch {
-		case r.i == i && moved[a.Table]:
+		case b.failed[a.Table] != nil:
+			res[i].Err = b.failed[a.Table]
+		case !ok && batchErr != nil:
+			res[i].Err = batchErr
+		case r.i == i && b.moved[a.Table]:
 			res[i] = AdvanceResult{Verdict: v, Moved: true}
 		case ok && !v.FinalizedUntil.Before(until):
 			res[i] = AdvanceResult{Verdict: v}
@@ -180,20 +132,117 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []Advance) ([]AdvanceResult
 				res[i].Err = fmt.Errorf("advance %s: read back: %w", a.Table, err)
 				continue
 			}
-			verdicts[a.Table] = v
+			b.verdicts[a.Table] = v
 			res[i] = AdvanceResult{Verdict: v}
 		}
 	}
-	return res, nil
+	return res, batchErr
 }
 
-// advanceBatch runs the batch statement and returns the rows it returned,
-// by table, and which of them moved.
-func (s *Store) advanceBatch(ctx context.Context, tables []string, untils []time.Time, ends []*time.Time,
-	offsets, queries, runs []*string, batches []int64, payloads []string) (map[string]Verdict, map[string]bool, error) {
+// batch is the state of one AdvanceBatch across its statements.
+type batch struct {
+	as       []Advance
+	rows     map[string]*batchRow // the row sent for each table: its highest candidate
+	verdicts map[string]Verdict   // the rows the statements returned
+	moved    map[string]bool      // which of them moved
+	failed   map[string]error     // tables whose own advance failed
+}
+
+// batchRow is the row of one table in a batch.
+type batchRow struct {
+	i       int // index into as
+	until   time.Time
+	offset  *string
+	payload string
+}
+
+// applyBatch applies the rows of the tables in order (sorted) with one
+// statement and records what it returned in b. When the statement fails
+// for a reason that may be one row's, it applies each half in turn; a
+// single table left is applied with Advance, and its failure is recorded
+// in b.failed. It returns only an error of the batch as a whole (see
+// batchWide), at which point it stops.
+func (s *Store) applyBatch(ctx context.Context, b *batch, order []string, top bool) error {
+	if len(order) == 1 && !top {
+		table := order[0]
+		v, moved, err := s.Advance(ctx, b.as[b.rows[table].i])
+		switch {
+		case err == nil:
+			b.verdicts[table], b.moved[table] = v, moved
+		case batchWide(ctx, err):
+			return err
+		default:
+			b.failed[table] = err
+		}
+		return nil
+	}
+	n := len(order)
+	var (
+		tables   = make([]string, n)
+		untils   = make([]time.Time, n)
+		ends     = make([]*time.Time, n)
+		offsets  = make([]*string, n)
+		queries  = make([]*string, n)
+		runs     = make([]*string, n)
+		batches  = make([]int64, n)
+		payloads = make([]string, n)
+	)
+	for j, table := range order {
+		r := b.rows[table]
+		a := &b.as[r.i]
+		tables[j], untils[j], offsets[j], batches[j], payloads[j] = table, r.until, r.offset, a.BatchID, r.payload
+		if !a.EndTime.IsZero() {
+			t := a.EndTime
+			ends[j] = &t
+		}
+		if a.QueryID != "" {
+			queries[j] = &a.QueryID
+		}
+		if a.RunID != "" {
+			runs[j] = &a.RunID
+		}
+	}
+	err := s.advanceBatch(ctx, b, tables, untils, ends, offsets, queries, runs, batches, payloads)
+	switch {
+	case err == nil:
+		return nil
+	case batchWide(ctx, err):
+		return err
+	case top:
+		s.log.Warn("postgresql refused a group commit of advances; applying it in halves so that one advance cannot fail the others",
+			zap.Int("tables", n), zap.Error(err))
+	}
+	if n == 1 {
+		return s.applyBatch(ctx, b, order, false)
+	}
+	if err := s.applyBatch(ctx, b, order[:n/2], false); err != nil {
+		return err
+	}
+	return s.applyBatch(ctx, b, order[n/2:], false)
+}
+
+// batchWide reports whether err, from a statement of a batch, is about the
+// database or the call rather than any one advance: ctx done, the store
+// closed, PostgreSQL unreachable or not migrated. Any other error may be
+// one advance's, whatever its SQLSTATE.
+func batchWide(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotMigrated) {
+		return true
+	}
+	switch classify(err) {
+	case ErrUnavailable, ErrNotMigrated:
+		return true
+	}
+	return false
+}
+
+// advanceBatch runs the batch statement and records the rows it returned,
+// by table, and which of them moved, in b.
+func (s *Store) advanceBatch(ctx context.Context, b *batch, tables []string, untils []time.Time, ends []*time.Time,
+	offsets, queries, runs []*string, batches []int64, payloads []string) error {
 	rows, err := s.pool.Query(ctx, s.sql.advanceBatch, tables, untils, ends, offsets, queries, runs, batches, payloads)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	defer rows.Close()
 	verdicts := make(map[string]Verdict, len(tables))
@@ -205,13 +254,18 @@ func (s *Store) advanceBatch(ctx context.Context, tables []string, untils []time
 		)
 		v, err := scanVerdict(rows, &mv, &notified)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		verdicts[v.Table] = v
 		moved[v.Table] = mv
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		return err
 	}
-	return verdicts, moved, nil
+	// Recorded only once the statement succeeded: a failed one committed
+	// nothing.
+	for t, v := range verdicts {
+		b.verdicts[t], b.moved[t] = v, moved[t]
+	}
+	return nil
 }

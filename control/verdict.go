@@ -59,7 +59,11 @@ var (
 	// ErrUnavailable means PostgreSQL could not be reached or the connection
 	// broke; the operation may succeed if retried.
 	ErrUnavailable = errors.New("postgresql unavailable")
-	// ErrInvalidAdvance means an Advance lacks a table or a time, or its
+	// ErrInvalidTable means a tracked table's name cannot be stored (see
+	// CheckTableName); nothing was sent to PostgreSQL.
+	ErrInvalidTable = errors.New("invalid table name")
+	// ErrInvalidAdvance means an Advance lacks a table or a time, its
+	// table name is invalid (it then wraps ErrInvalidTable too), or its
 	// EndOffset is not JSON; nothing was written.
 	ErrInvalidAdvance = errors.New("invalid advance")
 	// ErrInvalidTrack means a Track lacks its query id, run id or table, or

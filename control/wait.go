@@ -30,10 +30,14 @@ const (
 // one LISTEN connection, opened by the first, which re-checks every waiter
 // after each (re)connect, so a notification lost while it was down cannot
 // leave a waiter hanging. It returns ctx's error wrapped when ctx is done,
-// ErrClosed when the Store is closed, and ErrUnavailable when a check of
+// ErrClosed when the Store is closed, ErrInvalidTable for a name
+// CheckTableName refuses, and ErrUnavailable when a check of
 // the table fails because PostgreSQL is unreachable (a broken LISTEN
 // connection alone is not an error: it is replaced, and Wait keeps waiting).
 func (s *Store) Wait(ctx context.Context, table string, until time.Time) (Verdict, error) {
+	if err := CheckTableName(table); err != nil {
+		return Verdict{}, fmt.Errorf("wait: %w", err)
+	}
 	op := "wait for " + table
 	w, err := s.lis.register(table, until)
 	if err != nil {

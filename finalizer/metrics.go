@@ -37,6 +37,9 @@ type Metrics struct {
 	// AdvanceBatchSize is the number of advances each group commit applied
 	// in one statement (ADR 0008).
 	AdvanceBatchSize prometheus.Histogram
+	// Refused counts runs the registry refused to track, by reason
+	// (RefusedTableName, RefusedQueryName, RefusedRunCap).
+	Refused *prometheus.CounterVec
 
 	now      func() time.Time
 	mu       sync.Mutex
@@ -94,6 +97,10 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 			Help:    "Advances applied by one group-commit statement.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 7),
 		}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "finalizer_refused_total",
+			Help: "Runs refused tracking, by reason: table_name (invalid or too long), query_name (too long), run_cap (too many tracked runs).",
+		}, []string{"reason"}),
 		now:      now,
 		verdicts: make(map[string]time.Time),
 		lagDesc: prometheus.NewDesc("finalizer_verdict_lag_seconds",
@@ -103,7 +110,7 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Events, m.Candidates, m.Advances, m.Writes, m.FailedAdvances,
-			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, verdictCollector{m})
+			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, m.Refused, verdictCollector{m})
 	}
 	return m
 }

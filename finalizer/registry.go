@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/internal/lograte"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -31,12 +32,30 @@ const (
 	// DefaultRecoverParallelism is how many runs are subscribed at once
 	// when the service recovers its runs at start.
 	DefaultRecoverParallelism = 16
+	// MaxQueryNameLen is the longest query name, in bytes, under which a
+	// rule tracks a run; a run of a query with a longer name is refused
+	// (RefusedQueryName).
+	MaxQueryNameLen = 1024
+	// refuseLogEvery is how often a refusal is logged, at most, per reason.
+	refuseLogEvery = 10 * time.Second
 	// janitorEvery is how often stale and expired runs are looked for, at
 	// most: with a StaleAfter or ExpireAfter shorter than twice this, the
 	// janitor looks every half of the shorter one (but not more often than
 	// minJanitorEvery), so that a short threshold is honoured.
 	janitorEvery    = 30 * time.Second
 	minJanitorEvery = 100 * time.Millisecond
+)
+
+// Reasons of Metrics.Refused.
+const (
+	// RefusedTableName: the table name is invalid or too long
+	// (control.CheckTableName).
+	RefusedTableName = "table_name"
+	// RefusedQueryName: the query's name is longer than MaxQueryNameLen.
+	RefusedQueryName = "query_name"
+	// RefusedRunCap: the registry tracks RegistryConfig.MaxRuns runs
+	// already.
+	RefusedRunCap = "run_cap"
 )
 
 // The registry's errors.
@@ -162,7 +181,9 @@ type Registry struct {
 	queries  map[string][]*entry // queryID -> its trackers not finished
 	starting map[string]int      // runID -> trackers not yet subscribed
 	finished *memo               // runID -> last JoinResult
-	ignored  *memo               // runs no rule matches
+	ignored  *memo               // runs no rule matches, or refused
+
+	refuseLog *lograte.Limiter
 }
 
 // NewRegistry returns a running registry. Call Close to stop it.
@@ -215,6 +236,8 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		starting: make(map[string]int),
 		finished: newMemo(cfg.Remember),
 		ignored:  newMemo(cfg.Remember),
+
+		refuseLog: lograte.New(cfg.Clock.Now, refuseLogEvery),
 	}
 	r.store = cfg.Store
 	if bs, ok := cfg.Store.(BatchStore); ok && cfg.MaxBatch > 0 {
@@ -233,8 +256,14 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 
 // Track starts a tracker for req unless one for the same run and table
 // exists. It reports whether it started one. Explicit requests are
-// persisted before the tracker starts.
+// persisted before the tracker starts. A table name the control table
+// cannot hold (control.CheckTableName) is refused with
+// control.ErrInvalidTable and counted in Metrics.Refused.
 func (r *Registry) Track(ctx context.Context, req Request) (bool, error) {
+	if err := control.CheckTableName(req.Table); err != nil {
+		r.cfg.Metrics.Refused.WithLabelValues(RefusedTableName).Inc()
+		return false, fmt.Errorf("track run %s: %w", req.RunID, err)
+	}
 	key := trackKey{req.RunID, req.Table}
 	r.mu.Lock()
 	if r.closed {
@@ -478,6 +507,10 @@ func (r *Registry) consider(ctx context.Context, run listener.Run, supersede boo
 			name = got
 		}
 	}
+	if len(name) > MaxQueryNameLen {
+		r.refuse(RefusedQueryName, run, fmt.Errorf("query name of %d bytes, at most %d", len(name), MaxQueryNameLen))
+		return
+	}
 	matched := false
 	for _, rule := range r.cfg.Rules {
 		table, ok := rule.Match(run.QueryID, name)
@@ -486,7 +519,12 @@ func (r *Registry) consider(ctx context.Context, run listener.Run, supersede boo
 		}
 		matched = true
 		req := Request{QueryID: run.QueryID, RunID: run.RunID, Table: table, Spec: rule.Spec, Supersede: supersede}
-		if _, err := r.Track(ctx, req); err != nil && !errors.Is(err, ErrClosed) {
+		_, err := r.Track(ctx, req)
+		switch {
+		case err == nil:
+		case errors.Is(err, control.ErrInvalidTable):
+			r.refuse("", run, err) // counted by Track
+		case !errors.Is(err, ErrClosed):
 			r.log.Error("could not track run", zap.String("table", table), zap.String("query_id", run.QueryID),
 				zap.String("run_id", run.RunID), zap.Error(err))
 		}
@@ -502,6 +540,28 @@ func (r *Registry) consider(ctx context.Context, run listener.Run, supersede boo
 		return
 	}
 	r.deliver(run)
+}
+
+// refuse records that run will not be tracked (a name the service does
+// not accept), so that its further events are dropped unparsed: it counts
+// the refusal under reason (unless reason is "", when the caller counted
+// it), and logs it at most once per reason every refuseLogEvery.
+func (r *Registry) refuse(reason string, run listener.Run, err error) {
+	if reason != "" {
+		r.cfg.Metrics.Refused.WithLabelValues(reason).Inc()
+	} else {
+		reason = RefusedTableName
+	}
+	r.mu.Lock()
+	if len(r.runs[run.RunID]) == 0 {
+		r.ignored.put(run.RunID, JoinResult{})
+	}
+	r.mu.Unlock()
+	if ok, n := r.refuseLog.Allow(reason); ok {
+		r.log.Warn("run refused; its events are dropped", zap.String("reason", reason),
+			zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID), zap.Error(err),
+			zap.Int("suppressed", n))
+	}
 }
 
 // deliver offers the event a run was discovered through to the mailboxes

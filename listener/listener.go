@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/finalizer-dev/finalizer/internal/lograte"
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
@@ -229,7 +230,7 @@ type Listener struct {
 	js       jetstream.JetStream
 	prefix   []string // the prefix's tokens
 	parse    func([]byte, progress.Kind) (*progress.Event, error)
-	warn     *warnLimiter
+	warn     *lograte.Limiter
 	inflight chan struct{} // API requests in flight
 
 	ctx    context.Context // canceled by Close
@@ -286,7 +287,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		log:         o.Logger,
 		prefix:      prefix,
 		parse:       progress.Parse,
-		warn:        newWarnLimiter(o.Now, DefaultWarnEvery),
+		warn:        lograte.New(o.Now, DefaultWarnEvery),
 		inflight:    make(chan struct{}, DefaultMaxInflightAPI),
 		ctx:         lctx,
 		cancel:      cancel,
@@ -321,7 +322,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 			if sub != nil {
 				subj = sub.Subject
 			}
-			if ok, n := l.warn.allow("nats-error"); ok {
+			if ok, n := l.warn.Allow("nats-error"); ok {
 				l.log.Warn("nats asynchronous error", zap.String("subject", subj),
 					zap.Error(err), zap.Int("suppressed", n))
 			}

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/finalizer-dev/finalizer/internal/lograte"
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
@@ -35,7 +36,7 @@ func newRawRig(t *testing.T) *rawRig {
 		r.mu.Unlock()
 	}}.withDefaults()
 	prefix, _ := splitPrefix(o.Prefix)
-	l := &Listener{opts: o, log: zap.NewNop(), prefix: prefix, warn: newWarnLimiter(time.Now, DefaultWarnEvery)}
+	l := &Listener{opts: o, log: zap.NewNop(), prefix: prefix, warn: lograte.New(time.Now, DefaultWarnEvery)}
 	l.parse = func(d []byte, k progress.Kind) (*progress.Event, error) {
 		r.mu.Lock()
 		r.parsed++

@@ -348,7 +348,7 @@ func (l *Listener) drop(es eventSubject, subject, outcome string, err error) {
 		l.log.Debug("event ignored", zap.String("subject", subject), zap.Error(err))
 		return
 	}
-	if ok, n := l.warn.allow(outcome + "/" + es.kindToken); ok {
+	if ok, n := l.warn.Allow(outcome + "/" + es.kindToken); ok {
 		l.log.Warn("event dropped",
 			zap.String("outcome", outcome),
 			zap.String("kind", es.kindToken),

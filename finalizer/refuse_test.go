@@ -1,0 +1,79 @@
+package finalizer_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// TestRefusedNamesAreCountedAndDropped: under a {name} rule, runs whose
+// query name is too long, or makes a table name the control table cannot
+// hold (a NUL, bytes that are not UTF-8, a name over the cap), are refused,
+// counted by reason, logged once per reason, and their further events
+// are dropped unparsed (the run is known); a healthy run beside them is
+// tracked. Before, such a run was tracked and its advances failed the
+// group commits of healthy tables; an explicit track of such a table is
+// refused too.
+func TestRefusedNamesAreCountedAndDropped(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	m := finalizer.NewMetrics(nil, nil)
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{
+		Events: newFakeBus(), Store: newFakeStore(), Metrics: m, Logger: zap.New(core),
+		Rules: []finalizer.Rule{{Table: "bronze.{name}", Query: "*", Spec: hourSpec(t)}},
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = reg.Close(ctx)
+	})
+	bad := map[string]string{ // run id -> query name
+		"00000000-0000-4000-8000-000000000001": strings.Repeat("q", finalizer.MaxQueryNameLen+1),
+		"00000000-0000-4000-8000-000000000002": "nul\x00name",
+		"00000000-0000-4000-8000-000000000003": "bad\xffutf8",
+		"00000000-0000-4000-8000-000000000004": strings.Repeat("n", control.MaxTableNameLen-len("bronze.")+1),
+	}
+	for run, name := range bad {
+		reg.Discovered(listener.Run{QueryID: queryA, RunID: run, Name: name, Kind: progress.KindStarted})
+	}
+	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindStarted})
+	eventually(t, "healthy run tracked", func() bool { return len(reg.Status()) == 1 })
+	eventually(t, "refused runs known", func() bool {
+		for run := range bad {
+			if !reg.Known(run) {
+				return false
+			}
+		}
+		return true
+	})
+	if got := testutil.ToFloat64(m.Refused.WithLabelValues(finalizer.RefusedQueryName)); got != 1 {
+		t.Errorf("refused query_name = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.Refused.WithLabelValues(finalizer.RefusedTableName)); got != 3 {
+		t.Errorf("refused table_name = %v, want 3", got)
+	}
+	if n := logs.FilterMessage("run refused; its events are dropped").Len(); n != 2 {
+		t.Errorf("%d refusal lines, want one per reason (2)", n)
+	}
+	if n := logs.FilterLevelExact(zapcore.ErrorLevel).Len(); n != 0 {
+		t.Errorf("%d error lines", n)
+	}
+	_, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runB, Table: "a\x00b", Spec: hourSpec(t), Explicit: true})
+	if !errors.Is(err, control.ErrInvalidTable) {
+		t.Fatalf("explicit track of a bad name: %v", err)
+	}
+	if got := testutil.ToFloat64(m.Refused.WithLabelValues(finalizer.RefusedTableName)); got != 4 {
+		t.Errorf("refused table_name = %v, want 4", got)
+	}
+}
