@@ -109,6 +109,7 @@ Every flag can also be set with an environment variable: --postgres-url is
 FINALIZER_POSTGRES_URL, --nats-url is FINALIZER_NATS_URL, and so on.
 
 Exit codes: 0 success (final, done), 1 not final or timed out, 2 usage or connection error.`,
+		Version:       readBuildVersion().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -118,6 +119,7 @@ Exit codes: 0 success (final, done), 1 not final or timed out, 2 usage or connec
 			return nil
 		},
 	}
+	root.SetVersionTemplate("finalizer {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err}
 	})
@@ -130,6 +132,7 @@ Exit codes: 0 success (final, done), 1 not final or timed out, 2 usage or connec
 		newWaitCmd(stdout),
 		newPublishCmd(stdin, stdout, stderr),
 		newBenchCmd(stdout, stderr),
+		newVersionCmd(stdout),
 	)
 	root.CompletionOptions.DisableDefaultCmd = true
 	return root

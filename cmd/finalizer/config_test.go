@@ -131,7 +131,7 @@ func TestUsageErrorsExitTwoWithOneLine(t *testing.T) {
 }
 
 func TestEveryCommandHasHelp(t *testing.T) {
-	for _, name := range []string{"serve", "track", "join", "status", "is-final", "wait", "publish"} {
+	for _, name := range []string{"serve", "track", "join", "status", "is-final", "wait", "publish", "version"} {
 		var out bytes.Buffer
 		if code := run(context.Background(), []string{name, "--help"}, nil, &out, &out); code != 0 {
 			t.Errorf("%s --help: exit %d", name, code)
