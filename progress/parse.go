@@ -30,7 +30,7 @@ const (
 // Listener (json4s) form: no "Event" field; the document is the event
 // itself (a StreamingQueryProgress for a progress). The kind is the
 // caller's. When the caller passes KindUnknown, Parse infers it from the
-// keys present, whatever their values: "batchId" means progress;
+// keys present, whatever their values: "batchId" or "sources" means progress;
 // "exception" or "errorClassOnException" means terminated; "name" means
 // started; anything else is idle.
 //
@@ -155,7 +155,11 @@ func (f *fields) member(key []byte, esc bool, v span) error {
 // inferKind guesses the kind of a listener-form document from its keys.
 func (f *fields) inferKind() Kind {
 	switch {
-	case f.batchID.present():
+	case f.batchID.present() || f.sources.present():
+		// A document with sources is a progress even without a batchId
+		// (Spark 2.1/2.2): build then calls it malformed, as it does for
+		// a progress from the subject, instead of reading it as a
+		// started event because it has a name.
 		return KindProgress
 	case f.exception.present() || f.errorClass.present():
 		return KindTerminated

@@ -463,6 +463,7 @@ var parseCases = []struct {
 	{name: "runId not a UUID", kind: KindIdle, data: `{"id":"` + fixtureQueryID + `","runId":"e225d92f-2545-48f8-87a2-9c0309580f8"}`, err: ErrMalformed, msg: `runId "e225d92f-2545-48f8-87a2-9c0309580f8": want a UUID`},
 	{name: "id with bad hex", kind: KindIdle, data: `{"id":"8c57e1ec-94b5-4c99-b100-f694162df0bz","runId":"` + fixtureRunID + `"}`, err: ErrMalformed},
 	{name: "id a number", kind: KindIdle, data: `{"id":5,"runId":"` + fixtureRunID + `"}`, err: ErrMalformed},
+	{name: "inferred progress without batchId", data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","name":"q","timestamp":"2026-09-28T14:38:05Z","sources":[{"endOffset":{"commit_ts":"2026-09-28T14:05:00"}}]}`, err: ErrMalformed, msg: "batchId"},
 	{name: "no batchId", kind: KindProgress, data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `"}`, err: ErrMalformed, msg: "batchId"},
 	{name: "batchId a fraction", kind: KindProgress, data: string(progressDoc(`"batchId":1.5`)), err: ErrMalformed},
 	{name: "batchId a string", kind: KindProgress, data: string(progressDoc(`"batchId":"5"`)), err: ErrMalformed},

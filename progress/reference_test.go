@@ -61,11 +61,12 @@ func refParse(data []byte, kind Kind) (*Event, error) {
 		}
 	} else if kind == KindUnknown {
 		_, batch := top["batchId"]
+		_, sources := top["sources"]
 		_, exc := top["exception"]
 		_, ec := top["errorClassOnException"]
 		_, name := top["name"]
 		switch {
-		case batch:
+		case batch || sources:
 			kind = KindProgress
 		case exc || ec:
 			kind = KindTerminated
