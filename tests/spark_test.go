@@ -42,7 +42,7 @@ func TestSparkEventLogThroughPublish(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("publish exit %d: %s %s", code, out, errOut)
 	}
-	if !strings.Contains(out, "published 1 started, 8 progress, 0 idle, 0 terminated; skipped 3 other lines, 0 malformed") {
+	if !strings.Contains(out, "published 1 started, 8 progress, 0 idle, 0 terminated; skipped 3 other events, 0 lines that are not JSON, 0 malformed") {
 		t.Fatalf("publish summary: %s", out)
 	}
 	r := waitVerdict(t, pgURL, "spark.wordcount", "2020-07-29T10:57:00Z")

@@ -85,7 +85,7 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 	fs.BoolVar(&cfg.NoGroupCommit, "no-group-commit", false, "one statement per advance (ADR 0008 off), to measure what group commit changes")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU profile per phase and a heap profile here")
 	fs.DurationVar(&cfg.WaitTimeout, "wait-timeout", bench.DefaultWaitTimeout, "bound of every wait for verdicts")
-	fs.StringVar(&logLevel, "log-level", "", "log the service at this level on stderr (default: no logs)")
+	fs.StringVar(&logLevel, "log-level", "", "log the service at this level on stderr (empty: no logs)")
 	fs.BoolVar(&jsonOnly, "json", false, "print only the JSON line")
 	return cmd
 }

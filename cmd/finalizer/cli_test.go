@@ -33,3 +33,28 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("--version: exit %d\n%s", code, out)
 	}
 }
+
+// TestHelpFlags: publish has no --api-prefix (it calls no API), and every
+// help default is quoted the way cobra quotes string defaults.
+func TestHelpFlags(t *testing.T) {
+	_, out, _ := runCLI(t, "publish", "--help")
+	if strings.Contains(out, "api-prefix") {
+		t.Errorf("publish --help offers --api-prefix:\n%s", out)
+	}
+	for _, name := range []string{"serve", "track", "join", "status", "is-final", "wait", "publish", "bench"} {
+		_, out, _ := runCLI(t, name, "--help")
+		for _, line := range strings.Split(out, "\n") {
+			if i := strings.Index(line, "(default"); i >= 0 && !strings.HasPrefix(line[i:], `(default "`) && !strings.HasPrefix(line[i:], "(default 0") &&
+				!isNumericDefault(line[i:]) {
+				t.Errorf("%s --help: unquoted default: %s", name, strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
+// isNumericDefault reports whether s starts with "(default " and a value
+// cobra prints unquoted: a number or duration, a bool, a list or map.
+func isNumericDefault(s string) bool {
+	rest := strings.TrimPrefix(s, "(default ")
+	return rest != "" && (rest[0] >= '0' && rest[0] <= '9' || rest[0] == '[' || strings.HasPrefix(rest, "true") || strings.HasPrefix(rest, "false"))
+}

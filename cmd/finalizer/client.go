@@ -39,7 +39,7 @@ func dialNATS(ctx context.Context, fs *pflag.FlagSet) (*listener.Listener, error
 		TLSCAFile: c.TLSCA, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey,
 	})
 	if err != nil {
-		return nil, usageError(fmt.Errorf("connect to NATS at %s: %w", url, err))
+		return nil, usageError(fmt.Errorf("NATS: %w", err)) // the error names the (redacted) URL
 	}
 	return l, nil
 }
@@ -97,6 +97,7 @@ Exit codes: 0 tracked (or already tracked), 2 usage error or no service reachabl
 	fs.StringVar(&table, "table", "", "the table whose verdict this run moves (required)")
 	addSpecFlags(fs, &spec)
 	addNATSClientFlags(fs)
+	addAPIPrefixFlag(fs)
 	return cmd
 }
 
@@ -183,5 +184,6 @@ Exit codes: 0 done, 1 timed out, 2 usage error, unknown run or no service reacha
 	fs.StringVar(&runID, "run-id", "", "the run's id (required)")
 	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait as long as it takes)")
 	addNATSClientFlags(fs)
+	addAPIPrefixFlag(fs)
 	return cmd
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"github.com/spf13/pflag"
+
+	"github.com/finalizer-dev/finalizer/listener"
 )
 
 // addNATSAuthFlags adds the NATS client authentication and TLS flags.
@@ -16,7 +18,12 @@ func addNATSAuthFlags(fs *pflag.FlagSet) {
 	fs.String("nats-tls-ca", "", "CA certificate file to verify the NATS server")
 	fs.String("nats-tls-cert", "", "client certificate file for NATS TLS")
 	fs.String("nats-tls-key", "", "client key file for NATS TLS")
-	fs.String("api-prefix", "", "subject prefix of the track/join API (default finalizer.api)")
+}
+
+// addAPIPrefixFlag adds --api-prefix, for the commands that serve or call
+// the track/join API.
+func addAPIPrefixFlag(fs *pflag.FlagSet) {
+	fs.String("api-prefix", "", `subject prefix of the track/join API (default "`+listener.DefaultAPIPrefix+`")`)
 }
 
 // applyNATSAuthFlags copies the flags that are set over c.

@@ -84,11 +84,12 @@ pending (bounded by tracking.shutdown_timeout), the embedded servers stop.`,
 	fs.String("http-token", "", "bearer token the HTTP API requires (not /healthz, /readyz); prefer FINALIZER_HTTP_TOKEN")
 	fs.Bool("http-insecure", false, "allow a non-loopback --http-listen without a token")
 	fs.Bool("nats-allow-anonymous", false, "allow a non-loopback --nats-listen without nats.embedded.users")
-	fs.String("control-table", "", "control table, schema-qualified (default "+control.DefaultTable+")")
-	fs.String("subject-prefix", "", "subject prefix of the listener events (default "+listener.DefaultPrefix+")")
-	fs.String("log-format", "", "log format: json or console (default json)")
-	fs.String("log-level", "", "log level: debug, info, warn, error (default info)")
+	fs.String("control-table", "", `control table, schema-qualified (default "`+control.DefaultTable+`")`)
+	fs.String("subject-prefix", "", `subject prefix of the listener events (default "`+listener.DefaultPrefix+`")`)
+	fs.String("log-format", "", `log format: json or console (default "json")`)
+	fs.String("log-level", "", `log level: debug, info, warn, error (default "info")`)
 	addNATSAuthFlags(fs)
+	addAPIPrefixFlag(fs)
 	return cmd
 }
 

@@ -24,7 +24,7 @@ import (
 // addPostgresClientFlags adds the flags of the commands that read the
 // control table.
 func addPostgresClientFlags(fs *pflag.FlagSet) {
-	fs.String("postgres-url", "", "PostgreSQL URL (default: the managed cluster of --data-dir, while serve runs)")
+	fs.String("postgres-url", "", "PostgreSQL URL (empty: the managed cluster of --data-dir, while serve runs)")
 	fs.String("data-dir", DefaultDataDir, "data dir of the serve whose managed PostgreSQL to read")
 	fs.String("control-table", control.DefaultTable, "control table, schema-qualified")
 }
