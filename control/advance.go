@@ -20,8 +20,15 @@ type statements struct {
 	list         string
 }
 
-// verdictColumns are read, in this order, by scanVerdict.
-const verdictColumns = `table_name, finalized_until, end_time, end_offset, query_id, run_id, batch_id, updated_at`
+// verdictColumns are the columns an advance writes; with markColumns, they
+// are read, in this order, by scanVerdict (readColumns).
+const verdictColumns = `table_name, finalized_until, end_time, end_offset, query_id, run_id, batch_id, sources, updated_at`
+
+// markColumns are the columns only marks and rewinds write.
+const markColumns = `mark, marked_at, marks, rewound_at`
+
+// readColumns are what scanVerdict reads.
+const readColumns = verdictColumns + `, ` + markColumns
 
 // forwardOnly ends the upsert of Advance and AdvanceBatch: the one place
 // that says a verdict only moves forward. It writes the provenance with
@@ -34,9 +41,10 @@ const forwardOnly = `ON CONFLICT (table_name) DO UPDATE SET
 		query_id        = EXCLUDED.query_id,
 		run_id          = EXCLUDED.run_id,
 		batch_id        = EXCLUDED.batch_id,
+		sources         = EXCLUDED.sources,
 		updated_at      = EXCLUDED.updated_at
 	WHERE c.finalized_until IS NULL OR EXCLUDED.finalized_until > c.finalized_until
-	RETURNING ` + verdictColumns
+	RETURNING ` + readColumns
 
 func newStatements(n names) statements {
 	return statements{
@@ -56,19 +64,19 @@ func newStatements(n names) statements {
 		advance: `
 WITH moved AS (
 	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `)
-	SELECT $1::text, $2::timestamptz, $3::timestamptz, $4::jsonb, $5::text, $6::text, $7::bigint, now()
+	SELECT $1::text, $2::timestamptz, $3::timestamptz, $4::jsonb, $5::text, $6::text, $7::bigint, $9::jsonb, now()
 	WHERE NOT EXISTS (SELECT FROM ` + n.table + ` WHERE table_name = $1::text AND finalized_until >= $2::timestamptz)
 ` + forwardOnly + `
 ), notified AS (
 	SELECT pg_notify('` + NotifyChannel + `', $8::text) FROM moved
 )
-SELECT true, ` + verdictColumns + `, (SELECT count(*) FROM notified) FROM moved
+SELECT true, ` + readColumns + `, (SELECT count(*) FROM notified) FROM moved
 UNION ALL
-SELECT false, ` + verdictColumns + `, 0 FROM ` + n.table + `
+SELECT false, ` + readColumns + `, 0 FROM ` + n.table + `
 WHERE table_name = $1::text AND NOT EXISTS (SELECT FROM moved)`,
 		advanceBatch: advanceBatchSQL(n),
-		get:          `SELECT ` + verdictColumns + ` FROM ` + n.table + ` WHERE table_name = $1`,
-		list:         `SELECT ` + verdictColumns + ` FROM ` + n.table + ` ORDER BY table_name`,
+		get:          `SELECT ` + readColumns + ` FROM ` + n.table + ` WHERE table_name = $1`,
+		list:         `SELECT ` + readColumns + ` FROM ` + n.table + ` ORDER BY table_name`,
 	}
 }
 
@@ -76,6 +84,9 @@ WHERE table_name = $1::text AND NOT EXISTS (SELECT FROM moved)`,
 type notification struct {
 	Table          string `json:"table"`
 	FinalizedUntil string `json:"finalized_until"` // RFC 3339, UTC
+	// Rewound is set on a rewind's notification only (see Store.Rewind);
+	// a forward move's payload does not carry it.
+	Rewound bool `json:"rewound,omitempty"`
 }
 
 // check validates a and returns the time to store (pgx sends
@@ -139,9 +150,13 @@ func (s *Store) Advance(ctx context.Context, a Advance) (v Verdict, moved bool, 
 	if len(a.EndOffset) > 0 {
 		endOffset = jsonbSafe(a.EndOffset)
 	}
+	sources, err := sourcesJSON(a.Sources)
+	if err != nil {
+		return Verdict{}, false, fmt.Errorf("%s: %w", op, err)
+	}
 	var notified int64
 	row := s.pool.QueryRow(ctx, s.sql.advance,
-		a.Table, until, nullTime(a.EndTime), endOffset, nullString(a.QueryID), nullString(a.RunID), a.BatchID, payload)
+		a.Table, until, nullTime(a.EndTime), endOffset, nullString(a.QueryID), nullString(a.RunID), a.BatchID, payload, sources)
 	v, err = scanVerdict(row, &moved, &notified)
 	if err != nil && endOffset != nil && offsetRefused(err) {
 		// The offset is provenance; the verdict must not wait on it (a
@@ -150,7 +165,7 @@ func (s *Store) Advance(ctx context.Context, a Advance) (v Verdict, moved bool, 
 		s.log.Warn("postgresql refused the end offset; advancing without it",
 			zap.String("table", a.Table), zap.String("run_id", a.RunID), zap.Error(err))
 		row = s.pool.QueryRow(ctx, s.sql.advance,
-			a.Table, until, nullTime(a.EndTime), nil, nullString(a.QueryID), nullString(a.RunID), a.BatchID, payload)
+			a.Table, until, nullTime(a.EndTime), nil, nullString(a.QueryID), nullString(a.RunID), a.BatchID, payload, sources)
 		v, err = scanVerdict(row, &moved, &notified)
 	}
 	switch {
@@ -239,7 +254,7 @@ func (v Verdict) Reaches(t time.Time) bool {
 	return !v.FinalizedUntil.IsZero() && !t.After(v.FinalizedUntil)
 }
 
-// scanVerdict reads verdictColumns, after the leading and before the
+// scanVerdict reads readColumns, after the leading and before the
 // trailing destinations given in around (the first is read before the
 // columns, any others after).
 func scanVerdict(row pgx.Row, around ...any) (Verdict, error) {
@@ -249,6 +264,9 @@ func scanVerdict(row pgx.Row, around ...any) (Verdict, error) {
 		queryID, runID    *string
 		batchID           *int64
 		endOffset         []byte
+		sources           []byte
+		mark              *string
+		markedAt, rewound *time.Time
 		dest              []any
 		leading, trailing []any
 		updatedAt         time.Time
@@ -257,7 +275,8 @@ func scanVerdict(row pgx.Row, around ...any) (Verdict, error) {
 		leading, trailing = around[:1], around[1:]
 	}
 	dest = append(dest, leading...)
-	dest = append(dest, &v.Table, &until, &endTime, &endOffset, &queryID, &runID, &batchID, &updatedAt)
+	dest = append(dest, &v.Table, &until, &endTime, &endOffset, &queryID, &runID, &batchID, &sources, &updatedAt,
+		&mark, &markedAt, &v.Marks, &rewound)
 	dest = append(dest, trailing...)
 	if err := row.Scan(dest...); err != nil {
 		return Verdict{}, err
@@ -280,8 +299,37 @@ func scanVerdict(row pgx.Row, around ...any) (Verdict, error) {
 	if batchID != nil {
 		v.BatchID = *batchID
 	}
+	if len(sources) > 0 {
+		// Written by sourcesJSON; anything else (an operator's edit) is
+		// shown as no sources rather than failing the read.
+		_ = json.Unmarshal(sources, &v.Sources)
+	}
 	v.UpdatedAt = updatedAt.UTC()
+	if mark != nil {
+		v.Mark = *mark
+	}
+	if markedAt != nil {
+		v.MarkedAt = markedAt.UTC()
+	}
+	if rewound != nil {
+		v.RewoundAt = rewound.UTC()
+	}
 	return v, nil
+}
+
+// sourcesJSON is the jsonb text of an advance's source descriptions, or
+// SQL NULL when there are none. A description that is not valid UTF-8 is
+// stored with its bad bytes replaced (encoding/json does that): it is
+// provenance and must never block a verdict.
+func sourcesJSON(descs []string) (any, error) {
+	if descs == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(descs)
+	if err != nil {
+		return nil, fmt.Errorf("source descriptions: %w", err)
+	}
+	return string(jsonbSafe(b)), nil
 }
 
 // nullString is s, or SQL NULL when s is empty.

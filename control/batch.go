@@ -27,11 +27,11 @@ type AdvanceResult struct {
 func advanceBatchSQL(n names) string {
 	return `
 WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])
-		AS i(table_name, finalized_until, end_time, end_offset, query_id, run_id, batch_id, payload)
+	SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::text[])
+		AS i(table_name, finalized_until, end_time, end_offset, query_id, run_id, batch_id, payload, sources)
 ), moved AS (
 	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `)
-	SELECT i.table_name, i.finalized_until, i.end_time, i.end_offset::jsonb, i.query_id, i.run_id, i.batch_id, now()
+	SELECT i.table_name, i.finalized_until, i.end_time, i.end_offset::jsonb, i.query_id, i.run_id, i.batch_id, i.sources::jsonb, now()
 	FROM input i
 	WHERE NOT EXISTS (SELECT FROM ` + n.table + ` WHERE table_name = i.table_name AND finalized_until >= i.finalized_until)
 	ORDER BY i.table_name
@@ -39,9 +39,9 @@ WITH input AS (
 ), notified AS (
 	SELECT pg_notify('` + NotifyChannel + `', i.payload) FROM moved m JOIN input i USING (table_name)
 )
-SELECT true, ` + verdictColumns + `, (SELECT count(*) FROM notified) FROM moved
+SELECT true, ` + readColumns + `, (SELECT count(*) FROM notified) FROM moved
 UNION ALL
-SELECT false, ` + verdictColumns + `, 0 FROM ` + n.table + `
+SELECT false, ` + readColumns + `, 0 FROM ` + n.table + `
 WHERE table_name = ANY($1::text[]) AND table_name NOT IN (SELECT table_name FROM moved)`
 }
 
@@ -87,6 +87,13 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []Advance) ([]AdvanceResult
 			continue
 		}
 		r := &batchRow{i: i, until: until, payload: payload}
+		if srcs, err := sourcesJSON(a.Sources); err != nil {
+			res[i].Err = fmt.Errorf("advance %s: %w", a.Table, err)
+			continue
+		} else if srcs != nil {
+			str := srcs.(string)
+			r.sources = &str
+		}
 		if len(a.EndOffset) > 0 {
 			off := string(jsonbSafe(a.EndOffset))
 			r.offset = &off
@@ -153,6 +160,7 @@ type batchRow struct {
 	i       int // index into as
 	until   time.Time
 	offset  *string
+	sources *string
 	payload string
 }
 
@@ -186,11 +194,12 @@ func (s *Store) applyBatch(ctx context.Context, b *batch, order []string, top bo
 		runs     = make([]*string, n)
 		batches  = make([]int64, n)
 		payloads = make([]string, n)
+		sources  = make([]*string, n)
 	)
 	for j, table := range order {
 		r := b.rows[table]
 		a := &b.as[r.i]
-		tables[j], untils[j], offsets[j], batches[j], payloads[j] = table, r.until, r.offset, a.BatchID, r.payload
+		tables[j], untils[j], offsets[j], batches[j], payloads[j], sources[j] = table, r.until, r.offset, a.BatchID, r.payload, r.sources
 		if !a.EndTime.IsZero() {
 			t := a.EndTime
 			ends[j] = &t
@@ -202,7 +211,7 @@ func (s *Store) applyBatch(ctx context.Context, b *batch, order []string, top bo
 			runs[j] = &a.RunID
 		}
 	}
-	err := s.advanceBatch(ctx, b, tables, untils, ends, offsets, queries, runs, batches, payloads)
+	err := s.advanceBatch(ctx, b, tables, untils, ends, offsets, queries, runs, batches, payloads, sources)
 	switch {
 	case err == nil:
 		return nil
@@ -239,8 +248,8 @@ func batchWide(ctx context.Context, err error) bool {
 // advanceBatch runs the batch statement and records the rows it returned,
 // by table, and which of them moved, in b.
 func (s *Store) advanceBatch(ctx context.Context, b *batch, tables []string, untils []time.Time, ends []*time.Time,
-	offsets, queries, runs []*string, batches []int64, payloads []string) error {
-	rows, err := s.pool.Query(ctx, s.sql.advanceBatch, tables, untils, ends, offsets, queries, runs, batches, payloads)
+	offsets, queries, runs []*string, batches []int64, payloads []string, sources []*string) error {
+	rows, err := s.pool.Query(ctx, s.sql.advanceBatch, tables, untils, ends, offsets, queries, runs, batches, payloads, sources)
 	if err != nil {
 		return err
 	}

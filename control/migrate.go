@@ -49,11 +49,44 @@ CREATE TABLE ` + n.tracks + ` (
 COMMENT ON TABLE ` + n.tracks + ` IS 'finalizer: explicit track requests, kept so that they survive a restart; done_at is set when the run''s tracker finished.';
 `
 	}},
+	{2, "source descriptions, marks, rewinds and their audit", func(n names) string {
+		return `
+ALTER TABLE ` + n.table + `
+	ADD COLUMN sources    jsonb,
+	ADD COLUMN mark       text,
+	ADD COLUMN marked_at  timestamptz,
+	ADD COLUMN marks      bigint NOT NULL DEFAULT 0,
+	ADD COLUMN rewound_at timestamptz;
+COMMENT ON COLUMN ` + n.table + `.sources IS 'the description of every source of the progress that last moved the verdict, in Spark''s order';
+COMMENT ON COLUMN ` + n.table + `.mark IS 'the first sign, since the last rewind or acknowledgement, that the table''s history changed under the verdict (a checkpoint reset, a candidate below end_time, a source that changed)';
+COMMENT ON COLUMN ` + n.table + `.marks IS 'how many such signs were recorded since';
+COMMENT ON COLUMN ` + n.table + `.rewound_at IS 'when an operator last moved the verdict back (finalizer rewind)';
+CREATE TABLE ` + n.audit + ` (
+	id              bigserial PRIMARY KEY,
+	table_name      text NOT NULL,
+	action          text NOT NULL,
+	at              timestamptz NOT NULL DEFAULT now(),
+	by_operator     text NOT NULL,
+	db_user         text NOT NULL DEFAULT session_user,
+	reason          text NOT NULL,
+	from_until      timestamptz,
+	to_until        timestamptz,
+	from_query_id   text,
+	from_run_id     text,
+	from_batch_id   bigint,
+	from_end_time   timestamptz,
+	cleared_mark    text,
+	cleared_marks   bigint
+);
+CREATE INDEX ON ` + n.audit + ` (table_name, at);
+COMMENT ON TABLE ` + n.audit + ` IS 'finalizer: every operator action on a verdict (rewind: the one backward move; acknowledge: a mark cleared), who, when, from, to and why.';
+`
+	}},
 }
 
 // SchemaVersion is the control-table schema version this binary migrates
 // to and works with: the version of the last of its migrations.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Migrate creates the control table and the tables beside it, or brings
 // them up to SchemaVersion. It creates the schema if it is missing. It

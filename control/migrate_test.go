@@ -117,7 +117,7 @@ func TestCustomTableName(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := connect(t, url)
-	for _, rel := range []string{"ops.verdicts", "ops.verdicts_schema", "ops.verdicts_tracks", "public.table_finalization"} {
+	for _, rel := range []string{"ops.verdicts", "ops.verdicts_schema", "ops.verdicts_tracks", "ops.verdicts_audit", "public.table_finalization"} {
 		var found bool
 		if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", rel).Scan(&found); err != nil {
 			t.Fatal(err)

@@ -19,6 +19,7 @@ const maxIdentLen = 63
 const (
 	schemaSuffix = "_schema" // applied migrations
 	tracksSuffix = "_tracks" // persisted explicit tracks
+	auditSuffix  = "_audit"  // operator actions: rewinds, acknowledgements
 )
 
 var identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*$`)
@@ -62,6 +63,7 @@ type names struct {
 	table   string // "schema"."name"
 	schema  string // "schema"."name_schema"
 	tracks  string // "schema"."name_tracks"
+	audit   string // "schema"."name_audit"
 	nspName string // schema, unquoted, for catalog lookups
 	nsp     string // "schema"
 }
@@ -72,6 +74,7 @@ func newNames(schema, name string) names {
 		table:   pgx.Identifier{schema, name}.Sanitize(),
 		schema:  pgx.Identifier{schema, name + schemaSuffix}.Sanitize(),
 		tracks:  pgx.Identifier{schema, name + tracksSuffix}.Sanitize(),
+		audit:   pgx.Identifier{schema, name + auditSuffix}.Sanitize(),
 		nspName: schema,
 		nsp:     pgx.Identifier{schema}.Sanitize(),
 	}

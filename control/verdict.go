@@ -15,6 +15,10 @@ type Advance struct {
 	QueryID        string          // provenance
 	RunID          string          // provenance
 	BatchID        int64           // provenance
+	// Sources are the descriptions of the progress's sources, in Spark's
+	// order (provenance: which source an index meant when the verdict
+	// moved); nil is stored as SQL NULL.
+	Sources []string
 }
 
 // Verdict is a table's row in the control table, as it stands.
@@ -26,7 +30,19 @@ type Verdict struct {
 	QueryID        string
 	RunID          string
 	BatchID        int64
+	Sources        []string  // the sources' descriptions at the last move; nil when unknown
 	UpdatedAt      time.Time // UTC: when the verdict last moved
+
+	// Mark is the first sign, since the last rewind or acknowledgement,
+	// that the table's history changed under its verdict (see Store.Mark);
+	// "" when there is none. MarkedAt is when it was recorded, Marks how
+	// many signs were recorded since.
+	Mark     string
+	MarkedAt time.Time // UTC; zero without a mark
+	Marks    int64
+	// RewoundAt is when an operator last moved the verdict back (see
+	// Store.Rewind); zero when never.
+	RewoundAt time.Time
 }
 
 // Track is an explicit track request persisted so that it survives a

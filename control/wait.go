@@ -280,7 +280,7 @@ func (l *listener) dispatch(payload string) {
 		if err != nil {
 			w.fn(Notification{})
 		} else {
-			w.fn(Notification{Table: n.Table, FinalizedUntil: until.UTC()})
+			w.fn(Notification{Table: n.Table, FinalizedUntil: until.UTC(), Rewound: n.Rewound})
 		}
 	}
 	for w := range l.waiters[n.Table] {
@@ -297,6 +297,9 @@ func (l *listener) dispatch(payload string) {
 type Notification struct {
 	Table          string
 	FinalizedUntil time.Time // UTC
+	// Rewound is true when the move went back: an operator's rewind (see
+	// Store.Rewind), the one backward move there is.
+	Rewound bool
 }
 
 // watcher is one Watch call.

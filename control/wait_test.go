@@ -296,7 +296,7 @@ func TestWatchSeesEveryMove(t *testing.T) {
 	advance(t, s, "a", at(13, 0)) // no move, no announcement
 	advance(t, s, "a", at(15, 0))
 	eventually(t, "three moves", func() bool { return len(seen()) == 4 })
-	want := []Notification{{}, {"a", at(13, 0)}, {"b", at(14, 0)}, {"a", at(15, 0)}}
+	want := []Notification{{}, {Table: "a", FinalizedUntil: at(13, 0)}, {Table: "b", FinalizedUntil: at(14, 0)}, {Table: "a", FinalizedUntil: at(15, 0)}}
 	for i, n := range seen() {
 		if n.Table != want[i].Table || !n.FinalizedUntil.Equal(want[i].FinalizedUntil) {
 			t.Errorf("notification %d = %+v, want %+v", i, n, want[i])

@@ -1,0 +1,313 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The actions recorded in the audit table.
+const (
+	// ActionRewind moved a verdict back (Store.Rewind).
+	ActionRewind = "rewind"
+	// ActionAcknowledge cleared a table's mark without moving its verdict
+	// (Store.Acknowledge).
+	ActionAcknowledge = "acknowledge"
+)
+
+// The errors of rewinds and marks, wrapped with context.
+var (
+	// ErrInvalidRewind means a rewind or acknowledgement lacks its table,
+	// its time, its reason or its operator; nothing was written.
+	ErrInvalidRewind = errors.New("invalid rewind")
+	// ErrNotBehind means a rewind's target is not before the table's
+	// verdict: a rewind only moves back (the verdict moves forward only
+	// through the service).
+	ErrNotBehind = errors.New("rewind target is not before the verdict")
+)
+
+// Rewind asks for a table's verdict to be moved back: the one backward
+// move there is, made by an operator after the table's history changed
+// (a query started again from a new checkpoint and rewrites periods that
+// were declared final).
+type Rewind struct {
+	Table  string
+	To     time.Time // the new finalized_until; must be before the current one
+	Reason string    // why, in the operator's words (required)
+	By     string    // who asked (required): a person or a job
+}
+
+// Acknowledge clears a table's mark without moving its verdict: the
+// operator looked and decided no rewind is needed.
+type Acknowledge struct {
+	Table  string
+	Reason string
+	By     string
+}
+
+// AuditEntry is one row of the audit table.
+type AuditEntry struct {
+	ID     int64
+	Table  string
+	Action string // ActionRewind or ActionAcknowledge
+	At     time.Time
+	By     string // the operator named by the request
+	DBUser string // the PostgreSQL role that made it
+	Reason string
+	// From and To are the verdict before and after (equal for an
+	// acknowledgement).
+	From, To time.Time
+	// FromQueryID, FromRunID, FromBatchID and FromEndTime are the
+	// provenance of the verdict that was moved back.
+	FromQueryID string
+	FromRunID   string
+	FromBatchID int64
+	FromEndTime time.Time
+	// ClearedMark and ClearedMarks are the mark the action cleared, if any.
+	ClearedMark  string
+	ClearedMarks int64
+}
+
+// rewindNotification is the payload of a rewind on NotifyChannel: the
+// fields of every move, and the flag that says this one went back.
+type rewindNotification struct {
+	Table          string `json:"table"`
+	FinalizedUntil string `json:"finalized_until"` // RFC 3339, UTC
+	Rewound        bool   `json:"rewound"`
+	From           string `json:"from"` // the verdict before, RFC 3339 UTC
+}
+
+// Rewind moves r.Table's verdict back to r.To, in one transaction that
+// locks the row, writes the audit entry (who, when, from, to, why, and the
+// provenance and mark it replaces), clears the table's mark and the
+// provenance of the last move (they described a history that no longer
+// holds), sets rewound_at, and sends a notification on NotifyChannel with
+// "rewound": true. Readers of the verdict (is-final, wait, SQL) see the new
+// value once it commits; the service's trackers learn of it through the
+// notification (Notification.Rewound, see Store.Watch).
+//
+// It returns the audit entry. Errors: ErrInvalidRewind, ErrNotFound (the
+// table has no verdict), ErrNotBehind (r.To is not before the verdict:
+// nothing changed), ErrUnavailable.
+func (s *Store) Rewind(ctx context.Context, r Rewind) (AuditEntry, error) {
+	op := "rewind " + r.Table
+	if s.closed.Load() {
+		return AuditEntry{}, fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	if err := CheckTableName(r.Table); err != nil {
+		return AuditEntry{}, fmt.Errorf("rewind: %w: %w", ErrInvalidRewind, err)
+	}
+	switch {
+	case r.To.IsZero():
+		return AuditEntry{}, fmt.Errorf("%s: %w: no target time", op, ErrInvalidRewind)
+	case strings.TrimSpace(r.Reason) == "":
+		return AuditEntry{}, fmt.Errorf("%s: %w: a reason is required", op, ErrInvalidRewind)
+	case strings.TrimSpace(r.By) == "":
+		return AuditEntry{}, fmt.Errorf("%s: %w: the operator is required", op, ErrInvalidRewind)
+	}
+	to := r.To.UTC().Truncate(time.Microsecond)
+	var e AuditEntry
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		v, err := scanVerdict(tx.QueryRow(ctx, s.sql.get+" FOR UPDATE", r.Table))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if !to.Before(v.FinalizedUntil) {
+			return fmt.Errorf("%w: the verdict is %s, the target %s", ErrNotBehind,
+				v.FinalizedUntil.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano))
+		}
+		if _, err := tx.Exec(ctx, `
+UPDATE `+s.n.table+` SET finalized_until = $2, end_time = NULL, end_offset = NULL, query_id = NULL,
+	run_id = NULL, batch_id = NULL, sources = NULL, updated_at = now(), rewound_at = now(),
+	mark = NULL, marked_at = NULL, marks = 0
+WHERE table_name = $1`, r.Table, to); err != nil {
+			return err
+		}
+		e, err = s.audit(ctx, tx, ActionRewind, r.Table, r.Reason, r.By, v, to)
+		if err != nil {
+			return err
+		}
+		payload, err := json.Marshal(rewindNotification{
+			Table: r.Table, FinalizedUntil: to.Format(time.RFC3339Nano), Rewound: true,
+			From: v.FinalizedUntil.Format(time.RFC3339Nano), // the reason is in the audit table: a payload must stay short
+		})
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", NotifyChannel, string(payload))
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return AuditEntry{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	case errors.Is(err, ErrNotBehind):
+		return AuditEntry{}, fmt.Errorf("%s: %w", op, err)
+	case err != nil:
+		return AuditEntry{}, wrap(ctx, op, err)
+	}
+	return e, nil
+}
+
+// Acknowledge clears a.Table's mark without moving its verdict, and
+// records who did it and why in the audit table. A table without a mark
+// is acknowledged all the same (the entry says nothing was cleared).
+// Errors: ErrInvalidRewind, ErrNotFound, ErrUnavailable.
+func (s *Store) Acknowledge(ctx context.Context, a Acknowledge) (AuditEntry, error) {
+	op := "acknowledge " + a.Table
+	if s.closed.Load() {
+		return AuditEntry{}, fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	if err := CheckTableName(a.Table); err != nil {
+		return AuditEntry{}, fmt.Errorf("acknowledge: %w: %w", ErrInvalidRewind, err)
+	}
+	switch {
+	case strings.TrimSpace(a.Reason) == "":
+		return AuditEntry{}, fmt.Errorf("%s: %w: a reason is required", op, ErrInvalidRewind)
+	case strings.TrimSpace(a.By) == "":
+		return AuditEntry{}, fmt.Errorf("%s: %w: the operator is required", op, ErrInvalidRewind)
+	}
+	var e AuditEntry
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		v, err := scanVerdict(tx.QueryRow(ctx, s.sql.get+" FOR UPDATE", a.Table))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+s.n.table+` SET mark = NULL, marked_at = NULL, marks = 0 WHERE table_name = $1`, a.Table); err != nil {
+			return err
+		}
+		e, err = s.audit(ctx, tx, ActionAcknowledge, a.Table, a.Reason, a.By, v, v.FinalizedUntil)
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return AuditEntry{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	case err != nil:
+		return AuditEntry{}, wrap(ctx, op, err)
+	}
+	return e, nil
+}
+
+const auditColumns = `id, table_name, action, at, by_operator, db_user, reason, from_until, to_until,
+	from_query_id, from_run_id, from_batch_id, from_end_time, cleared_mark, cleared_marks`
+
+// audit records one action on the verdict v (as it stood before) in tx.
+func (s *Store) audit(ctx context.Context, tx pgx.Tx, action, table, reason, by string, v Verdict, to time.Time) (AuditEntry, error) {
+	var batch any
+	if v.QueryID != "" || v.BatchID != 0 {
+		batch = v.BatchID
+	}
+	var marks any
+	if v.Mark != "" || v.Marks > 0 {
+		marks = v.Marks
+	}
+	row := tx.QueryRow(ctx, `
+INSERT INTO `+s.n.audit+` (table_name, action, by_operator, reason, from_until, to_until,
+	from_query_id, from_run_id, from_batch_id, from_end_time, cleared_mark, cleared_marks)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+RETURNING `+auditColumns,
+		table, action, by, reason, nullTime(v.FinalizedUntil), to, nullString(v.QueryID), nullString(v.RunID),
+		batch, nullTime(v.EndTime), nullString(v.Mark), marks)
+	return scanAudit(row)
+}
+
+// Audit returns the audit entries of table ("" for every table), newest
+// first, at most limit of them (0 = 100).
+func (s *Store) Audit(ctx context.Context, table string, limit int) ([]AuditEntry, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("read audit: %w", ErrClosed)
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+auditColumns+` FROM `+s.n.audit+`
+WHERE $1 = '' OR table_name = $1 ORDER BY id DESC LIMIT $2`, table, limit)
+	if err != nil {
+		return nil, wrap(ctx, "read audit", err)
+	}
+	defer rows.Close()
+	out := []AuditEntry{}
+	for rows.Next() {
+		e, err := scanAudit(rows)
+		if err != nil {
+			return nil, wrap(ctx, "read audit", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, "read audit", err)
+	}
+	return out, nil
+}
+
+func scanAudit(row pgx.Row) (AuditEntry, error) {
+	var (
+		e                    AuditEntry
+		from, to, endTime    *time.Time
+		queryID, runID, mark *string
+		batch, marks         *int64
+	)
+	if err := row.Scan(&e.ID, &e.Table, &e.Action, &e.At, &e.By, &e.DBUser, &e.Reason, &from, &to,
+		&queryID, &runID, &batch, &endTime, &mark, &marks); err != nil {
+		return AuditEntry{}, err
+	}
+	e.At = e.At.UTC()
+	if from != nil {
+		e.From = from.UTC()
+	}
+	if to != nil {
+		e.To = to.UTC()
+	}
+	if endTime != nil {
+		e.FromEndTime = endTime.UTC()
+	}
+	if queryID != nil {
+		e.FromQueryID = *queryID
+	}
+	if runID != nil {
+		e.FromRunID = *runID
+	}
+	if batch != nil {
+		e.FromBatchID = *batch
+	}
+	if mark != nil {
+		e.ClearedMark = *mark
+	}
+	if marks != nil {
+		e.ClearedMarks = *marks
+	}
+	return e, nil
+}
+
+// Mark records a sign that table's history changed under its verdict: a
+// checkpoint reset, a candidate below the stored end, a source whose
+// description changed. The first mark since the last rewind or
+// acknowledgement is kept with its time; later ones only count. The
+// verdict itself is not touched. It reports whether the table has a row
+// (a table without a verdict has nothing to mark: false, nil).
+func (s *Store) Mark(ctx context.Context, table, mark string) (bool, error) {
+	op := "mark " + table
+	if s.closed.Load() {
+		return false, fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	if table == "" || mark == "" {
+		return false, fmt.Errorf("mark: %w: table and mark are required", ErrInvalidRewind)
+	}
+	tag, err := s.pool.Exec(ctx, `
+UPDATE `+s.n.table+` SET mark = coalesce(mark, $2), marked_at = coalesce(marked_at, now()), marks = marks + 1
+WHERE table_name = $1`, table, mark)
+	if err != nil {
+		return false, wrap(ctx, op, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
