@@ -33,7 +33,8 @@ var epoch = time.Unix(0, 0)
 // progress; it has no sources, or the Spec's source index is out of range;
 // under TimeOffset the pointer finds nothing or no readable time (see
 // ParseTime) in that source's endOffset, or, under SourceAll, in any one
-// source's (never run ahead of the slowest source); under TimeWatermark
+// source's (never run ahead of the slowest source); under
+// SourceByDescription no source or several match; under TimeWatermark
 // the watermark is absent, unreadable or the epoch (Spark's "no watermark
 // yet"); under TimeTrigger the timestamp is zero; or s is not valid (a
 // zero TimeKind or Granularity, a negative Source other than SourceAll, a
@@ -42,8 +43,13 @@ func (s Spec) Candidate(ev *Event) (Candidate, bool) {
 	if ev == nil || ev.Kind != KindProgress || !s.Granularity.valid() || len(ev.Sources) == 0 {
 		return Candidate{}, false
 	}
-	if s.Source < SourceAll || s.Source >= len(ev.Sources) {
-		return Candidate{}, false
+	if s.Source != SourceAll {
+		// An index, or the one source the description picks.
+		i, n := s.PickSource(ev)
+		if n != 1 {
+			return Candidate{}, false
+		}
+		s.Source = i
 	}
 	var c Candidate
 	switch s.Time {

@@ -291,3 +291,62 @@ func TestParseTime(t *testing.T) {
 		t.Errorf("error %v does not say what is wanted", err)
 	}
 }
+
+func TestMatchDescription(t *testing.T) {
+	for _, tc := range []struct {
+		glob, desc string
+		want       bool
+	}{
+		{"KafkaV2[Subscribe[orders]]", "KafkaV2[Subscribe[orders]]", true}, // brackets are literal
+		{"KafkaV2[Subscribe[orders]]", "KafkaV2[Subscribe[order]]", false},
+		{"*orders*", "KafkaV2[Subscribe[orders]]", true},
+		{"*orders*", "DeltaSource[s3://lake/customers]", false},
+		{"Delta*customers]", "DeltaSource[s3://lake/customers]", true},
+		{"?afka*", "KafkaV2[x]", true},
+		{"?afka*", "afka", false},
+		{"*", "", true},
+		{"", "", true},
+		{"", "x", false},
+		{"a*b*c", "aXbYbZc", true},
+		{"a*b*c", "aXbYbZ", false},
+		{"*ü*", "Quelle[ü]", true},
+	} {
+		if got := MatchDescription(tc.glob, tc.desc); got != tc.want {
+			t.Errorf("MatchDescription(%q, %q) = %v, want %v", tc.glob, tc.desc, got, tc.want)
+		}
+	}
+}
+
+// TestCandidateByDescription: a source picked by description follows the
+// source when a redeploy swaps the plan's order, where an index would read
+// the other one; no match or two matches give no candidate.
+func TestCandidateByDescription(t *testing.T) {
+	orders := Source{Description: "KafkaV2[Subscribe[orders]]", EndOffset: json.RawMessage(`{"commit_ts":"2026-09-28T15:10:00Z"}`)}
+	customers := Source{Description: "KafkaV2[Subscribe[customers]]", EndOffset: json.RawMessage(`{"commit_ts":"2026-09-28T09:10:00Z"}`)}
+	run1 := &Event{Kind: KindProgress, BatchID: 7, Sources: []Source{orders, customers}}
+	run2 := &Event{Kind: KindProgress, BatchID: 8, Sources: []Source{customers, orders}} // swapped by a redeploy
+
+	byDesc := mustSpec(t, SpecOptions{Source: "description:*[orders]]"})
+	byIndex := mustSpec(t, SpecOptions{Source: "0"})
+	for i, ev := range []*Event{run1, run2} {
+		c, ok := byDesc.Candidate(ev)
+		if !ok || !c.Until.Equal(time.Date(2026, 9, 28, 15, 0, 0, 0, time.UTC)) || c.Source != i {
+			t.Errorf("run %d by description: %+v, %v", i+1, c, ok)
+		}
+		if idx, n := byDesc.PickSource(ev); n != 1 || ev.Sources[idx].Description != orders.Description {
+			t.Errorf("run %d: PickSource = %d, %d", i+1, idx, n)
+		}
+	}
+	if c, _ := byIndex.Candidate(run2); !c.Until.Equal(time.Date(2026, 9, 28, 9, 0, 0, 0, time.UTC)) {
+		t.Errorf("source 0 after the swap reads %v (the customers source), the reason to warn", c.Until)
+	}
+	for _, glob := range []string{"description:*payments*", "description:KafkaV2*"} {
+		s := mustSpec(t, SpecOptions{Source: glob})
+		if c, ok := s.Candidate(run1); ok {
+			t.Errorf("%s: candidate %+v, want none (no match or several)", glob, c)
+		}
+	}
+	if _, n := mustSpec(t, SpecOptions{Source: "description:KafkaV2*"}).PickSource(run1); n != 2 {
+		t.Errorf("PickSource of an ambiguous glob: %d matches, want 2", n)
+	}
+}

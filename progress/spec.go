@@ -60,6 +60,15 @@ func ParseGranularity(s string) (Granularity, error) {
 // all of them.
 const SourceAll = -1
 
+// SourceByDescription, as Spec.Source, means the one source whose
+// description matches Spec.Description.
+const SourceByDescription = -2
+
+// DescriptionPrefix starts a source option that picks a source by its
+// description: "description:KafkaV2[Subscribe[orders]]",
+// "description:*orders*".
+const DescriptionPrefix = "description:"
+
 // The defaults of a tracking spec (docs/contract.md §3), as SpecOptions strings.
 const (
 	DefaultTime        = "offset:/commit_ts"
@@ -79,10 +88,16 @@ type Spec struct {
 	// when Time is TimeOffset ("" is the whole endOffset); unused
 	// otherwise.
 	Pointer string
-	// Source is the index into the progress's sources, or SourceAll. For
-	// TimeWatermark and TimeTrigger it only picks the EndOffset reported
-	// with the candidate.
+	// Source is the index into the progress's sources, SourceAll, or
+	// SourceByDescription. For TimeWatermark and TimeTrigger it only picks
+	// the EndOffset reported with the candidate.
 	Source int
+	// Description is the glob that picks the source when Source is
+	// SourceByDescription: "*" matches any run of characters, "?" one
+	// character, and every other character itself (brackets included, as
+	// Spark's descriptions are full of them). Exactly one source must
+	// match; none or several give no candidate.
+	Description string
 	// Granularity is the length of the periods.
 	Granularity Granularity
 	// Location is the zone whose wall clock sets period boundaries; nil
@@ -97,7 +112,7 @@ type Spec struct {
 // write it. An empty field takes its DefaultX value.
 type SpecOptions struct {
 	Time        string `json:"time,omitempty" yaml:"time,omitempty"`               // offset:<JSON Pointer>, watermark or trigger
-	Source      string `json:"source,omitempty" yaml:"source,omitempty"`           // an index, or all
+	Source      string `json:"source,omitempty" yaml:"source,omitempty"`           // an index, all, or description:<glob>
 	Granularity string `json:"granularity,omitempty" yaml:"granularity,omitempty"` // minute, hour or day
 	Timezone    string `json:"timezone,omitempty" yaml:"timezone,omitempty"`       // an IANA zone name
 	Delay       string `json:"delay,omitempty" yaml:"delay,omitempty"`             // a Go duration, not negative
@@ -113,7 +128,7 @@ func ParseSpec(o SpecOptions) (Spec, error) {
 	if s.Time, s.Pointer, err = parseTimeOption(or(o.Time, DefaultTime)); err != nil {
 		return Spec{}, err
 	}
-	if s.Source, err = parseSource(or(o.Source, DefaultSource)); err != nil {
+	if s.Source, s.Description, err = parseSource(or(o.Source, DefaultSource)); err != nil {
 		return Spec{}, err
 	}
 	if s.Granularity, err = ParseGranularity(or(o.Granularity, DefaultGranularity)); err != nil {
@@ -152,15 +167,21 @@ func parseTimeOption(v string) (TimeKind, string, error) {
 	return TimeOffset, ptr, nil
 }
 
-func parseSource(v string) (int, error) {
+func parseSource(v string) (int, string, error) {
 	if v == "all" {
-		return SourceAll, nil
+		return SourceAll, "", nil
+	}
+	if glob, ok := strings.CutPrefix(v, DescriptionPrefix); ok {
+		if glob == "" {
+			return 0, "", fmt.Errorf("source %q: want a description glob after %q, e.g. %s*orders*", v, DescriptionPrefix, DescriptionPrefix)
+		}
+		return SourceByDescription, glob, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 || strings.HasPrefix(v, "+") {
-		return 0, fmt.Errorf("source %q: want a source index (0, 1, ...) or all", v)
+		return 0, "", fmt.Errorf("source %q: want a source index (0, 1, ...), all, or %s<glob>", v, DescriptionPrefix)
 	}
-	return n, nil
+	return n, "", nil
 }
 
 func parseTimezone(v string) (*time.Location, error) {
@@ -200,8 +221,13 @@ func (s Spec) Options() SpecOptions {
 	default:
 		t = "timekind(" + strconv.Itoa(int(s.Time)) + ")"
 	}
-	src := "all"
-	if s.Source != SourceAll {
+	var src string
+	switch s.Source {
+	case SourceAll:
+		src = "all"
+	case SourceByDescription:
+		src = DescriptionPrefix + s.Description
+	default:
 		src = strconv.Itoa(s.Source)
 	}
 	return SpecOptions{
@@ -219,6 +245,65 @@ func (s Spec) String() string {
 	o := s.Options()
 	return "time=" + o.Time + " source=" + o.Source + " granularity=" + o.Granularity +
 		" timezone=" + o.Timezone + " delay=" + o.Delay
+}
+
+// PickSource returns the index of the source s reads in ev and how many
+// sources the Spec's choice matched: for an index, 1 when it is in range
+// (else 0); for SourceAll, -1 and the number of sources; for
+// SourceByDescription, the matching source and the number of matches
+// (usable only when that is 1).
+func (s Spec) PickSource(ev *Event) (index, matches int) {
+	if ev == nil {
+		return -1, 0
+	}
+	switch {
+	case s.Source == SourceAll:
+		return SourceAll, len(ev.Sources)
+	case s.Source == SourceByDescription:
+		index = -1
+		for i, src := range ev.Sources {
+			if MatchDescription(s.Description, src.Description) {
+				if matches == 0 {
+					index = i
+				}
+				matches++
+			}
+		}
+		return index, matches
+	case s.Source >= 0 && s.Source < len(ev.Sources):
+		return s.Source, 1
+	}
+	return -1, 0
+}
+
+// MatchDescription reports whether a source description matches glob:
+// "*" matches any run of characters (none included), "?" any one
+// character, and every other character only itself.
+func MatchDescription(glob, desc string) bool {
+	g, d := []rune(glob), []rune(desc)
+	// The classic wildcard walk: on a mismatch, go back to the last star
+	// and let it swallow one more character.
+	gi, di, star, mark := 0, 0, -1, 0
+	for di < len(d) {
+		switch {
+		case gi < len(g) && (g[gi] == '?' || (g[gi] != '*' && g[gi] == d[di])):
+			gi++
+			di++
+		case gi < len(g) && g[gi] == '*':
+			star, mark = gi, di
+			gi++
+		case star >= 0:
+			gi = star + 1
+			mark++
+			di = mark
+		default:
+			return false
+		}
+	}
+	for gi < len(g) && g[gi] == '*' {
+		gi++
+	}
+	return gi == len(g)
 }
 
 func (s Spec) location() *time.Location {

@@ -24,6 +24,8 @@ func TestParseSpec(t *testing.T) {
 		{"escaped pointer", SpecOptions{Time: "offset:/a~1b/m~0n/0"}, Spec{Time: TimeOffset, Pointer: "/a~1b/m~0n/0", Granularity: Hour, Location: time.UTC}},
 		{"all sources", SpecOptions{Source: "all", Granularity: "day", Timezone: "Europe/London"}, Spec{Time: TimeOffset, Pointer: "/commit_ts", Source: SourceAll, Granularity: Day, Location: london}},
 		{"source 2", SpecOptions{Source: "2"}, Spec{Time: TimeOffset, Pointer: "/commit_ts", Source: 2, Granularity: Hour, Location: time.UTC}},
+		{"source by description", SpecOptions{Source: "description:KafkaV2[Subscribe[orders]]"},
+			Spec{Time: TimeOffset, Pointer: "/commit_ts", Source: SourceByDescription, Description: "KafkaV2[Subscribe[orders]]", Granularity: Hour, Location: time.UTC}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,8 +59,9 @@ func TestParseSpecErrors(t *testing.T) {
 		{SpecOptions{Time: "commit_ts"}, `time "commit_ts": want offset:<JSON Pointer>, watermark or trigger`},
 		{SpecOptions{Time: "offset:commit_ts"}, `time "offset:commit_ts": a JSON Pointer starts with "/"`},
 		{SpecOptions{Time: "offset:/a~2"}, `time "offset:/a~2": "~" in a JSON Pointer must be followed by 0 or 1`},
-		{SpecOptions{Source: "-1"}, `source "-1": want a source index (0, 1, ...) or all`},
-		{SpecOptions{Source: "first"}, `source "first": want a source index (0, 1, ...) or all`},
+		{SpecOptions{Source: "-1"}, `source "-1": want a source index (0, 1, ...), all, or description:<glob>`},
+		{SpecOptions{Source: "first"}, `source "first": want a source index (0, 1, ...), all, or description:<glob>`},
+		{SpecOptions{Source: "description:"}, `source "description:": want a description glob`},
 		{SpecOptions{Source: "+1"}, `source "+1"`},
 		{SpecOptions{Timezone: "Mars/Olympus"}, `timezone "Mars/Olympus": want an IANA zone name`},
 		{SpecOptions{Timezone: "Local"}, `timezone "Local": want an IANA zone name`},

@@ -118,7 +118,7 @@ func checkIDs(queryID, runID string) error {
 // addSpecFlags adds the tracking spec flags (docs/contract.md §3).
 func addSpecFlags(fs *pflag.FlagSet, s *progress.SpecOptions) {
 	fs.StringVar(&s.Time, "time", progress.DefaultTime, "offset:<JSON Pointer> into the source's endOffset, watermark, or trigger")
-	fs.StringVar(&s.Source, "source", progress.DefaultSource, "index into the progress's sources, or all (the earliest time)")
+	fs.StringVar(&s.Source, "source", progress.DefaultSource, "index into the progress's sources, all (the earliest time), or description:<glob> (the one source whose description matches)")
 	fs.StringVar(&s.Granularity, "granularity", progress.DefaultGranularity, "period: minute, hour or day")
 	fs.StringVar(&s.Timezone, "timezone", progress.DefaultTimezone, "IANA time zone whose wall clock sets period boundaries")
 	fs.StringVar(&s.Delay, "delay", progress.DefaultDelay, "allowed lateness subtracted before flooring")
