@@ -46,6 +46,7 @@ from urllib.parse import unquote, urlsplit
 
 __all__ = [
     "FinalizerListener",
+    "ListenerWatchdog",
     "EventQueue",
     "NatsError",
     "payload_for",
@@ -71,6 +72,8 @@ DEFAULT_TERMINATION_BLOCK = 1.0
 DEFAULT_BATCH_SIZE = 256
 DEFAULT_PORT = 4222
 DEFAULT_NAME = "finalizer-pyspark"
+DEFAULT_WATCHDOG_INTERVAL = 30.0
+DEFAULT_SILENCE_AFTER = 300.0
 
 KINDS = ("started", "progress", "idle", "terminated")
 # Kinds the full queue may drop: a later progress or idle event of the run
@@ -579,6 +582,8 @@ class FinalizerListener(_ListenerBase):
         self._connected = False
         self._last_warning = 0.0
         self._failures = 0
+        self._last_event = time.monotonic()
+        self._watchdog = None
         with _LIVE_LOCK:
             _LIVE.add(self)
 
@@ -598,6 +603,7 @@ class FinalizerListener(_ListenerBase):
 
     def _on(self, kind, event):
         # Runs on Spark's listener bus thread: no I/O, never raises.
+        self._last_event = time.monotonic()
         try:
             if self._closing.is_set():
                 self._stats["after_close"] += 1
@@ -613,6 +619,21 @@ class FinalizerListener(_ListenerBase):
 
     # -- public
 
+    def register(self, spark, watchdog=True, interval=DEFAULT_WATCHDOG_INTERVAL, silence_after=DEFAULT_SILENCE_AFTER):
+        """Add this listener to spark.streams and, unless watchdog is False,
+        start a ListenerWatchdog that adds it back when Spark removes it.
+        Returns the watchdog (or None). close() stops it."""
+        spark.streams.addListener(self)
+        if not watchdog:
+            return None
+        dog = ListenerWatchdog(spark, self, interval=interval, silence_after=silence_after)
+        with self._lock:
+            old, self._watchdog = self._watchdog, dog
+        if old is not None:
+            old.stop()
+        dog.start()
+        return dog
+
     def close(self, timeout=DEFAULT_CLOSE_TIMEOUT):
         """Publish what is queued, waiting at most timeout seconds, then stop.
 
@@ -626,6 +647,9 @@ class FinalizerListener(_ListenerBase):
                 self._deadline = deadline
             self._closing.set()
             thread = self._thread
+            dog, self._watchdog = self._watchdog, None
+        if dog is not None:
+            dog.stop(max(0.0, deadline - time.monotonic()))
         self._queue.close_wait()
         if thread is not None:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -773,6 +797,205 @@ class FinalizerListener(_ListenerBase):
             self._last_warning = now
             suffix = " (%d failures in a row)" % self._failures if self._failures > 1 else ""
             log.warning("finalizer_listener: %s%s", msg, suffix)
+
+
+# ---------------------------------------------------------------------------
+# Watchdog
+
+
+class ListenerWatchdog(object):
+    """Notices when Spark dropped a FinalizerListener and adds it back.
+
+    What PySpark lets it see depends on the client:
+
+    - Spark Connect 4.x (the client-side listener bus, spark.streams._sqlb):
+      when the event stream from the server fails, PySpark removes *every*
+      client-side listener with only a warning; when the server removes its
+      side of the listener after a failed send, the stream ends and the
+      bus's handler thread exits while the listener still looks
+      registered. The watchdog sees both (the listener missing from the
+      bus, or the bus's handler thread gone) and registers the listener
+      again, counted in stats() and logged as a warning. The second case
+      can only be repaired when this listener is the bus's only one (it
+      would otherwise have to remove the user's other listeners): then it
+      is logged as an error, counted as "unrecoverable", and left alone.
+      These are private attributes of PySpark: when they are missing the
+      watchdog says so once and watches for silence only.
+    - classic PySpark (Py4J): the JVM's listener bus keeps a listener whose
+      callbacks fail (it removes one only when interrupted) and offers
+      Python no way to ask whether callbacks still arrive; a dead Py4J
+      callback server cannot be seen from here. The watchdog says so once
+      and watches for silence only.
+
+    In every mode, while the session has active queries and no event reached
+    the listener for silence_after seconds, it logs a warning once per
+    silence (counted as "silent"); Spark posts a progress or an idle event
+    about every 10 s while a query runs. The service's stale-run alert is
+    the signal that does not depend on the driver at all.
+
+    check() runs one round; start() runs it every interval seconds on a
+    daemon thread until stop() or the listener's close().
+    """
+
+    def __init__(self, spark, listener, interval=DEFAULT_WATCHDOG_INTERVAL, silence_after=DEFAULT_SILENCE_AFTER):
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        self._spark = spark
+        self._listener = listener
+        self._interval = interval
+        self._silence_after = silence_after
+        self._stop = threading.Event()
+        self._thread = None
+        self._lock = threading.Lock()
+        self._stats = collections.Counter()
+        self._said_blind = False
+        self._silent = False
+        self.mode = self._mode()
+
+    def _streams(self):
+        return self._spark.streams
+
+    def _bus(self):
+        """The Spark Connect client-side listener bus, or None."""
+        try:
+            bus = getattr(self._streams(), "_sqlb", None)
+        except Exception:  # noqa: BLE001
+            return None
+        if bus is None or not isinstance(getattr(bus, "_listener_bus", None), list):
+            return None
+        return bus
+
+    def _mode(self):
+        if self._bus() is not None:
+            return "connect"
+        try:
+            if getattr(self._streams(), "_jsqm", None) is not None:
+                return "classic"
+        except Exception:  # noqa: BLE001
+            pass
+        return "unknown"
+
+    def start(self):
+        with self._lock:
+            if self._thread is not None or self._stop.is_set():
+                return
+            self._thread = threading.Thread(target=self._run, name="finalizer-listener-watchdog", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout=5.0):
+        self._stop.set()
+        with self._lock:
+            t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+
+    def stats(self):
+        """Counters: checks, removed (listener missing from the bus),
+        stream_ended (the bus's handler thread gone), readded, readd_failures,
+        unrecoverable, silent; and the mode (connect, classic, unknown)."""
+        out = {k: self._stats[k] for k in ("checks", "removed", "stream_ended", "readded", "readd_failures", "unrecoverable", "silent")}
+        out["mode"] = self.mode
+        return out
+
+    def _run(self):
+        while not self._stop.wait(self._interval):
+            if self._listener._closing.is_set():
+                return
+            try:
+                self.check()
+            except Exception:  # noqa: BLE001 - a bug must not kill silently
+                log.exception("finalizer_listener: watchdog check failed")
+
+    def check(self):
+        """One round. Returns what it found: "ok", "readded", "failed" (the
+        listener is gone and adding it back failed; retried next round),
+        "unrecoverable", or "blind" (PySpark gives no way to look)."""
+        self._stats["checks"] += 1
+        self._check_silence()
+        bus = self._bus()
+        if bus is None:
+            if not self._said_blind:
+                self._said_blind = True
+                log.info(
+                    "finalizer_listener: watchdog (%s PySpark) cannot see whether the listener is still registered; "
+                    "it only warns when active queries are silent for %ss. Alert on the service's stale runs.",
+                    self.mode,
+                    self._silence_after,
+                )
+            return "blind"
+        listeners = list(bus._listener_bus)
+        present = any(x is self._listener for x in listeners)
+        thread = getattr(bus, "_execution_thread", None)
+        if not present:
+            self._stats["removed"] += 1
+            log.warning(
+                "finalizer_listener: Spark removed the listener (Spark Connect drops every client-side listener "
+                "when its event stream fails); adding it back. Events posted meanwhile are lost."
+            )
+            return self._readd(remove_first=False)
+        if thread is None or not thread.is_alive():
+            self._stats["stream_ended"] += 1
+            if len(listeners) > 1:
+                self._stats["unrecoverable"] += 1
+                log.error(
+                    "finalizer_listener: the Spark Connect listener event stream ended (the server removed its "
+                    "listener) and %d other listeners share the bus; re-registering would remove them, so the "
+                    "watchdog leaves it: call spark.streams.removeListener and addListener for every listener",
+                    len(listeners) - 1,
+                )
+                return "unrecoverable"
+            log.warning(
+                "finalizer_listener: the Spark Connect listener event stream ended (the server removed its listener "
+                "after a failed send); registering the listener again. Events posted meanwhile are lost."
+            )
+            return self._readd(remove_first=True)
+        return "ok"
+
+    def _readd(self, remove_first):
+        streams = self._streams()
+        try:
+            if remove_first:
+                streams.removeListener(self._listener)
+                bus = self._bus()
+                if bus is not None and any(x is self._listener for x in bus._listener_bus):
+                    # PySpark's remove warns and keeps the listener when the
+                    # server refuses; adding it now would register it twice.
+                    raise RuntimeError("Spark did not remove the listener")
+            streams.addListener(self._listener)
+        except Exception as e:  # noqa: BLE001
+            self._stats["readd_failures"] += 1
+            log.error("finalizer_listener: could not register the listener again (retried in %ss): %r", self._interval, e)
+            return "failed"
+        bus = self._bus()
+        if bus is not None and not any(x is self._listener for x in bus._listener_bus):
+            # PySpark's append warns and gives up when the server refuses.
+            self._stats["readd_failures"] += 1
+            log.error("finalizer_listener: Spark did not take the listener back (retried in %ss)", self._interval)
+            return "failed"
+        self._stats["readded"] += 1
+        log.warning("finalizer_listener: listener registered again (%d times so far)", self._stats["readded"])
+        return "readded"
+
+    def _check_silence(self):
+        if not self._silence_after or self._silence_after <= 0:
+            return
+        quiet = time.monotonic() - self._listener._last_event
+        if quiet < self._silence_after:
+            self._silent = False
+            return
+        try:
+            active = len(self._streams().active)
+        except Exception:  # noqa: BLE001
+            return
+        if active and not self._silent:
+            self._silent = True
+            self._stats["silent"] += 1
+            log.warning(
+                "finalizer_listener: %d active queries, but no listener event for %.0fs; "
+                "Spark may have stopped calling the listener",
+                active,
+                quiet,
+            )
 
 
 def _tls_context(cfg):

@@ -114,10 +114,10 @@ func abs(t *testing.T, p string) string {
 
 // TestPythonUnit runs the tests that need no server: payloads, subjects, the
 // drop policy of the bounded queue, callbacks and close() while no server
-// answers.
+// answers, and the watchdog against the stand-in Spark Connect listener bus.
 func TestPythonUnit(t *testing.T) {
 	py := python(t)
-	run(t, unittest(t, py, nil, "test_unit", "test_down"))
+	run(t, unittest(t, py, nil, "test_unit", "test_down", "test_watchdog"))
 }
 
 // TestPythonAgainstNATS runs the listener against real nats-servers: the

@@ -1,0 +1,1 @@
+"""Stand-in for pyspark.sql.connect (see the package docstring)."""
