@@ -66,24 +66,6 @@ var (
 	ErrClosed = errors.New("registry closed")
 )
 
-// Events is what the registry needs of the event bus: a subscription to
-// one run's events that fills a Mailbox. *listener.Listener implements it
-// through an adapter in cmd/finalizer.
-type Events interface {
-	Subscribe(queryID, runID string, box *listener.Mailbox) (Subscription, error)
-}
-
-// Subscription is one run's live subscription.
-type Subscription interface {
-	Unsubscribe() error
-}
-
-// Namer looks up a run's query name when its first event carried none (an
-// idle or terminated event). Optional: Events may implement it.
-type Namer interface {
-	RunName(ctx context.Context, queryID, runID string) (string, error)
-}
-
 // TrackStore persists explicit tracks so that they survive a restart.
 // *control.Store implements it.
 type TrackStore interface {
@@ -102,9 +84,8 @@ type RegistryConfig struct {
 	Logger  *zap.Logger // nil = no logs
 	Metrics *Metrics    // nil = unregistered collectors
 
-	// Tracker holds the retry and skew settings applied to every tracker
-	// (its identity, Box, Store, Clock, Logger and Metrics are ignored).
-	Tracker TrackerConfig
+	// Tracker holds the retry, timeout and skew settings of every tracker.
+	Tracker TrackerOptions
 
 	// MaxBatch is the most advances one group commit applies when Store is
 	// a BatchStore (ADR 0008): 0 means DefaultMaxBatch, a negative value
@@ -332,10 +313,12 @@ func (r *Registry) start(ctx context.Context, e *entry) error {
 	if err != nil {
 		return fmt.Errorf("subscribe to run %s: %w", req.RunID, err)
 	}
-	tc := r.cfg.Tracker
-	tc.QueryID, tc.RunID, tc.Table, tc.Spec = req.QueryID, req.RunID, req.Table, req.Spec
-	tc.Box, tc.Store = box, r.store
-	tc.Clock, tc.Logger, tc.Metrics = r.cfg.Clock, r.cfg.Logger, r.cfg.Metrics
+	o := r.cfg.Tracker
+	tc := TrackerConfig{
+		QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: req.Spec, Box: box, Store: r.store,
+		Clock: r.cfg.Clock, Logger: r.cfg.Logger, Metrics: r.cfg.Metrics,
+		RetryDelay: o.RetryDelay, Retries: o.Retries, WarnEvery: o.WarnEvery, FutureSkew: o.FutureSkew, AdvanceTimeout: o.AdvanceTimeout,
+	}
 	e.sub, e.box = sub, box
 	r.wg.Add(1)
 	r.cfg.Metrics.TrackedRuns.Inc()
@@ -446,198 +429,6 @@ func (r *Registry) Join(ctx context.Context, runID string) (JoinResult, error) {
 	return res, nil
 }
 
-// Known reports whether runID is tracked (and subscribed), finished or
-// ignored, so that discovery can drop its events without parsing them. It
-// is cheap. While a run's subscription is being made it is not known, so
-// discovery hands its events over (see Discovered) instead of losing them.
-func (r *Registry) Known(runID string) bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.starting[runID] > 0 {
-		return false
-	}
-	if len(r.runs[runID]) > 0 {
-		return true
-	}
-	if _, ok := r.finished.get(runID); ok {
-		return true
-	}
-	_, ok := r.ignored.get(runID)
-	return ok
-}
-
-// Discovered hands a newly seen run to the registry, which tracks it when a
-// rule matches. It blocks while the queue is full and returns at once
-// once the registry is closed. Safe to call from a NATS callback.
-func (r *Registry) Discovered(run listener.Run) {
-	select {
-	case r.found <- run:
-	case <-r.stop:
-	}
-}
-
-func (r *Registry) discoverLoop() {
-	defer r.wg.Done()
-	for {
-		select {
-		case <-r.stop:
-			return
-		case run := <-r.found:
-			r.consider(r.ctx, run, run.Kind == progress.KindStarted)
-		}
-	}
-}
-
-// consider tracks run into every table whose rule matches it, and hands
-// the event it was discovered through to the run's trackers.
-func (r *Registry) consider(ctx context.Context, run listener.Run, supersede bool) {
-	if r.deliver(run) {
-		return
-	}
-	if len(r.cfg.Rules) == 0 || r.Known(run.RunID) {
-		return
-	}
-	name := run.Name
-	if name == "" {
-		if n, ok := r.cfg.Events.(Namer); ok {
-			got, err := n.RunName(ctx, run.QueryID, run.RunID)
-			if err != nil {
-				r.log.Debug("no name found for run", zap.String("run_id", run.RunID), zap.Error(err))
-			}
-			name = got
-		}
-	}
-	if len(name) > MaxQueryNameLen {
-		r.refuse(RefusedQueryName, run, fmt.Errorf("query name of %d bytes, at most %d", len(name), MaxQueryNameLen))
-		return
-	}
-	matched := false
-	for _, rule := range r.cfg.Rules {
-		table, ok := rule.Match(run.QueryID, name)
-		if !ok {
-			continue
-		}
-		matched = true
-		req := Request{QueryID: run.QueryID, RunID: run.RunID, Table: table, Spec: rule.Spec, Supersede: supersede}
-		_, err := r.Track(ctx, req)
-		switch {
-		case err == nil:
-		case errors.Is(err, control.ErrInvalidTable):
-			r.refuse("", run, err) // counted by Track
-		case !errors.Is(err, ErrClosed):
-			r.log.Error("could not track run", zap.String("table", table), zap.String("query_id", run.QueryID),
-				zap.String("run_id", run.RunID), zap.Error(err))
-		}
-	}
-	if !matched {
-		r.mu.Lock()
-		if len(r.runs[run.RunID]) == 0 {
-			r.ignored.put(run.RunID, JoinResult{})
-		}
-		r.mu.Unlock()
-		r.log.Debug("run matches no table; ignored", zap.String("query_id", run.QueryID),
-			zap.String("run_id", run.RunID), zap.String("name", name))
-		return
-	}
-	r.deliver(run)
-}
-
-// refuse records that run will not be tracked (a name the service does
-// not accept), so that its further events are dropped unparsed: it counts
-// the refusal under reason (unless reason is "", when the caller counted
-// it), and logs it at most once per reason every refuseLogEvery.
-func (r *Registry) refuse(reason string, run listener.Run, err error) {
-	if reason != "" {
-		r.cfg.Metrics.Refused.WithLabelValues(reason).Inc()
-	} else {
-		reason = RefusedTableName
-	}
-	r.mu.Lock()
-	if len(r.runs[run.RunID]) == 0 {
-		r.ignored.put(run.RunID, JoinResult{})
-	}
-	r.mu.Unlock()
-	if ok, n := r.refuseLog.Allow(reason); ok {
-		r.log.Warn("run refused; its events are dropped", zap.String("reason", reason),
-			zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID), zap.Error(err),
-			zap.Int("suppressed", n))
-	}
-}
-
-// deliver offers the event a run was discovered through to the mailboxes
-// of its trackers, once they are subscribed. The event may also arrive
-// through the subscription or the JetStream catch-up; the mailbox keeps
-// only the newest. It reports whether the run has trackers.
-func (r *Registry) deliver(run listener.Run) bool {
-	r.mu.RLock()
-	es := append([]*entry(nil), r.runs[run.RunID]...)
-	r.mu.RUnlock()
-	for _, e := range es {
-		<-e.ready
-		if e.box != nil && run.Event != nil {
-			e.box.Offer(run.Event)
-		}
-	}
-	return len(es) > 0
-}
-
-// Recover resumes the persisted explicit tracks that are not done and
-// tracks every retained run that a rule matches, subscribing several at
-// once. Each tracker applies its run's retained progress at once. Errors of
-// single runs are logged; Recover returns the first of them, if any.
-func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []listener.Run) error {
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
-	sem := make(chan struct{}, r.cfg.RecoverParallelism)
-	note := func(err error) {
-		mu.Lock()
-		if first == nil {
-			first = err
-		}
-		mu.Unlock()
-	}
-	for _, t := range tracks {
-		if !t.DoneAt.IsZero() {
-			continue
-		}
-		var opts progress.SpecOptions
-		if err := json.Unmarshal(t.Spec, &opts); err != nil {
-			note(fmt.Errorf("track of run %s: bad spec: %w", t.RunID, err))
-			continue
-		}
-		spec, err := progress.ParseSpec(opts)
-		if err != nil {
-			note(fmt.Errorf("track of run %s: %w", t.RunID, err))
-			continue
-		}
-		req := Request{QueryID: t.QueryID, RunID: t.RunID, Table: t.Table, Spec: spec, Explicit: true, resumed: true}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if _, err := r.Track(ctx, req); err != nil {
-				note(err)
-			}
-		}()
-	}
-	for _, run := range runs {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			r.consider(ctx, run, false)
-		}()
-	}
-	wg.Wait()
-	if first != nil {
-		r.log.Error("some runs could not be recovered", zap.Error(first))
-	}
-	return first
-}
-
 // Status returns a snapshot of every live tracker, sorted by table and run.
 func (r *Registry) Status() []TrackerStatus {
 	now := r.cfg.Clock.Now()
@@ -665,46 +456,6 @@ func (r *Registry) Status() []TrackerStatus {
 		return out[i].RunID < out[j].RunID
 	})
 	return out
-}
-
-// janitorLoop marks stale runs and stops trackers of runs silent for
-// longer than ExpireAfter.
-func (r *Registry) janitorLoop() {
-	defer r.wg.Done()
-	timer := r.cfg.Clock.NewTimer()
-	defer timer.Stop()
-	for {
-		timer.Start(r.every)
-		select {
-		case <-r.stop:
-			return
-		case <-timer.C():
-		}
-		r.sweep()
-	}
-}
-
-func (r *Registry) sweep() {
-	stale := 0
-	now := r.cfg.Clock.Now()
-	for _, s := range r.Status() {
-		silent := now.Sub(s.LastEvent)
-		if s.Stale {
-			stale++
-		}
-		if r.cfg.ExpireAfter > 0 && silent > r.cfg.ExpireAfter {
-			r.mu.RLock()
-			e := r.trackers[trackKey{s.RunID, s.Table}]
-			r.mu.RUnlock()
-			if e != nil && e.t != nil {
-				r.log.Warn("run silent for too long; stopping its tracker (a driver that died without a termination?)",
-					zap.String("table", s.Table), zap.String("query_id", s.QueryID), zap.String("run_id", s.RunID),
-					zap.Duration("silent", silent))
-				e.t.Stop()
-			}
-		}
-	}
-	r.cfg.Metrics.StaleRuns.Set(float64(stale))
 }
 
 // Close stops intake, asks every tracker to apply what is pending and
@@ -745,61 +496,4 @@ func (r *Registry) Close(ctx context.Context) error {
 		r.commit.close()
 	}
 	return err
-}
-
-// memo is a bounded map that forgets its oldest keys first.
-type memo struct {
-	max   int
-	m     map[string]JoinResult
-	order []string
-}
-
-func newMemo(max int) *memo { return &memo{max: max, m: make(map[string]JoinResult)} }
-
-func (m *memo) get(k string) (JoinResult, bool) { v, ok := m.m[k]; return v, ok }
-
-func (m *memo) del(k string) { delete(m.m, k) }
-
-func (m *memo) put(k string, v JoinResult) {
-	if _, ok := m.m[k]; !ok {
-		m.order = append(m.order, k)
-	}
-	m.m[k] = v
-	for len(m.m) > m.max && len(m.order) > 0 {
-		old := m.order[0]
-		m.order = m.order[1:]
-		delete(m.m, old)
-	}
-	if len(m.order) > 2*m.max+16 { // deleted keys linger in order: compact
-		kept := make([]string, 0, len(m.m))
-		for _, k := range m.order {
-			if _, ok := m.m[k]; ok {
-				kept = append(kept, k)
-			}
-		}
-		m.order = kept
-	}
-}
-
-// ListenerEvents adapts a *listener.Listener to Events and Namer: its
-// Subscribe returns the concrete *listener.Subscription.
-type ListenerEvents struct{ L *listener.Listener }
-
-var (
-	_ Events = ListenerEvents{}
-	_ Namer  = ListenerEvents{}
-)
-
-// Subscribe subscribes box to the run's events (see listener.Subscribe).
-func (b ListenerEvents) Subscribe(queryID, runID string, box *listener.Mailbox) (Subscription, error) {
-	s, err := b.L.Subscribe(queryID, runID, box)
-	if err != nil {
-		return nil, err // not a typed nil in the interface
-	}
-	return s, nil
-}
-
-// RunName looks the run's query name up in what JetStream retained.
-func (b ListenerEvents) RunName(ctx context.Context, queryID, runID string) (string, error) {
-	return b.L.RunName(ctx, queryID, runID)
 }

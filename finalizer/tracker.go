@@ -62,6 +62,16 @@ type TrackerConfig struct {
 	AdvanceTimeout time.Duration // 0 = DefaultAdvanceTimeout
 }
 
+// TrackerOptions are the tunables that every tracker of a registry shares;
+// zero values take the defaults above.
+type TrackerOptions struct {
+	RetryDelay     time.Duration // 0 = DefaultRetryDelay
+	Retries        int           // 0 = DefaultRetries; negative = no retry
+	WarnEvery      time.Duration // 0 = DefaultWarnEvery
+	FutureSkew     time.Duration // 0 = DefaultFutureSkew
+	AdvanceTimeout time.Duration // 0 = DefaultAdvanceTimeout
+}
+
 // TrackerStatus is a snapshot of one tracker, for status and the HTTP API.
 type TrackerStatus struct {
 	QueryID string `json:"query_id"`
@@ -118,15 +128,6 @@ type Tracker struct {
 	shownWrite time.Time
 }
 
-// StartTracker starts the worker of cfg. The worker stops when the run
-// terminates, on Stop (after applying what is pending) or when ctx is
-// cancelled (abandoning an advance in flight). Wait for it with Done or Join.
-func StartTracker(ctx context.Context, cfg TrackerConfig) *Tracker {
-	t := newTracker(cfg)
-	go t.run(ctx)
-	return t
-}
-
 // newTracker fills cfg's defaults and returns a tracker whose worker is
 // not started: the caller runs t.run(ctx) in a goroutine it owns.
 func newTracker(cfg TrackerConfig) *Tracker {
@@ -168,20 +169,6 @@ func newTracker(cfg TrackerConfig) *Tracker {
 // Stop asks the worker to apply what is pending and exit. It does not wait;
 // use Done or Join. Safe to call more than once.
 func (t *Tracker) Stop() { t.once.Do(func() { close(t.stop) }) }
-
-// Done is closed when the worker has exited.
-func (t *Tracker) Done() <-chan struct{} { return t.done }
-
-// Join waits until the worker has exited or ctx is done. It reports whether
-// the worker finished; whether its last advance succeeded is LastError.
-func (t *Tracker) Join(ctx context.Context) bool {
-	select {
-	case <-t.done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
 
 // Failures returns the number of failed advances in a row and the last
 // one's error; 0 and nil after a success.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/finalizer-dev/finalizer/internal/service"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -63,7 +63,7 @@ Exit codes: 0 tracked (or already tracked), 2 usage error or no service reachabl
 			if err := required("query-id", queryID, "run-id", runID, "table", table); err != nil {
 				return err
 			}
-			if err := checkIDs(strings.ToLower(queryID), strings.ToLower(runID)); err != nil {
+			if err := service.CheckIDs(strings.ToLower(queryID), strings.ToLower(runID)); err != nil {
 				return usageError(err)
 			}
 			if _, err := progress.ParseSpec(spec); err != nil {
@@ -99,20 +99,6 @@ Exit codes: 0 tracked (or already tracked), 2 usage error or no service reachabl
 	addNATSClientFlags(fs)
 	addAPIPrefixFlag(fs)
 	return cmd
-}
-
-// uuidPattern is a query or run id as Spark prints it (docs/contract.md §2).
-var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-
-// checkIDs refuses a query or run id (in lower case) that is not a UUID:
-// events of such a run could never be accepted.
-func checkIDs(queryID, runID string) error {
-	for _, x := range [][2]string{{"query id", queryID}, {"run id", runID}} {
-		if !uuidPattern.MatchString(x[1]) {
-			return fmt.Errorf("%s %q is not a UUID (8-4-4-4-12 hex digits, as Spark prints it)", x[0], x[1])
-		}
-	}
-	return nil
 }
 
 // addSpecFlags adds the tracking spec flags (docs/contract.md §3).

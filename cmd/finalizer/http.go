@@ -7,20 +7,23 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/internal/service"
 )
 
 // maxLongPoll bounds the wait of GET /v1/tables/{table}/final.
 const maxLongPoll = 5 * time.Minute
 
 // newHTTPHandler serves the HTTP API (docs/contract.md §6).
-func newHTTPHandler(s *service, reg *prometheus.Registry) http.Handler {
+func newHTTPHandler(svc *service.Service) http.Handler {
+	store, bus, reg, log := svc.Store(), svc.Bus(), svc.Registry(), svc.Logger()
+	httpError := func(w http.ResponseWriter, err error) { writeHTTPError(w, err, log) }
+	prom := svc.Prometheus()
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prom, promhttp.HandlerOpts{Registry: prom}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -29,24 +32,24 @@ func newHTTPHandler(s *service, reg *prometheus.Registry) http.Handler {
 		defer cancel()
 		checks := map[string]string{"postgres": "ok", "nats": "ok"}
 		code := http.StatusOK
-		if err := s.store.Ping(ctx); err != nil {
+		if err := store.Ping(ctx); err != nil {
 			checks["postgres"], code = err.Error(), http.StatusServiceUnavailable
 		}
-		if err := s.bus.Ready(ctx); err != nil {
+		if err := bus.Ready(ctx); err != nil {
 			checks["nats"], code = err.Error(), http.StatusServiceUnavailable
 		}
 		writeJSON(w, code, checks)
 	})
 	mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"runs": s.reg.Status()})
+		writeJSON(w, http.StatusOK, map[string]any{"runs": reg.Status()})
 	})
 	mux.HandleFunc("GET /v1/tables", func(w http.ResponseWriter, r *http.Request) {
-		vs, err := s.store.List(r.Context())
+		vs, err := store.List(r.Context())
 		if err != nil {
-			s.httpError(w, err)
+			httpError(w, err)
 			return
 		}
-		runs, now := s.reg.Status(), time.Now().UTC()
+		runs, now := reg.Status(), time.Now().UTC()
 		out := make([]tableStatus, 0, len(vs))
 		for _, v := range vs {
 			out = append(out, toTableStatus(v, now, runs))
@@ -54,12 +57,12 @@ func newHTTPHandler(s *service, reg *prometheus.Registry) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"tables": out})
 	})
 	mux.HandleFunc("GET /v1/tables/{table}", func(w http.ResponseWriter, r *http.Request) {
-		v, err := s.store.Get(r.Context(), r.PathValue("table"))
+		v, err := store.Get(r.Context(), r.PathValue("table"))
 		if err != nil {
-			s.httpError(w, err)
+			httpError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, toTableStatus(v, time.Now().UTC(), s.reg.Status()))
+		writeJSON(w, http.StatusOK, toTableStatus(v, time.Now().UTC(), reg.Status()))
 	})
 	mux.HandleFunc("GET /v1/tables/{table}/final", func(w http.ResponseWriter, r *http.Request) {
 		table := r.PathValue("table")
@@ -81,7 +84,7 @@ func newHTTPHandler(s *service, reg *prometheus.Registry) http.Handler {
 		if wait > 0 {
 			ctx, cancel := context.WithTimeout(r.Context(), wait)
 			defer cancel()
-			v, err := s.store.Wait(ctx, table, end)
+			v, err := store.Wait(ctx, table, end)
 			switch {
 			case err == nil:
 				resp["final"], resp["finalized_until"] = true, v.FinalizedUntil
@@ -89,15 +92,15 @@ func newHTTPHandler(s *service, reg *prometheus.Registry) http.Handler {
 				return
 			case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 			default:
-				s.httpError(w, err)
+				httpError(w, err)
 				return
 			}
 		}
-		v, err := s.store.Get(r.Context(), table)
+		v, err := store.Get(r.Context(), table)
 		switch {
 		case errors.Is(err, control.ErrNotFound):
 		case err != nil:
-			s.httpError(w, err)
+			httpError(w, err)
 			return
 		default:
 			resp["finalized_until"] = v.FinalizedUntil
@@ -108,14 +111,14 @@ func newHTTPHandler(s *service, reg *prometheus.Registry) http.Handler {
 	return mux
 }
 
-func (s *service) httpError(w http.ResponseWriter, err error) {
+func writeHTTPError(w http.ResponseWriter, err error, log *zap.Logger) {
 	switch {
 	case errors.Is(err, control.ErrNotFound):
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
 	case errors.Is(err, control.ErrUnavailable):
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 	default:
-		s.log.Error("http request failed", zap.Error(err))
+		log.Error("http request failed", zap.Error(err))
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/internal/service"
 )
 
 // addPostgresClientFlags adds the flags of the commands that read the
@@ -35,7 +36,7 @@ func openStore(ctx context.Context, fs *pflag.FlagSet) (*control.Store, error) {
 	dir, _ := fs.GetString("data-dir")
 	table, _ := fs.GetString("control-table")
 	if url == "" {
-		raw, err := os.ReadFile(filepath.Join(dir, postgresURLFile))
+		raw, err := os.ReadFile(filepath.Join(dir, service.PostgresURLFile))
 		if err != nil {
 			return nil, usageError(fmt.Errorf("no --postgres-url, and no managed PostgreSQL under %s (start `finalizer serve` there, or pass --postgres-url)", dir))
 		}

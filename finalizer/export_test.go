@@ -1,0 +1,26 @@
+package finalizer
+
+import "context"
+
+// StartTracker starts the worker of cfg. The worker stops when the run
+// terminates, on Stop (after applying what is pending) or when ctx is
+// cancelled (abandoning an advance in flight). Wait for it with Done or Join.
+func StartTracker(ctx context.Context, cfg TrackerConfig) *Tracker {
+	t := newTracker(cfg)
+	go t.run(ctx)
+	return t
+}
+
+// Done is closed when the worker has exited.
+func (t *Tracker) Done() <-chan struct{} { return t.done }
+
+// Join waits until the worker has exited or ctx is done. It reports whether
+// the worker finished; whether its last advance succeeded is LastError.
+func (t *Tracker) Join(ctx context.Context) bool {
+	select {
+	case <-t.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

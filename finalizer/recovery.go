@@ -1,0 +1,71 @@
+package finalizer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// Recover resumes the persisted explicit tracks that are not done and
+// tracks every retained run that a rule matches, subscribing several at
+// once. Each tracker applies its run's retained progress at once. Errors of
+// single runs are logged; Recover returns the first of them, if any.
+func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []listener.Run) error {
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	sem := make(chan struct{}, r.cfg.RecoverParallelism)
+	note := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+		}
+		mu.Unlock()
+	}
+	for _, t := range tracks {
+		if !t.DoneAt.IsZero() {
+			continue
+		}
+		var opts progress.SpecOptions
+		if err := json.Unmarshal(t.Spec, &opts); err != nil {
+			note(fmt.Errorf("track of run %s: bad spec: %w", t.RunID, err))
+			continue
+		}
+		spec, err := progress.ParseSpec(opts)
+		if err != nil {
+			note(fmt.Errorf("track of run %s: %w", t.RunID, err))
+			continue
+		}
+		req := Request{QueryID: t.QueryID, RunID: t.RunID, Table: t.Table, Spec: spec, Explicit: true, resumed: true}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := r.Track(ctx, req); err != nil {
+				note(err)
+			}
+		}()
+	}
+	for _, run := range runs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r.consider(ctx, run, false)
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		r.log.Error("some runs could not be recovered", zap.Error(first))
+	}
+	return first
+}

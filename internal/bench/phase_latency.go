@@ -1,0 +1,86 @@
+package bench
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// latency publishes the background load at Rate for Duration, one run
+// after the other, and measures every period-crossing progress from its
+// publication to its committed verdict. writes reads the control writes
+// so far.
+func (r *runner) latency(ctx context.Context, writes func() float64, out *Latency) error {
+	writes0 := writes()
+	crossings, sent := 0, 0
+	touched := make(map[string]time.Time)
+	start := time.Now()
+	for {
+		elapsed := time.Since(start)
+		if elapsed >= r.cfg.Duration {
+			break
+		}
+		due := int(elapsed.Seconds() * r.cfg.Rate)
+		for ; sent < due; sent++ {
+			s := r.sims[r.rr%len(r.sims)]
+			r.rr++
+			k := s.last + 1
+			if r.clk.crossing(s, k) {
+				crossings++
+				r.obs.expect(s.table, r.clk.period(s, k), time.Now())
+			}
+			if _, err := r.publishProgress(s, k); err != nil {
+				return err
+			}
+			touched[s.table] = r.clk.period(s, k)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		next := start.Add(time.Duration(float64(sent+1) / r.cfg.Rate * float64(time.Second)))
+		time.Sleep(time.Until(next))
+	}
+	if err := r.pub.Flush(); err != nil {
+		return err
+	}
+	if _, err := r.waitVerdicts(ctx, "latency", touched); err != nil {
+		return err
+	}
+	lat, missing := r.obs.takeLatencies()
+	slices.Sort(lat)
+	out.Events = sent
+	out.Probes = len(lat)
+	out.Missing = missing
+	if len(lat) > 0 {
+		out.P50Ms = ms(lat[len(lat)/2])
+		out.P99Ms = ms(lat[min(len(lat)-1, len(lat)*99/100)])
+		out.MaxMs = ms(lat[len(lat)-1])
+	}
+	out.WritesPerPeriod = (r.settle(ctx, writes) - writes0) / float64(max(crossings, 1))
+	r.say("latency at %.0f events/s for %s: %d crossings, p50 %.2f ms, p99 %.2f ms, max %.2f ms, %.2f writes per (table, period)",
+		r.cfg.Rate, r.cfg.Duration, out.Probes, out.P50Ms, out.P99Ms, out.MaxMs, out.WritesPerPeriod)
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// burst makes every run cross into its next period at once and returns
+// the time from the first publication to the last committed verdict.
+func (r *runner) burst(ctx context.Context) (float64, error) {
+	start := time.Now()
+	for _, s := range r.sims {
+		if _, err := r.publishProgress(s, r.clk.nextCrossing(s, s.last)); err != nil {
+			return 0, err
+		}
+	}
+	if err := r.pub.Flush(); err != nil {
+		return 0, err
+	}
+	last, err := r.waitVerdicts(ctx, "burst", r.targetsAtLast())
+	if err != nil {
+		return 0, err
+	}
+	took := last.Sub(start)
+	r.say("burst: %d tables crossing at once, last verdict committed after %s", len(r.sims), took.Round(time.Millisecond))
+	return took.Seconds(), nil
+}

@@ -1,0 +1,251 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+)
+
+// runService runs the service's phases.
+func (r *runner) runService(ctx context.Context) error {
+	if err := r.rawDelivery(ctx); err != nil {
+		return fmt.Errorf("raw delivery: %w", err)
+	}
+	before := sampleMemory()
+
+	// Start and track.
+	svc, err := startService(ctx, r.serviceConfig())
+	if err != nil {
+		return err
+	}
+	stop := func() {
+		r.res.AdvanceRetries += int(svc.metric("finalizer_advance_retries_total"))
+		r.res.AdvanceFailures += int(svc.metric("finalizer_advance_failures_total"))
+		svc.stop(ctx)
+		svc = nil
+	}
+	defer func() {
+		if svc != nil {
+			stop()
+		}
+	}()
+	if err := r.profile("track", func() error { return r.track(ctx, svc) }); err != nil {
+		return err
+	}
+	// Every run's first progress: the N first verdicts (inserts).
+	start := time.Now()
+	for _, s := range r.sims {
+		if _, err := r.publishProgress(s, 1); err != nil {
+			return err
+		}
+	}
+	last, err := r.waitVerdicts(ctx, "first verdicts", r.targetsAtLast())
+	if err != nil {
+		return err
+	}
+	r.res.FirstVerdictsSeconds = last.Sub(start).Seconds()
+	r.say("first verdicts of %d tables in %s", len(r.sims), last.Sub(start).Round(time.Millisecond))
+
+	after := sampleMemory()
+	n := float64(len(r.sims))
+	r.res.MemPerRunKiB = (float64(after.rss) - float64(before.rss)) / n / 1024
+	r.res.HeapPerRunKiB = (float64(after.heap) - float64(before.heap)) / n / 1024
+	r.res.StackPerRunKiB = (float64(after.stack) - float64(before.stack)) / n / 1024
+	r.res.GoroutinesPerRun = float64(after.goroutines-before.goroutines) / n
+	r.say("memory per tracked run: %.1f KiB resident (heap %.1f KiB, stacks %.1f KiB, %.1f goroutines)",
+		r.res.MemPerRunKiB, r.res.HeapPerRunKiB, r.res.StackPerRunKiB, r.res.GoroutinesPerRun)
+	if r.cfg.ProfileDir != "" {
+		if f, err := os.Create(filepath.Join(r.cfg.ProfileDir, "heap.pprof")); err == nil {
+			_ = pprof.WriteHeapProfile(f)
+			_ = f.Close()
+		}
+	}
+
+	if err := r.serviceIngest(ctx, svc); err != nil {
+		return err
+	}
+	r.rrLatency = r.rr
+	if err := r.profile("latency", func() error {
+		return r.latency(ctx, func() float64 { return svc.metric("finalizer_control_writes_total") }, &r.res.Latency)
+	}); err != nil {
+		return err
+	}
+	if err := r.profile("burst", func() error {
+		var err error
+		r.res.BurstSeconds, err = r.burst(ctx)
+		return err
+	}); err != nil {
+		return err
+	}
+	if svc.dropped.Load() != 0 {
+		return fmt.Errorf("the service dropped %d events", svc.dropped.Load())
+	}
+
+	// Restart: stop, publish one crossing per run while down, start.
+	stop()
+	js, err := jetstream.New(r.pub)
+	if err != nil {
+		return err
+	}
+	st, err := js.Stream(ctx, listener.DefaultStream)
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	r.stored = info.State.LastSeq
+	for _, s := range r.sims {
+		if _, err := r.publishProgress(s, r.clk.nextCrossing(s, s.last)); err != nil {
+			return err
+		}
+	}
+	if err := r.pub.Flush(); err != nil {
+		return err
+	}
+	if stored, err := r.waitStored(ctx, st, len(r.sims)); err != nil {
+		return err
+	} else if stored < len(r.sims) {
+		return fmt.Errorf("recovery: the stream stored %d of the %d progress events published while the service was down", stored, len(r.sims))
+	}
+	targets := r.targetsAtLast()
+	err = r.profile("recovery", func() error {
+		start := time.Now()
+		var err error
+		if svc, err = startService(ctx, r.serviceConfig()); err != nil {
+			return err
+		}
+		last, err := r.waitVerdicts(ctx, "recovery", targets)
+		if err != nil {
+			return err
+		}
+		r.res.RecoverySeconds = last.Sub(start).Seconds()
+		r.res.RecoveryStartSeconds = svc.startedIn.Seconds()
+		r.say("recovery: %d runs re-applied %s after start (start itself %s: retained runs listed in %s, Recover %s)", len(r.sims),
+			last.Sub(start).Round(time.Millisecond), svc.startedIn.Round(time.Millisecond),
+			svc.retainedIn.Round(time.Millisecond), svc.recoverIn.Round(time.Millisecond))
+		return nil
+	})
+	return err
+}
+
+// track tracks every run: explicit ones through the registry (as the
+// track API does, persisted), ruled ones by publishing their started event
+// for discovery. It returns once N trackers run.
+func (r *runner) track(ctx context.Context, svc *benchService) error {
+	start := time.Now()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	work := make(chan *sim)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range work {
+				_, err := svc.tracker.Track(ctx, finalizer.Request{QueryID: s.queryID, RunID: s.runID, Table: s.table,
+					Spec: s.spec, Explicit: true, Supersede: true})
+				if err != nil {
+					mu.Lock()
+					first = cmpOr(first, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, s := range r.sims {
+		if s.rule {
+			if err := r.pub.Publish(s.startedSubject, s.started); err != nil {
+				first = cmpOr(first, err)
+			}
+			continue
+		}
+		work <- s
+	}
+	close(work)
+	wg.Wait()
+	if first != nil {
+		return fmt.Errorf("track: %w", first)
+	}
+	if err := r.pub.Flush(); err != nil {
+		return err
+	}
+	n := int64(len(r.sims))
+	if err := r.waitCount(ctx, "trackers", n, func() int64 { return int64(svc.metric("finalizer_tracked_runs")) }); err != nil {
+		return err
+	}
+	r.res.TrackSeconds = time.Since(start).Seconds()
+	r.say("tracked %d runs in %s", n, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// crossingsIn counts the period crossings of batches from+1 .. to of run s.
+func (r *runner) crossingsIn(s *sim, from, to int64) int {
+	n := 0
+	for k := from + 1; k <= to; k++ {
+		if r.clk.crossing(s, k) {
+			n++
+		}
+	}
+	return n
+}
+
+// serviceIngest publishes the ingest messages to the service as fast as
+// it accepts them.
+func (r *runner) serviceIngest(ctx context.Context, svc *benchService) error {
+	n := len(r.sims) * r.cfg.IngestPerRun
+	base := svc.accepted.Load()
+	accepted := func() int64 { return svc.accepted.Load() - base }
+	writes0 := svc.metric("finalizer_control_writes_total")
+	var start, acceptedAt time.Time
+	err := r.profile("ingest", func() error {
+		var err error
+		if start, err = r.blast(ctx, n, func(i int) error {
+			s, k := r.ingestAt(i)
+			_, err := r.publishProgress(s, k)
+			return err
+		}, accepted); err != nil {
+			return err
+		}
+		if err := r.waitCount(ctx, "ingest", int64(n), accepted); err != nil {
+			return err
+		}
+		acceptedAt = time.Now()
+		_, err = r.waitVerdicts(ctx, "ingest", r.targetsAtLast())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	settled := time.Now()
+	crossings := 0
+	for _, s := range r.sims {
+		crossings += r.crossingsIn(s, 1, s.last)
+	}
+	r.res.IngestEventsPerSec = float64(n) / acceptedAt.Sub(start).Seconds()
+	r.res.SettledEventsPerSec = float64(n) / settled.Sub(start).Seconds()
+	writes := r.settle(ctx, func() float64 { return svc.metric("finalizer_control_writes_total") })
+	r.res.IngestWritesPerPeriod = (writes - writes0) / float64(max(crossings, 1))
+	r.say("ingest: %d events accepted at %.0f/s (%.0f%% of raw), all verdicts committed at %.0f/s, %.2f writes per (table, period)",
+		n, r.res.IngestEventsPerSec, 100*r.res.IngestEventsPerSec/r.res.RawEventsPerSec, r.res.SettledEventsPerSec, r.res.IngestWritesPerPeriod)
+	return nil
+}

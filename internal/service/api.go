@@ -1,0 +1,62 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// uuidPattern is a query or run id as Spark prints it.
+var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// CheckIDs refuses a query or run id (in lower case) that is not a UUID:
+// events of such a run could never be accepted.
+func CheckIDs(queryID, runID string) error {
+	for _, x := range [][2]string{{"query id", queryID}, {"run id", runID}} {
+		if !uuidPattern.MatchString(x[1]) {
+			return fmt.Errorf("%s %q is not a UUID (8-4-4-4-12 hex digits, as Spark prints it)", x[0], x[1])
+		}
+	}
+	return nil
+}
+
+// handleTrack serves `finalizer track`.
+func (s *Service) handleTrack(ctx context.Context, r listener.TrackRequest) listener.TrackReply {
+	spec, err := progress.ParseSpec(r.Spec)
+	if err != nil {
+		return listener.TrackReply{Error: err.Error()}
+	}
+	if r.QueryID == "" || r.RunID == "" || r.Table == "" {
+		return listener.TrackReply{Error: "query id, run id and table are required"}
+	}
+	// Checked before anything is persisted: a track that can never receive
+	// an event would otherwise fail again at every restart.
+	r.QueryID, r.RunID = strings.ToLower(r.QueryID), strings.ToLower(r.RunID)
+	if err := CheckIDs(r.QueryID, r.RunID); err != nil {
+		return listener.TrackReply{Error: err.Error()}
+	}
+	ok, err := s.registry.Track(ctx, finalizer.Request{QueryID: r.QueryID, RunID: r.RunID, Table: r.Table, Spec: spec, Explicit: true, Supersede: true})
+	if err != nil {
+		return listener.TrackReply{Error: err.Error()}
+	}
+	return listener.TrackReply{OK: true, Tracked: ok}
+}
+
+// handleJoin serves `finalizer join`.
+func (s *Service) handleJoin(ctx context.Context, r listener.JoinRequest) listener.JoinReply {
+	if r.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.Timeout)
+		defer cancel()
+	}
+	res, err := s.registry.Join(ctx, r.RunID)
+	if err != nil {
+		return listener.JoinReply{Error: err.Error()}
+	}
+	return listener.JoinReply{Done: res.Done, LastError: res.LastError}
+}

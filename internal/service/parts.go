@@ -1,0 +1,309 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// The start functions of the service's actors, in start order. Each one
+// registers its actor's stop with started once it runs.
+
+// lockDataDir creates and locks the data dir when an embedded server or
+// the managed cluster will live in it.
+func (s *Service) lockDataDir(context.Context) error {
+	if err := s.opts.checkHTTP(); err != nil {
+		return err
+	}
+	if s.opts.EmbeddedNATS == nil && s.opts.PostgresURL != "" {
+		return nil
+	}
+	if err := os.MkdirAll(s.opts.DataDir, 0o755); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	unlock, err := lockDataDir(s.opts.DataDir)
+	if err != nil {
+		return err
+	}
+	s.started("data dir lock", func(context.Context) { unlock() })
+	return nil
+}
+
+// startNATS starts the embedded NATS server, or takes the external URL.
+func (s *Service) startNATS(context.Context) error {
+	s.natsURL = s.opts.NATS.URL
+	o := s.opts.EmbeddedNATS
+	if o == nil {
+		return nil
+	}
+	eo := *o
+	if eo.StoreDir == "" {
+		eo.StoreDir = filepath.Join(s.opts.DataDir, "nats")
+	}
+	if eo.Logger == nil {
+		eo.Logger = s.log.Named("nats-server")
+	}
+	srv, err := embeddednats.Start(eo)
+	if err != nil {
+		return fmt.Errorf("embedded nats: %w", err)
+	}
+	s.embedded = srv
+	s.started("embedded nats", func(context.Context) { srv.Shutdown() })
+	s.natsURL = srv.ClientURL()
+	if h := eo.Host; h == "" || h == "0.0.0.0" || h == "::" {
+		// Listening on every address: connect through the loopback one.
+		s.natsURL = strings.Replace(s.natsURL, "://"+net.JoinHostPort(h, ""), "://"+net.JoinHostPort("127.0.0.1", ""), 1)
+	}
+	how := "no authentication"
+	if len(eo.Users) > 0 {
+		how = fmt.Sprintf("%d users", len(eo.Users)-1) // less the service's own
+	}
+	if eo.TLS != nil {
+		how += ", TLS"
+	}
+	s.printf("finalizer: NATS %s (embedded, %s, JetStream under %s)\n", srv.ClientURL(), how, eo.StoreDir)
+	return nil
+}
+
+// startPostgres starts the managed PostgreSQL cluster, or takes the
+// external URL.
+func (s *Service) startPostgres(ctx context.Context) error {
+	s.pgURL = s.opts.PostgresURL
+	if s.pgURL != "" {
+		return nil
+	}
+	dir, err := managedClusterDir(s.opts.DataDir, s.log)
+	if err != nil {
+		return fmt.Errorf("managed postgresql: %w", err)
+	}
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Logger: s.log.Named("postgres")})
+	if err != nil {
+		return fmt.Errorf("managed postgresql: %w", err)
+	}
+	s.cluster = cluster
+	s.started("managed postgresql", func(context.Context) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := cluster.Stop(ctx); err != nil {
+			s.log.Error("stopping the managed postgresql failed", zap.Error(err))
+		}
+	})
+	s.pgURL = cluster.URL()
+	if err := os.WriteFile(filepath.Join(s.opts.DataDir, PostgresURLFile), []byte(s.pgURL+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", PostgresURLFile, err)
+	}
+	s.printf("finalizer: PostgreSQL %s (managed cluster under %s)\n", s.pgURL, cluster.Dir())
+	return nil
+}
+
+// openStore opens the control store and migrates (or checks) its table.
+func (s *Service) openStore(ctx context.Context) error {
+	store, err := control.Open(ctx, s.pgURL, control.Options{Table: s.opts.ControlTable, Logger: s.log.Named("control")})
+	if err != nil {
+		return fmt.Errorf("postgresql: %w", err)
+	}
+	s.store = store
+	s.started("control store", func(context.Context) { store.Close() })
+	if err := s.prepareSchema(ctx); err != nil {
+		return err
+	}
+	if vs, err := store.List(ctx); err == nil {
+		for _, v := range vs {
+			s.metrics.ObserveVerdict(v.Table, v.FinalizedUntil)
+		}
+	}
+	return nil
+}
+
+// prepareSchema migrates the control table, waiting for PostgreSQL to come
+// up, or only checks it with NoMigrate.
+func (s *Service) prepareSchema(ctx context.Context) error {
+	op := func() error {
+		var err error
+		if s.opts.NoMigrate {
+			err = s.store.CheckSchema(ctx)
+		} else {
+			err = s.store.Migrate(ctx)
+		}
+		if err != nil && !errors.Is(err, control.ErrUnavailable) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}
+	b := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(2 * time.Minute))
+	notify := func(err error, next time.Duration) {
+		s.log.Warn("waiting for postgresql", zap.Error(err), zap.Duration("retry_in", next))
+	}
+	if err := backoff.RetryNotify(op, backoff.WithContext(b, ctx), notify); err != nil {
+		return fmt.Errorf("control table: %w", err)
+	}
+	return nil
+}
+
+// dialBus connects the event bus and ensures its JetStream stream.
+func (s *Service) dialBus(ctx context.Context) error {
+	o := s.opts.NATS
+	o.URL = s.natsURL
+	o.Logger = s.log.Named("listener")
+	hook := s.opts.OnEvent
+	o.OnEvent = func(kind progress.Kind, outcome string) {
+		s.metrics.Events.WithLabelValues(kind.String(), outcome).Inc()
+		if hook != nil {
+			hook(kind, outcome)
+		}
+	}
+	bus, err := listener.Dial(ctx, o)
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	s.bus = bus
+	s.started("event bus", func(context.Context) { bus.Close() })
+	s.jetstream = true
+	if err := bus.EnsureStream(ctx); err != nil {
+		if !errors.Is(err, listener.ErrNoJetStream) {
+			return fmt.Errorf("nats stream: %w", err)
+		}
+		s.jetstream = false
+		s.log.Warn("the NATS server has no JetStream: runs tracked late or after a restart miss the events sent before")
+	}
+	return nil
+}
+
+// startRegistry starts the registry of trackers. Its stop lets every
+// tracker apply what is pending until the stop's deadline.
+func (s *Service) startRegistry(context.Context) error {
+	rc := s.opts.Registry
+	rc.Events, rc.Store, rc.Tracks = finalizer.ListenerEvents{L: s.bus}, s.store, s.store
+	rc.Logger, rc.Metrics = s.log.Named("tracker"), s.metrics
+	reg := finalizer.NewRegistry(rc)
+	s.registry = reg
+	s.started("registry", func(ctx context.Context) {
+		if err := reg.Close(ctx); err != nil {
+			s.log.Warn("shutdown deadline passed with advances pending; their runs' retained progress re-applies them on the next start", zap.Error(err))
+		}
+	})
+	return nil
+}
+
+// serveAPI answers `finalizer track` and `finalizer join` over NATS.
+func (s *Service) serveAPI(context.Context) error {
+	api, err := s.bus.ServeAPI(s.handleTrack, s.handleJoin)
+	if err != nil {
+		return fmt.Errorf("nats api: %w", err)
+	}
+	s.started("nats api", func(context.Context) { _ = api.Unsubscribe() })
+	return nil
+}
+
+// discover hands every run the registry does not know to it, when rules
+// are configured.
+func (s *Service) discover(context.Context) error {
+	if len(s.opts.Registry.Rules) == 0 {
+		return nil
+	}
+	disc, err := s.bus.Discover(s.registry.Known, s.registry.Discovered)
+	if err != nil {
+		return fmt.Errorf("nats discovery: %w", err)
+	}
+	s.started("discovery", func(context.Context) { _ = disc.Unsubscribe() })
+	return nil
+}
+
+// recover resumes the explicit tracks from the control database and the
+// declarative ones from what JetStream retained. Each tracker applies its
+// run's retained progress at once. It has nothing to stop.
+func (s *Service) recover(ctx context.Context) error {
+	began := time.Now()
+	tracks, err := s.store.Tracks(ctx)
+	if err != nil {
+		return fmt.Errorf("read explicit tracks: %w", err)
+	}
+	var runs []listener.Run
+	if s.jetstream && len(s.opts.Registry.Rules) > 0 {
+		if runs, err = s.bus.Retained(ctx); err != nil {
+			s.log.Error("could not list the runs JetStream retained; they are tracked on their next event", zap.Error(err))
+		}
+	}
+	listed := time.Now()
+	_ = s.registry.Recover(ctx, tracks, runs) // logged by Recover
+	s.timings.Retained, s.timings.Recover = listed.Sub(began), time.Since(listed)
+	s.log.Info("recovered tracked runs", zap.Int("explicit_tracks", len(tracks)), zap.Int("retained_runs", len(runs)),
+		zap.Int("trackers", len(s.registry.Status())), zap.Duration("took", time.Since(began)))
+	return nil
+}
+
+// serveHTTP serves the HTTP API and /metrics. A server that stops on its
+// own fails the service (see Run).
+func (s *Service) serveHTTP(context.Context) error {
+	if s.opts.HTTPListen == "" || s.opts.HTTPListen == "off" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.opts.HTTPListen)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", s.opts.HTTPListen, err)
+	}
+	srv := &http.Server{Handler: s.opts.HTTPHandler(s), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.fail(fmt.Errorf("http server: %w", err))
+		}
+	}()
+	s.started("http", func(context.Context) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	})
+	s.httpAddr = ln.Addr().String()
+	s.printf("finalizer: HTTP http://%s\n", s.httpAddr)
+	s.log.Info("http listening", zap.String("addr", s.httpAddr))
+	return nil
+}
+
+// fallbackClusterRoot holds managed clusters whose data dir the postgres OS
+// user cannot reach (a data dir under root's 0700 home, when run as root).
+const fallbackClusterRoot = "/var/lib/finalizer/clusters"
+
+// managedClusterDir returns where the managed PostgreSQL cluster of dataDir
+// lives: <data-dir>/postgres, or, when this process runs as root and the
+// postgres OS user cannot reach that path, a directory under
+// fallbackClusterRoot named after the data dir, so that
+// `finalizer serve` works from any directory.
+func managedClusterDir(dataDir string, log *zap.Logger) (string, error) {
+	dir := filepath.Join(dataDir, "postgres")
+	err := pgcluster.Reachable(dir)
+	if err == nil || !errors.Is(err, pgcluster.ErrUnreachable) {
+		return dir, err
+	}
+	abs, aerr := filepath.Abs(dataDir)
+	if aerr != nil {
+		return "", aerr
+	}
+	sum := sha256.Sum256([]byte(abs))
+	alt := filepath.Join(fallbackClusterRoot, fmt.Sprintf("%s-%x", filepath.Base(abs), sum[:4]))
+	if merr := os.MkdirAll(fallbackClusterRoot, 0o755); merr != nil {
+		return "", fmt.Errorf("%w; and the fallback %s: %v", err, fallbackClusterRoot, merr)
+	}
+	log.Warn("the postgres OS user cannot reach the data dir; the managed cluster lives in the fallback directory",
+		zap.String("data_dir", abs), zap.String("cluster_dir", alt), zap.NamedError("reason", err))
+	return alt, nil
+}

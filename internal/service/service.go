@@ -1,0 +1,253 @@
+// Package service starts and stops the finalizer service: the data-dir
+// lock, the embedded NATS server or an external one, the managed
+// PostgreSQL cluster or an external one, the control store, the event bus
+// (package listener), the registry of trackers, the NATS API, discovery,
+// recovery and the HTTP API. `finalizer serve`, `finalizer bench` and,
+// through the binary, the end-to-end tests run this one wiring (ADR 0012).
+//
+// The service is a stack of actors: Start starts them one after another,
+// each by one function that also registers how to stop it; Stop stops them
+// in the reverse order. A failed start stops what started before it.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// Compile-time checks that the real parts fit the engine's interfaces.
+var (
+	_ finalizer.Store      = (*control.Store)(nil)
+	_ finalizer.TrackStore = (*control.Store)(nil)
+	_ finalizer.BatchStore = (*control.Store)(nil) // group commit (ADR 0008)
+)
+
+// PostgresURLFile is where the service leaves the managed cluster's URL in
+// the data dir, for the status, is-final and wait commands (mode 0600).
+const PostgresURLFile = "postgres.url"
+
+// Options configures the service. Zero values: no embedded NATS (NATS.URL
+// is an external server), the managed PostgreSQL cluster under DataDir
+// (PostgresURL empty), no HTTP API, no rules.
+type Options struct {
+	// Logger receives the service's logs; nil = no logs.
+	Logger *zap.Logger
+	// Stdout receives one line per part started ("finalizer: NATS ...");
+	// nil = none.
+	Stdout io.Writer
+
+	// DataDir holds the lock, the embedded NATS store and the managed
+	// PostgreSQL cluster. It is created and locked only when one of them
+	// runs.
+	DataDir string
+	// EmbeddedNATS, when not nil, starts the embedded NATS server, and the
+	// service connects to it (NATS.URL is ignored). Its StoreDir and
+	// Logger are filled in when empty.
+	EmbeddedNATS *embeddednats.Options
+	// NATS is how the service connects to NATS: URL (external server),
+	// credentials, TLS, subject prefix, stream. Logger and OnEvent are set
+	// by Start.
+	NATS listener.Options
+
+	// PostgresURL is the control database; "" starts the managed cluster
+	// under DataDir and writes its URL to PostgresURLFile there.
+	PostgresURL string
+	// ControlTable is the control table; "" = control.DefaultTable.
+	ControlTable string
+	// NoMigrate only checks the control table's schema instead of creating
+	// or migrating it.
+	NoMigrate bool
+
+	// Registry configures the registry of trackers: rules, stale and
+	// expiry thresholds, tracker tunables, group commit. Events, Store,
+	// Tracks, Logger and Metrics are set by Start.
+	Registry finalizer.RegistryConfig
+
+	// HTTPListen is the HTTP API's address; "" or "off" = no HTTP API.
+	HTTPListen string
+	// HTTPHandler builds the HTTP API's handler once the service's parts
+	// run; required with HTTPListen.
+	HTTPHandler func(*Service) http.Handler
+
+	// OnEvent, when set, is called for every event the bus takes in or
+	// drops, besides counting it in the metrics. It must not block.
+	OnEvent func(kind progress.Kind, outcome string)
+}
+
+// Timings says how long the start took, and of which the recovery.
+type Timings struct {
+	// Start is the whole of Start.
+	Start time.Duration
+	// Retained is listing the runs JetStream retained; Recover is tracking
+	// them and the explicit tracks.
+	Retained, Recover time.Duration
+}
+
+// Service is a running service. Stop it with Stop.
+type Service struct {
+	opts    Options
+	log     *zap.Logger
+	out     io.Writer
+	metrics *finalizer.Metrics
+	prom    *prometheus.Registry
+
+	// Set by the start functions, in start order.
+	natsURL   string
+	pgURL     string
+	embedded  *embeddednats.Server
+	cluster   *pgcluster.Cluster
+	store     *control.Store
+	bus       *listener.Listener
+	jetstream bool
+	registry  *finalizer.Registry
+	httpAddr  string
+	timings   Timings
+
+	actors   []actor // started, in start order
+	stopOnce sync.Once
+	failed   chan error // an actor that stopped on its own
+}
+
+// actor is one started part of the service and how to stop it.
+type actor struct {
+	name string
+	stop func(ctx context.Context)
+}
+
+// Start starts the service's parts in order and returns once it is ready:
+// recovery done, every API serving. On an error it stops what it started
+// and returns the error.
+func Start(ctx context.Context, o Options) (*Service, error) {
+	began := time.Now()
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.ControlTable == "" {
+		o.ControlTable = control.DefaultTable
+	}
+	s := &Service{opts: o, log: o.Logger, out: o.Stdout, prom: prometheus.NewRegistry(), failed: make(chan error, 1)}
+	s.prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.metrics = finalizer.NewMetrics(s.prom, time.Now)
+	for _, start := range []func(context.Context) error{
+		s.lockDataDir,
+		s.startNATS,
+		s.startPostgres,
+		s.openStore,
+		s.dialBus,
+		s.startRegistry,
+		s.serveAPI,
+		s.discover,
+		s.recover,
+		s.serveHTTP,
+	} {
+		if err := start(ctx); err != nil {
+			s.Stop(context.Background())
+			return nil, err
+		}
+	}
+	s.timings.Start = time.Since(began)
+	return s, nil
+}
+
+// started registers a started actor and how to stop it.
+func (s *Service) started(name string, stop func(ctx context.Context)) {
+	s.actors = append(s.actors, actor{name: name, stop: stop})
+}
+
+// fail reports an actor that stopped on its own; Run returns its error.
+func (s *Service) fail(err error) {
+	select {
+	case s.failed <- err:
+	default:
+	}
+}
+
+// Run waits until ctx is done or an actor fails, then stops the service,
+// giving the trackers shutdown to apply what is pending. It returns the
+// failed actor's error, or nil.
+func (s *Service) Run(ctx context.Context, shutdown time.Duration) error {
+	var err error
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down", zap.String("signal", "received"))
+	case err = <-s.failed:
+		s.log.Error("a part of the service failed; shutting down", zap.Error(err))
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdown)
+	defer cancel()
+	s.Stop(sctx)
+	return err
+}
+
+// Stop stops every started actor in the reverse order of their start. The
+// registry's trackers get until ctx is done to apply what is pending. It
+// blocks; safe to call twice.
+func (s *Service) Stop(ctx context.Context) {
+	s.stopOnce.Do(func() {
+		for i := len(s.actors) - 1; i >= 0; i-- {
+			s.log.Debug("stopping", zap.String("part", s.actors[i].name))
+			s.actors[i].stop(ctx)
+		}
+	})
+}
+
+// Store returns the control store.
+func (s *Service) Store() *control.Store { return s.store }
+
+// Bus returns the event bus.
+func (s *Service) Bus() *listener.Listener { return s.bus }
+
+// Registry returns the registry of trackers.
+func (s *Service) Registry() *finalizer.Registry { return s.registry }
+
+// Prometheus returns the registry of the service's metrics, as /metrics
+// serves them.
+func (s *Service) Prometheus() *prometheus.Registry { return s.prom }
+
+// NATSURL returns the URL the service connected to NATS with.
+func (s *Service) NATSURL() string { return s.natsURL }
+
+// PostgresURL returns the control database's URL.
+func (s *Service) PostgresURL() string { return s.pgURL }
+
+// HTTPAddr returns the HTTP API's address, "" without one.
+func (s *Service) HTTPAddr() string { return s.httpAddr }
+
+// Timings returns how long the start took.
+func (s *Service) Timings() Timings { return s.timings }
+
+// Logger returns the service's logger.
+func (s *Service) Logger() *zap.Logger { return s.log }
+
+// errNoHandler is returned by Start when HTTPListen is set without a
+// handler.
+var errNoHandler = errors.New("http: HTTPListen set without HTTPHandler")
+
+// checkHTTP reports a configuration error of the HTTP API.
+func (o Options) checkHTTP() error {
+	if o.HTTPListen != "" && o.HTTPListen != "off" && o.HTTPHandler == nil {
+		return errNoHandler
+	}
+	return nil
+}
+
+func (s *Service) printf(format string, args ...any) { fmt.Fprintf(s.out, format, args...) }
