@@ -59,6 +59,10 @@ const (
 	// DefaultReensureFor is how long the listener keeps retrying to
 	// re-ensure the stream after a reconnect.
 	DefaultReensureFor = time.Minute
+	// DefaultRetryMin and DefaultRetryMax bound the delay between retries
+	// of a run's failed catch-up from the stream.
+	DefaultRetryMin = 100 * time.Millisecond
+	DefaultRetryMax = 5 * time.Second
 	// DefaultMaxInflightAPI bounds the API requests handled at once; more
 	// get an error reply.
 	DefaultMaxInflightAPI = 1024
@@ -116,6 +120,16 @@ type Options struct {
 	Stream string
 	// MaxAge is the stream's retention; 0 means DefaultMaxAge.
 	MaxAge time.Duration
+	// Replicas is the replica count of the stream EnsureStream creates
+	// (R3 on a three-node JetStream cluster); 0 means 1. Of an existing
+	// stream it is only compared (see EnsureStream).
+	Replicas int
+	// PlacementCluster and PlacementTags place the stream EnsureStream
+	// creates on a named cluster and/or on servers with all of these tags;
+	// empty means wherever the server chooses. Of an existing stream they
+	// are only compared.
+	PlacementCluster string
+	PlacementTags    []string
 	// APIPrefix is the prefix of the track and join subjects; "" means
 	// DefaultAPIPrefix.
 	APIPrefix string
@@ -164,6 +178,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxAge <= 0 {
 		o.MaxAge = DefaultMaxAge
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 1
 	}
 	if o.APIPrefix == "" {
 		o.APIPrefix = DefaultAPIPrefix
@@ -238,16 +255,19 @@ type Listener struct {
 	wg     sync.WaitGroup // maintenance and API handler goroutines
 
 	reconnected chan struct{} // a reconnect to handle, buffered 1
+	retryKick   chan struct{} // a failed catch-up to retry, buffered 1
 	connClosed  chan struct{} // closed once the connection is closed
 
 	mu       sync.Mutex
 	closed   bool
 	ensured  bool             // EnsureStream succeeded once: redo it after reconnects
 	stream   jetstream.Stream // the event stream, once known
+	differs  string           // the differences EnsureStream last logged
 	pubJS    int              // publish through JetStream: 0 unknown, 1 yes, -1 no
 	runs     map[*Subscription]struct{}
 	discover map[*Subscription]struct{}
 	api      map[*Subscription]struct{}
+	retry    map[*Subscription]struct{} // run subscriptions whose catch-up failed
 
 	// The event subscription and its routing table (ADR 0009).
 	routerMu      sync.Mutex
@@ -292,6 +312,8 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		ctx:         lctx,
 		cancel:      cancel,
 		reconnected: make(chan struct{}, 1),
+		retryKick:   make(chan struct{}, 1),
+		retry:       make(map[*Subscription]struct{}),
 		connClosed:  make(chan struct{}),
 		runs:        make(map[*Subscription]struct{}),
 		discover:    make(map[*Subscription]struct{}),
@@ -385,16 +407,89 @@ func redactURLs(list string) string {
 }
 
 // maintain handles reconnects until Close: re-ensure the stream, catch up
-// every run subscription, rescan for runs to discover.
+// every run subscription, rescan for runs to discover. It also retries
+// the catch-ups that failed (the stream had no leader, JetStream did not
+// answer in time), with a delay from DefaultRetryMin doubling to
+// DefaultRetryMax, until each succeeds or its subscription ends.
 func (l *Listener) maintain() {
 	defer l.wg.Done()
+	delay := DefaultRetryMin
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-l.ctx.Done():
 			return
 		case <-l.reconnected:
+			l.afterReconnect()
+		case <-l.retryKick:
+		case <-retry:
+			retry = nil
+			l.retryCatchUps()
 		}
-		l.afterReconnect()
+		switch {
+		case l.pendingCatchUps() == 0:
+			delay, retry = DefaultRetryMin, nil
+		case retry == nil:
+			retry = time.After(delay)
+			delay = min(2*delay, DefaultRetryMax)
+		}
+	}
+}
+
+// pendingCatchUps returns how many catch-ups wait for a retry.
+func (l *Listener) pendingCatchUps() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.retry)
+}
+
+// catchUpLater queues s's catch-up for maintain to retry.
+func (l *Listener) catchUpLater(s *Subscription, err error) {
+	l.mu.Lock()
+	_, live := l.runs[s]
+	if live {
+		l.retry[s] = struct{}{}
+	}
+	l.mu.Unlock()
+	if !live {
+		return
+	}
+	if ok, n := l.warn.Allow("catch-up"); ok {
+		l.log.Warn("catch-up from the stream failed; retrying", zap.String("query_id", s.queryID),
+			zap.String("run_id", s.runID), zap.Error(err), zap.Int("suppressed", n))
+	}
+	select {
+	case l.retryKick <- struct{}{}:
+	default:
+	}
+}
+
+// retryCatchUps retries the queued catch-ups once each.
+func (l *Listener) retryCatchUps() {
+	l.mu.Lock()
+	subs := make([]*Subscription, 0, len(l.retry))
+	for s := range l.retry {
+		subs = append(subs, s)
+	}
+	l.mu.Unlock()
+	ok := 0
+	for _, s := range subs {
+		if l.ctx.Err() != nil || l.nc.IsReconnecting() {
+			return // the reconnect catches everyone up
+		}
+		ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
+		err := l.catchUp(ctx, s)
+		cancel()
+		if err != nil {
+			continue
+		}
+		ok++
+		l.mu.Lock()
+		delete(l.retry, s)
+		l.mu.Unlock()
+	}
+	if ok > 0 {
+		l.log.Info("retried catch-ups succeeded", zap.Int("runs", ok), zap.Int("still_failing", len(subs)-ok))
 	}
 }
 
@@ -424,18 +519,19 @@ func (l *Listener) afterReconnect() {
 		l.log.Warn("flush after reconnect", zap.Error(err))
 		return
 	}
+	failed := 0
 	for _, s := range runs {
 		ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
 		if err := l.catchUp(ctx, s); err != nil {
-			l.log.Warn("catch up after reconnect", zap.String("query_id", s.queryID),
-				zap.String("run_id", s.runID), zap.Error(err))
+			failed++
+			l.catchUpLater(s, err)
 		}
 		cancel()
 	}
 	for _, s := range disc {
 		l.rescan(l.ctx, s) // Retained bounds itself
 	}
-	l.log.Info("caught up after reconnect", zap.Int("runs", len(runs)))
+	l.log.Info("caught up after reconnect", zap.Int("runs", len(runs)), zap.Int("failed", failed))
 }
 
 // reensure runs EnsureStream after a reconnect, retrying with backoff for

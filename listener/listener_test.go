@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -485,24 +486,44 @@ func TestEnsureStream(t *testing.T) {
 			t.Fatalf("messages on the subject = %d, want 1", n)
 		}
 	})
-	t.Run("updates owned settings and keeps others", func(t *testing.T) {
+	t.Run("adds what it needs and keeps the operator's choices", func(t *testing.T) {
 		st, err := js.Stream(ctx, listener.DefaultStream)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := st.CachedInfo().Config
-		c.Subjects = append(c.Subjects, "extra.>")
+		c.Subjects = append(slices.DeleteFunc(c.Subjects, func(s string) bool { return s == "spark.idle.>" }), "extra.>")
 		c.MaxMsgsPerSubject = 5
+		c.AllowDirect = false
 		if _, err := js.UpdateStream(ctx, c); err != nil {
 			t.Fatal(err)
 		}
-		l2 := dial(t, srv.ClientURL(), listener.Options{MaxAge: time.Hour})
-		if err := l2.EnsureStream(ctx); err != nil {
-			t.Fatal(err)
+		core, logs := observer.New(zapcore.WarnLevel)
+		l2 := dial(t, srv.ClientURL(), listener.Options{MaxAge: time.Hour, PlacementTags: []string{"ssd"}, Logger: zap.New(core)})
+		for range 2 { // the second finds the same differences and says nothing
+			if err := l2.EnsureStream(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 		got := info().Config
-		if got.MaxAge != time.Hour || got.MaxMsgsPerSubject != 1 || !strings.Contains(fmt.Sprint(got.Subjects), "extra.>") {
-			t.Fatalf("after update: max age %v, per subject %d, subjects %v", got.MaxAge, got.MaxMsgsPerSubject, got.Subjects)
+		if got.MaxAge != listener.DefaultMaxAge || got.MaxMsgsPerSubject != 5 || !got.AllowDirect ||
+			!slices.Contains(got.Subjects, "extra.>") || !slices.Contains(got.Subjects, "spark.idle.>") {
+			t.Fatalf("after ensure: max age %v, per subject %d, direct %v, subjects %v",
+				got.MaxAge, got.MaxMsgsPerSubject, got.AllowDirect, got.Subjects)
+		}
+		warned := logs.FilterMessageSnippet("differ from the configuration").All()
+		if len(warned) != 1 {
+			t.Fatalf("warnings about differences = %d, want 1: %v", len(warned), logs.All())
+		}
+		diffs := fmt.Sprint(warned[0].ContextMap()["differences"])
+		for _, want := range []string{"max age: stream 168h0m0s, config 1h0m0s", "messages per subject: stream 5, config 1",
+			"placement tags: stream [], config [ssd]"} {
+			if !strings.Contains(diffs, want) {
+				t.Errorf("differences %s: missing %q", diffs, want)
+			}
+		}
+		if strings.Contains(diffs, "replicas") || strings.Contains(diffs, "storage") {
+			t.Errorf("differences %s name a setting that is the same", diffs)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,13 +36,21 @@ func noJetStream(err error) bool {
 		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
 }
 
-// EnsureStream creates the event stream, or updates it to finalizer's
-// settings: subjects <prefix>.{started,progress,idle,terminated}.>, one
-// message per subject, file storage, Options.MaxAge, direct get allowed.
-// Settings it does not own (replicas, limits, extra subjects) of an existing
-// stream are kept, and nothing is written when the stream already
-// conforms, so it is idempotent. It returns ErrNoJetStream when the server
-// has no JetStream; the service then runs without recovery.
+// EnsureStream creates the event stream with finalizer's settings:
+// subjects <prefix>.{started,progress,idle,terminated}.>, one message per
+// subject, file storage, direct get allowed, and the operator's choices
+// from Options: MaxAge, Replicas, PlacementCluster and PlacementTags.
+//
+// Of an existing stream it changes only what finalizer cannot work
+// without: a missing event subject is added and direct get is allowed (so
+// that any replica of a clustered stream answers the catch-up, not only
+// its leader). Every other setting that differs from Options (replicas,
+// placement, max age, messages per subject, storage) is the operator's
+// choice: it is kept, and one warning names each difference, as
+// "replicas: stream 3, config 1"; it is logged again only when the
+// differences change. It is idempotent: nothing is written when the stream
+// already has what finalizer needs. It returns ErrNoJetStream when the
+// server has no JetStream; the service then runs without recovery.
 func (l *Listener) EnsureStream(ctx context.Context) error {
 	if l.isClosed() {
 		return ErrClosed
@@ -51,25 +60,14 @@ func (l *Listener) EnsureStream(ctx context.Context) error {
 	name := l.opts.Stream
 	st, err := l.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		cfg := jetstream.StreamConfig{
-			Name:              name,
-			Description:       "finalizer: the last started, progress, idle and terminated event of every streaming query run",
-			Subjects:          l.streamSubjects(),
-			Retention:         jetstream.LimitsPolicy,
-			Discard:           jetstream.DiscardOld,
-			MaxMsgsPerSubject: 1,
-			MaxAge:            l.opts.MaxAge,
-			Storage:           jetstream.FileStorage,
-			AllowDirect:       true,
-			Replicas:          1,
-		}
+		cfg := l.wantStream()
 		st, err = l.js.CreateStream(ctx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			// Created meanwhile by another replica: conform it below.
 			st, err = l.js.Stream(ctx, name)
 		} else if err == nil {
 			l.log.Info("created event stream", zap.String("stream", name), zap.Strings("subjects", cfg.Subjects),
-				zap.Duration("max_age", cfg.MaxAge))
+				zap.Duration("max_age", cfg.MaxAge), zap.Int("replicas", cfg.Replicas), zap.Any("placement", cfg.Placement))
 		}
 	}
 	if err != nil {
@@ -78,26 +76,52 @@ func (l *Listener) EnsureStream(ctx context.Context) error {
 		}
 		return fmt.Errorf("ensure stream %s: %w", name, err)
 	}
-	cfg := st.CachedInfo().Config
+	info := st.CachedInfo()
+	cfg := info.Config
 	if l.conform(&cfg) {
 		if st, err = l.js.UpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("update stream %s: %w", name, err)
 		}
 		l.log.Info("updated event stream", zap.String("stream", name), zap.Strings("subjects", cfg.Subjects),
-			zap.Duration("max_age", cfg.MaxAge))
+			zap.Bool("allow_direct", cfg.AllowDirect))
+		info = st.CachedInfo()
 	}
-	if cfg.Storage != jetstream.FileStorage {
-		l.log.Warn("event stream is not on file storage: it does not survive a server restart",
-			zap.String("stream", name))
-	}
+	diffs := l.StreamDifferences(info)
 	l.mu.Lock()
+	logDiffs := strings.Join(diffs, "; ") != l.differs
+	l.differs = strings.Join(diffs, "; ")
 	l.stream, l.ensured, l.pubJS = st, true, 1
 	l.mu.Unlock()
+	if logDiffs && len(diffs) > 0 {
+		l.log.Warn("the event stream's settings differ from the configuration; the stream's are kept "+
+			"(change the stream with the nats CLI, or the configuration, to silence this)",
+			zap.String("stream", name), zap.Strings("differences", diffs))
+	}
 	return nil
 }
 
-// conform sets the settings finalizer owns on cfg and reports whether
-// anything changed.
+// wantStream returns the configuration of a stream EnsureStream creates.
+func (l *Listener) wantStream() jetstream.StreamConfig {
+	cfg := jetstream.StreamConfig{
+		Name:              l.opts.Stream,
+		Description:       "finalizer: the last started, progress, idle and terminated event of every streaming query run",
+		Subjects:          l.streamSubjects(),
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardOld,
+		MaxMsgsPerSubject: 1,
+		MaxAge:            l.opts.MaxAge,
+		Storage:           jetstream.FileStorage,
+		AllowDirect:       true,
+		Replicas:          l.opts.Replicas,
+	}
+	if l.opts.PlacementCluster != "" || len(l.opts.PlacementTags) > 0 {
+		cfg.Placement = &jetstream.Placement{Cluster: l.opts.PlacementCluster, Tags: slices.Clone(l.opts.PlacementTags)}
+	}
+	return cfg
+}
+
+// conform adds to cfg what finalizer cannot work without (its subjects,
+// direct get) and reports whether anything changed.
 func (l *Listener) conform(cfg *jetstream.StreamConfig) bool {
 	changed := false
 	for _, s := range l.streamSubjects() {
@@ -106,16 +130,73 @@ func (l *Listener) conform(cfg *jetstream.StreamConfig) bool {
 			changed = true
 		}
 	}
-	if cfg.MaxMsgsPerSubject != 1 {
-		cfg.MaxMsgsPerSubject, changed = 1, true
-	}
-	if cfg.MaxAge != l.opts.MaxAge {
-		cfg.MaxAge, changed = l.opts.MaxAge, true
-	}
 	if !cfg.AllowDirect {
 		cfg.AllowDirect, changed = true, true
 	}
 	return changed
+}
+
+// StreamDifferences lists, one string each ("max age: stream 1h0m0s,
+// config 168h0m0s"), the operator's settings of the stream described by
+// info that differ from what EnsureStream would create. The cluster is
+// compared with the one the stream is placed on when the server says.
+func (l *Listener) StreamDifferences(info *jetstream.StreamInfo) []string {
+	want, got := l.wantStream(), info.Config
+	var diffs []string
+	differ := func(what string, stream, config any) {
+		diffs = append(diffs, fmt.Sprintf("%s: stream %v, config %v", what, stream, config))
+	}
+	if got.Replicas != want.Replicas && !(got.Replicas == 0 && want.Replicas == 1) {
+		differ("replicas", got.Replicas, want.Replicas)
+	}
+	if got.MaxAge != want.MaxAge {
+		differ("max age", got.MaxAge, want.MaxAge)
+	}
+	if got.MaxMsgsPerSubject != want.MaxMsgsPerSubject {
+		differ("messages per subject", got.MaxMsgsPerSubject, want.MaxMsgsPerSubject)
+	}
+	if got.Storage != want.Storage {
+		differ("storage", got.Storage, want.Storage)
+	}
+	if c := l.opts.PlacementCluster; c != "" {
+		on := ""
+		if got.Placement != nil {
+			on = got.Placement.Cluster
+		}
+		if info.Cluster != nil && info.Cluster.Name != "" {
+			on = info.Cluster.Name
+		}
+		if on != c {
+			differ("placement cluster", quoteEmpty(on), c)
+		}
+	}
+	var gotTags []string
+	if got.Placement != nil {
+		gotTags = got.Placement.Tags
+	}
+	if !sameSet(gotTags, l.opts.PlacementTags) {
+		differ("placement tags", gotTags, l.opts.PlacementTags)
+	}
+	return diffs
+}
+
+// quoteEmpty shows "" as "none".
+func quoteEmpty(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 // eventStream returns the event stream, looking it up until found (and

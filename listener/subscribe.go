@@ -41,6 +41,7 @@ func (s *Subscription) Unsubscribe() error {
 		delete(s.l.runs, s)
 		delete(s.l.discover, s)
 		delete(s.l.api, s)
+		delete(s.l.retry, s)
 		s.l.mu.Unlock()
 		s.l.unroute(s)
 		for _, sub := range s.subs {
@@ -183,9 +184,10 @@ func (l *Listener) unroute(s *Subscription) {
 // progress first. Because the Mailbox keeps only a newer progress, a message
 // read from the stream never replaces a newer live one, and a message
 // published in between is seen at least once. If the connection is down at
-// that moment, the catch-up happens after the reconnect. Subscribe returns
-// an error, and no subscription, when the ids are not valid subject tokens
-// or the catch-up fails.
+// that moment, the catch-up happens after the reconnect; if the catch-up
+// fails (JetStream does not answer), it is retried in the background until
+// it succeeds or the subscription ends. Subscribe returns an error, and no
+// subscription, when the ids are not valid subject tokens.
 func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*Subscription, error) {
 	if err := checkToken("query id", queryID); err != nil {
 		return nil, err
@@ -218,12 +220,10 @@ func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*Subscription
 	if l.afterFlush != nil {
 		l.afterFlush()
 	}
-	if err := l.catchUp(ctx, s); err != nil {
-		if l.nc.IsReconnecting() {
-			return s, nil
-		}
-		_ = s.Unsubscribe()
-		return nil, fmt.Errorf("subscribe run %s: %w", runID, err)
+	if err := l.catchUp(ctx, s); err != nil && !l.nc.IsReconnecting() {
+		// JetStream did not answer (a clustered stream electing its
+		// leader): the live subscription stands, the catch-up is retried.
+		l.catchUpLater(s, err)
 	}
 	return s, nil
 }

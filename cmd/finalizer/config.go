@@ -28,6 +28,9 @@ const (
 	DefaultExpireAfter = finalizer.DefaultExpireAfter
 )
 
+// maxStreamReplicas is JetStream's largest replica count.
+const maxStreamReplicas = 5
+
 // Config is the service's configuration: the YAML file, then environment
 // variables and flags over it.
 type Config struct {
@@ -98,10 +101,23 @@ type PostgresConfig struct {
 	NoMigrate bool   `yaml:"no_migrate"`
 }
 
-// StreamConfig is the JetStream stream that retains the last events.
+// StreamConfig is the JetStream stream that retains the last events. The
+// service creates it with these settings; of an existing stream it only
+// reports the settings that differ (listener.EnsureStream).
 type StreamConfig struct {
 	Name   string   `yaml:"name"`
 	MaxAge Duration `yaml:"max_age"`
+	// Replicas is 1 (the default) on one server, 3 on a three-node
+	// JetStream cluster; at most 5.
+	Replicas  int             `yaml:"replicas"`
+	Placement StreamPlacement `yaml:"placement"`
+}
+
+// StreamPlacement puts the stream on a named JetStream cluster and/or on
+// servers that have all the tags.
+type StreamPlacement struct {
+	Cluster string   `yaml:"cluster"`
+	Tags    []string `yaml:"tags"`
 }
 
 // HTTPConfig is the HTTP API's listen address ("" or "off" disables it)
@@ -160,7 +176,7 @@ func defaultConfig() Config {
 		NATS:         NATSConfig{Listen: DefaultNATSListen, APIPrefix: listener.DefaultAPIPrefix},
 		ControlTable: control.DefaultTable,
 		Prefix:       listener.DefaultPrefix,
-		Stream:       StreamConfig{Name: listener.DefaultStream, MaxAge: Duration(listener.DefaultMaxAge)},
+		Stream:       StreamConfig{Name: listener.DefaultStream, MaxAge: Duration(listener.DefaultMaxAge), Replicas: 1},
 		HTTP:         HTTPConfig{Listen: DefaultHTTPListen},
 		DataDir:      DefaultDataDir,
 		Log:          LogConfig{Format: "json", Level: "info"},
@@ -219,6 +235,15 @@ func (c Config) validate() error {
 	case "json", "console":
 	default:
 		return fmt.Errorf("log.format %q: want json or console", c.Log.Format)
+	}
+	if c.Stream.Replicas < 1 || c.Stream.Replicas > maxStreamReplicas {
+		return fmt.Errorf("stream.replicas %d: want 1 to %d (3 on a three-node cluster)", c.Stream.Replicas, maxStreamReplicas)
+	}
+	if c.Stream.MaxAge <= 0 {
+		return fmt.Errorf("stream.max_age %v: want a positive duration", time.Duration(c.Stream.MaxAge))
+	}
+	if c.NATS.URL == "" && c.Stream.Replicas > 1 {
+		return fmt.Errorf("stream.replicas %d: the embedded server is a single node; replicas need an external JetStream cluster (nats.url)", c.Stream.Replicas)
 	}
 	if c.NATS.URL == "" && c.NATS.Listen == "" {
 		return fmt.Errorf("nats: set url (external server) or listen (embedded server)")

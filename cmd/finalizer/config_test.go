@@ -141,3 +141,42 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigStream(t *testing.T) {
+	path := writeConfig(t, `
+nats: {url: "nats://a:4222,nats://b:4222,nats://c:4222"}
+stream:
+  replicas: 3
+  max_age: 48h
+  placement: {cluster: east, tags: [ssd, fast]}
+`)
+	cfg, err := resolveServe(t, "--config", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Stream
+	if s.Replicas != 3 || time.Duration(s.MaxAge) != 48*time.Hour || s.Placement.Cluster != "east" || len(s.Placement.Tags) != 2 || s.Name != "SPARK_EVENTS" {
+		t.Fatalf("stream = %+v", s)
+	}
+	t.Setenv("FINALIZER_STREAM_REPLICAS", "5")
+	if cfg, err = resolveServe(t, "--config", path); err != nil || cfg.Stream.Replicas != 5 {
+		t.Fatalf("replicas from the environment: %d, %v", cfg.Stream.Replicas, err)
+	}
+	if cfg, err = resolveServe(t, "--config", path, "--stream-replicas", "1"); err != nil || cfg.Stream.Replicas != 1 {
+		t.Fatalf("replicas from the flag: %d, %v", cfg.Stream.Replicas, err)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", path, "--stream-replicas", "0"}, "stream.replicas 0"},
+		{[]string{"--config", path, "--stream-replicas", "7"}, "stream.replicas 7"},
+		{[]string{"--stream-replicas", "3"}, "embedded server is a single node"},
+	} {
+		t.Setenv("FINALIZER_STREAM_REPLICAS", "")
+		os.Unsetenv("FINALIZER_STREAM_REPLICAS")
+		if _, err := resolveServe(t, bad.args...); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: err = %v, want %q", bad.args, err, bad.want)
+		}
+	}
+}

@@ -65,6 +65,7 @@ pending (bounded by tracking.shutdown_timeout), the embedded servers stop.`,
 	fs.Bool("http-insecure", false, "allow a non-loopback --http-listen without a token")
 	fs.Bool("nats-allow-anonymous", false, "allow a non-loopback --nats-listen without nats.embedded.users")
 	fs.String("control-table", "", `control table, schema-qualified (default "`+control.DefaultTable+`")`)
+	fs.Int("stream-replicas", 1, "replicas of the JetStream stream the service creates (3 on a three-node cluster)")
 	fs.String("subject-prefix", "", `subject prefix of the listener events (default "`+listener.DefaultPrefix+`")`)
 	fs.String("log-format", "", `log format: json or console (default "json")`)
 	fs.String("log-level", "", `log level: debug, info, warn, error (default "info")`)
@@ -102,6 +103,13 @@ func (f *serveFlags) resolve(cmd *cobra.Command) (Config, error) {
 		if fl := fs.Lookup(name); fl.Changed {
 			*dst = fl.Value.String() == "true"
 		}
+	}
+	if fl := fs.Lookup("stream-replicas"); fl.Changed {
+		n, err := fs.GetInt("stream-replicas")
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Stream.Replicas = n
 	}
 	applyNATSAuthFlags(fs, &cfg.NATS)
 	return cfg, cfg.validate()
@@ -142,6 +150,7 @@ func serviceOptions(cfg Config, log *zap.Logger, stdout io.Writer) (service.Opti
 		Logger: log, Stdout: stdout, DataDir: cfg.DataDir,
 		NATS: listener.Options{
 			URL: cfg.NATS.URL, Prefix: cfg.Prefix, Stream: cfg.Stream.Name, MaxAge: time.Duration(cfg.Stream.MaxAge),
+			Replicas: cfg.Stream.Replicas, PlacementCluster: cfg.Stream.Placement.Cluster, PlacementTags: cfg.Stream.Placement.Tags,
 			APIPrefix: cfg.NATS.APIPrefix,
 		},
 		PostgresURL: cfg.Postgres.URL, ControlTable: cfg.ControlTable, NoMigrate: cfg.Postgres.NoMigrate,
