@@ -528,6 +528,17 @@ func (l *Listener) afterReconnect() {
 		}
 		cancel()
 	}
+	// Once more, shortly: on a cluster, the replica that answered may lag
+	// the leader by a message, and the other servers learn of the new
+	// subscription a moment after this one; an event published in that
+	// moment was neither delivered nor read.
+	l.mu.Lock()
+	for _, s := range runs {
+		if _, live := l.runs[s]; live {
+			l.retry[s] = struct{}{}
+		}
+	}
+	l.mu.Unlock()
 	for _, s := range disc {
 		l.rescan(l.ctx, s) // Retained bounds itself
 	}
