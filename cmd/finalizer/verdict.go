@@ -169,23 +169,32 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error.`,
 
 // tableStatus is one table in `status --json` and GET /v1/tables.
 type tableStatus struct {
-	Table          string                    `json:"table"`
-	FinalizedUntil time.Time                 `json:"finalized_until"`
-	LagSeconds     float64                   `json:"lag_seconds"`
-	EndTime        time.Time                 `json:"end_time,omitzero"`
-	EndOffset      json.RawMessage           `json:"end_offset,omitempty"`
-	QueryID        string                    `json:"query_id,omitempty"`
-	RunID          string                    `json:"run_id,omitempty"`
-	BatchID        int64                     `json:"batch_id"`
-	UpdatedAt      time.Time                 `json:"updated_at"`
-	Runs           []finalizer.TrackerStatus `json:"runs"`
+	Table          string          `json:"table"`
+	FinalizedUntil time.Time       `json:"finalized_until"`
+	LagSeconds     float64         `json:"lag_seconds"`
+	EndTime        time.Time       `json:"end_time,omitzero"`
+	EndOffset      json.RawMessage `json:"end_offset,omitempty"`
+	QueryID        string          `json:"query_id,omitempty"`
+	RunID          string          `json:"run_id,omitempty"`
+	BatchID        int64           `json:"batch_id"`
+	Sources        []string        `json:"sources,omitempty"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	// Mark is the first sign, since the last rewind or acknowledgement,
+	// that the table's history changed under the verdict; Marks counts
+	// them (finalizer rewind, finalizer acknowledge).
+	Mark      string                    `json:"mark,omitempty"`
+	MarkedAt  time.Time                 `json:"marked_at,omitzero"`
+	Marks     int64                     `json:"marks,omitempty"`
+	RewoundAt time.Time                 `json:"rewound_at,omitzero"`
+	Runs      []finalizer.TrackerStatus `json:"runs"`
 }
 
 func toTableStatus(v control.Verdict, now time.Time, runs []finalizer.TrackerStatus) tableStatus {
 	ts := tableStatus{
 		Table: v.Table, FinalizedUntil: v.FinalizedUntil, LagSeconds: now.Sub(v.FinalizedUntil).Seconds(),
 		EndTime: v.EndTime, EndOffset: v.EndOffset, QueryID: v.QueryID, RunID: v.RunID, BatchID: v.BatchID,
-		UpdatedAt: v.UpdatedAt, Runs: []finalizer.TrackerStatus{},
+		UpdatedAt: v.UpdatedAt, Sources: v.Sources, Mark: v.Mark, MarkedAt: v.MarkedAt, Marks: v.Marks,
+		RewoundAt: v.RewoundAt, Runs: []finalizer.TrackerStatus{},
 	}
 	for _, r := range runs {
 		if r.Table == v.Table {
@@ -301,6 +310,15 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 		fmt.Fprintln(tw, "(no verdicts yet)")
 	}
 	tw.Flush()
+	for _, t := range tables {
+		if t.Mark != "" {
+			fmt.Fprintf(w, "\nMARKED %s since %s (%d signs): %s\n  its history may have changed under the verdict: look, then `finalizer rewind --table %s --to TS --reason ...` or `finalizer acknowledge --table %s --reason ...`\n",
+				t.Table, t.MarkedAt.Format(time.RFC3339), t.Marks, t.Mark, t.Table, t.Table)
+		}
+		if !t.RewoundAt.IsZero() {
+			fmt.Fprintf(w, "\n%s was last rewound at %s (finalizer audit --table %s)\n", t.Table, t.RewoundAt.Format(time.RFC3339), t.Table)
+		}
+	}
 	fmt.Fprintln(w)
 	if runsErr != nil {
 		fmt.Fprintf(w, "tracked runs: unknown (%v)\n", runsErr)

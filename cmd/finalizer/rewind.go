@@ -1,0 +1,200 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/finalizer-dev/finalizer/control"
+)
+
+// defaultOperator names who runs an operator command when --by is not
+// given: the OS user at this host.
+func defaultOperator() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = "unknown"
+	}
+	if host, err := os.Hostname(); err == nil && host != "" {
+		name += "@" + host
+	}
+	return name
+}
+
+// addOperatorFlags adds --reason and --by.
+func addOperatorFlags(fs *pflag.FlagSet, reason, by *string) {
+	fs.StringVar(reason, "reason", "", "why, in words the audit trail keeps (required)")
+	fs.StringVar(by, "by", "", "who asks, kept in the audit trail (default: the OS user @ host)")
+}
+
+func newRewindCmd(stdout io.Writer) *cobra.Command {
+	var table, to, reason, by string
+	cmd := &cobra.Command{
+		Use:   "rewind --table T --to TS --reason R [--by WHO]",
+		Short: "Move a table's verdict back to TS: the one backward move, audited and announced",
+		Long: `Moves the table's finalized_until back to TS, after its history changed under the
+verdict: a query that restarted from a new checkpoint (a new query id at batch 0) rewrites
+periods that were declared final, or a candidate below the stored end was reported.
+
+It is the only way the verdict moves back. In one transaction it locks the table's row,
+sets finalized_until = TS, clears the table's mark and the provenance of the last move,
+records who, when, from, to and why in the audit table (<control table>_audit), and sends
+the usual notification on finalizer_verdict with "rewound": true and "from". is-final, wait
+and SQL readers see the new verdict at once; the service's trackers of the table start
+again from TS (their next candidates move it forward as usual).
+
+Downstream jobs that consumed a period ending after TS must run again for it: a job that
+LISTENs on finalizer_verdict sees the flag; the audit table lists every rewind.
+
+TS is RFC 3339 with any offset; a naive time is UTC. It must be before the verdict.
+
+Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it).`,
+		Example: `  finalizer rewind --table bronze.orders --to 2026-09-28T00:00:00Z \
+    --reason "orders-v1 restarted from a new checkpoint; full refresh from midnight"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := required("table", table, "to", to, "reason", reason); err != nil {
+				return err
+			}
+			ts, err := parseTS(to)
+			if err != nil {
+				return usageError(err)
+			}
+			if by == "" {
+				by = defaultOperator()
+			}
+			s, err := openStore(cmd.Context(), cmd.Flags())
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			e, err := s.Rewind(cmd.Context(), control.Rewind{Table: table, To: ts, Reason: reason, By: by})
+			if err != nil {
+				return usageError(err)
+			}
+			fmt.Fprintf(stdout, "%s: rewound from %s to %s by %s (audit entry %d)\n", table,
+				e.From.Format(time.RFC3339), e.To.Format(time.RFC3339), e.By, e.ID)
+			if e.ClearedMark != "" {
+				fmt.Fprintf(stdout, "cleared the mark (%d signs): %s\n", e.ClearedMarks, e.ClearedMark)
+			}
+			fmt.Fprintf(stdout, "downstream jobs that consumed a period ending after %s must run again for it\n", e.To.Format(time.RFC3339))
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&table, "table", "", "the table (required)")
+	fs.StringVar(&to, "to", "", "the new finalized_until, before the current one (required)")
+	addOperatorFlags(fs, &reason, &by)
+	addPostgresClientFlags(fs)
+	return cmd
+}
+
+func newAcknowledgeCmd(stdout io.Writer) *cobra.Command {
+	var table, reason, by string
+	cmd := &cobra.Command{
+		Use:   "acknowledge --table T --reason R [--by WHO]",
+		Short: "Clear a table's mark without moving its verdict (audited)",
+		Long: `Clears the table's mark (a reset, a candidate below the stored end, a source whose
+description changed) after an operator looked and decided no rewind is needed, for
+example because the sink is idempotent and the rewritten periods hold the same rows.
+Recorded in the audit table like a rewind, with from = to.
+
+Exit codes: 0 acknowledged, 2 usage or connection error (or no verdict).`,
+		Example: `  finalizer acknowledge --table bronze.orders --reason "replay into an idempotent MERGE; nothing changed"`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := required("table", table, "reason", reason); err != nil {
+				return err
+			}
+			if by == "" {
+				by = defaultOperator()
+			}
+			s, err := openStore(cmd.Context(), cmd.Flags())
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			e, err := s.Acknowledge(cmd.Context(), control.Acknowledge{Table: table, Reason: reason, By: by})
+			if err != nil {
+				return usageError(err)
+			}
+			if e.ClearedMark == "" {
+				fmt.Fprintf(stdout, "%s: no mark to clear; acknowledged (audit entry %d)\n", table, e.ID)
+				return nil
+			}
+			fmt.Fprintf(stdout, "%s: mark cleared (%d signs: %s) by %s (audit entry %d)\n", table, e.ClearedMarks, e.ClearedMark, e.By, e.ID)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&table, "table", "", "the table (required)")
+	addOperatorFlags(fs, &reason, &by)
+	addPostgresClientFlags(fs)
+	return cmd
+}
+
+func newAuditCmd(stdout io.Writer) *cobra.Command {
+	var table string
+	var limit int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "audit [--table T] [--limit N] [--json]",
+		Short: "List rewinds and acknowledgements, newest first",
+		Long: `Lists the audit table: every rewind and acknowledgement, who made it, when, from and
+to which verdict, why, and the provenance and mark it replaced.
+
+Exit codes: 0 shown, 2 usage or connection error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := openStore(cmd.Context(), cmd.Flags())
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			entries, err := s.Audit(cmd.Context(), table, limit)
+			if err != nil {
+				return usageError(err)
+			}
+			if asJSON {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"audit": entries})
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tAT\tTABLE\tACTION\tFROM\tTO\tBY\tREASON")
+			for _, e := range entries {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.At.Format(time.RFC3339), e.Table, e.Action,
+					fmtTime(e.From), fmtTime(e.To), e.By, oneLine(errors.New(e.Reason)))
+			}
+			if len(entries) == 0 {
+				fmt.Fprintln(tw, "(none)")
+			}
+			return tw.Flush()
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&table, "table", "", "only this table")
+	fs.IntVar(&limit, "limit", 100, "at most this many entries")
+	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	addPostgresClientFlags(fs)
+	return cmd
+}
+
+// fmtTime prints t in RFC 3339, or "-" when it is zero.
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
+}

@@ -1,0 +1,158 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
+)
+
+// finalExit runs is-final and returns its exit code.
+func finalExit(t *testing.T, pg []string, table, end string) int {
+	t.Helper()
+	code, _, _ := cli(t, nil, append([]string{"is-final", "--table", table, "--period-end", end}, pg...)...)
+	return code
+}
+
+// TestRewindCommand: `finalizer rewind` against the real binary and the
+// real service. The verdict moves back only through it: audited (the audit
+// table and `finalizer audit`), announced with "rewound": true, seen by
+// is-final and wait at once, and it moves forward again from there through
+// the ordinary advances.
+func TestRewindCommand(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL})
+	pub := connect(t, s.natsURL)
+	pg := []string{"--postgres-url", pgURL}
+	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "t"); code != 0 {
+		t.Fatalf("track: %d %s %s", code, out, e)
+	}
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T15:07:00"))
+	waitVerdict(t, pgURL, "t", "2026-09-28T15:00:00Z")
+
+	// A progress below the verdict does not move it back.
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T12:30:00"))
+	time.Sleep(300 * time.Millisecond)
+	if code := finalExit(t, pg, "t", "2026-09-28T15:00:00Z"); code != 0 {
+		t.Fatalf("is-final 15:00 after an older progress: exit %d, want 0 (forward only)", code)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lc, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close(context.Background())
+	if _, err := lc.Exec(ctx, "LISTEN finalizer_verdict"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Refused: not backwards, no reason, no such table. Nothing changes.
+	for _, args := range [][]string{
+		{"--table", "t", "--to", "2026-09-28T16:00:00Z", "--reason", "x"},
+		{"--table", "t", "--to", "2026-09-28T15:00:00Z", "--reason", "x"},
+		{"--table", "t", "--to", "2026-09-28T12:00:00Z"},
+		{"--table", "nope", "--to", "2026-09-28T12:00:00Z", "--reason", "x"},
+		{"--table", "t", "--to", "noon", "--reason", "x"},
+	} {
+		if code, out, e := cli(t, nil, append(append([]string{"rewind"}, args...), pg...)...); code != 2 {
+			t.Errorf("rewind %v: exit %d, want 2 (%s%s)", args, code, out, e)
+		}
+	}
+	if code := finalExit(t, pg, "t", "2026-09-28T15:00:00Z"); code != 0 {
+		t.Fatalf("a refused rewind moved the verdict: is-final 15:00 exit %d", code)
+	}
+
+	code, out, e := cli(t, nil, append([]string{"rewind", "--table", "t", "--to", "2026-09-28T12:00:00Z",
+		"--reason", "orders-v1 restarted from a new checkpoint", "--by", "ops-oncall"}, pg...)...)
+	if code != 0 || !strings.Contains(out, "rewound from 2026-09-28T15:00:00Z to 2026-09-28T12:00:00Z by ops-oncall") {
+		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
+	}
+	n, err := lc.WaitForNotification(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var payload map[string]any
+	if err := json.Unmarshal([]byte(n.Payload), &payload); err != nil {
+		t.Fatal(err)
+	}
+	if payload["table"] != "t" || payload["finalized_until"] != "2026-09-28T12:00:00Z" || payload["rewound"] != true || payload["from"] != "2026-09-28T15:00:00Z" {
+		t.Errorf("notification %s", n.Payload)
+	}
+
+	// is-final and wait see the new verdict at once.
+	if code := finalExit(t, pg, "t", "2026-09-28T13:00:00Z"); code != 1 {
+		t.Errorf("is-final 13:00 after the rewind to 12:00: exit %d, want 1", code)
+	}
+	if code := finalExit(t, pg, "t", "2026-09-28T12:00:00Z"); code != 0 {
+		t.Errorf("is-final 12:00 after the rewind to 12:00: exit %d, want 0", code)
+	}
+	if code, _, _ := cli(t, nil, append([]string{"wait", "--table", "t", "--until", "2026-09-28T13:00:00Z", "--timeout", "300ms"}, pg...)...); code != 1 {
+		t.Errorf("wait 13:00 after the rewind: exit %d, want 1 (timed out)", code)
+	}
+
+	// The audit trail.
+	code, out, e = cli(t, nil, append([]string{"audit", "--table", "t", "--json"}, pg...)...)
+	if code != 0 {
+		t.Fatalf("audit: %d %s %s", code, out, e)
+	}
+	var audit struct {
+		Audit []struct {
+			Table, Action, By, DBUser, Reason string
+			From, To                          time.Time
+			FromRunID                         string
+			FromBatchID                       int64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &audit); err != nil {
+		t.Fatal(err)
+	}
+	if len(audit.Audit) != 1 {
+		t.Fatalf("audit: %s", out)
+	}
+	a := audit.Audit[0]
+	if a.Table != "t" || a.Action != "rewind" || a.By != "ops-oncall" || a.DBUser == "" || a.Reason != "orders-v1 restarted from a new checkpoint" ||
+		!a.From.Equal(utc("2026-09-28T15:00:00Z")) || !a.To.Equal(utc("2026-09-28T12:00:00Z")) || a.FromRunID != runA {
+		t.Errorf("audit entry %+v", a)
+	}
+
+	// The service shows when the table was rewound.
+	var tbl struct {
+		FinalizedUntil time.Time `json:"finalized_until"`
+		RewoundAt      time.Time `json:"rewound_at"`
+	}
+	if code := getJSON(t, s.httpURL+"/v1/tables/t", &tbl); code != 200 || !tbl.FinalizedUntil.Equal(utc("2026-09-28T12:00:00Z")) || tbl.RewoundAt.IsZero() {
+		t.Errorf("GET /v1/tables/t: %d %+v", code, tbl)
+	}
+	code, out, _ = cli(t, nil, append([]string{"status", "--table", "t", "--http-url", ""}, pg...)...)
+	if code != 0 || !strings.Contains(out, "t was last rewound at") {
+		t.Errorf("status: %d\n%s", code, out)
+	}
+
+	// Forward again from 12:00: a new run of the query reprocesses; a
+	// waiter for 13:00 returns when its progress crosses 13:00.
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	w := exec.CommandContext(wctx, binary, append([]string{"wait", "--table", "t", "--until", "2026-09-28T13:00:00Z", "--timeout", "25s"}, pg...)...)
+	w.Env = cleanEnv()
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- w.Wait() }()
+	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runB, "--table", "t"); code != 0 {
+		t.Fatalf("track: %d %s %s", code, out, e)
+	}
+	pub.publish("progress", queryA, runB, cdcProgressJSON(queryA, runB, "x", "2026-09-28T13:20:00"))
+	if err := <-waited; err != nil {
+		t.Fatalf("wait 13:00: %v, want exit 0 once the new run's progress moved the verdict", err)
+	}
+	waitVerdict(t, pgURL, "t", "2026-09-28T13:00:00Z")
+}
