@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -164,7 +165,9 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (e.g. 10m, 1h30m)", n.Line, s)
+		// A TypeError, so that decoding goes on and reports the other
+		// errors of the file (unknown keys) too.
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a duration (e.g. 10m, 1h30m)", n.Line, s)}}
 	}
 	*d = Duration(v)
 	return nil
@@ -189,18 +192,30 @@ func defaultConfig() Config {
 	}
 }
 
-// loadConfigFile reads path over cfg: $VARS are expanded, unknown keys are
-// errors that name the key and line.
+// loadConfigFile reads path over cfg: unknown keys are errors that name
+// the key and line, and $VARS are expanded in values only, after parsing
+// (see expandValue).
 func loadConfigFile(path string, cfg *Config) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	// $VARS expand as in a shell: an unset variable is empty, and
-	// validation names the field that ends up empty.
-	dec := yaml.NewDecoder(strings.NewReader(os.ExpandEnv(string(raw))))
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+	if err := unknownKeys(raw); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(raw)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	// An unset variable is empty, and validation names the field that
+	// ends up empty.
+	if err := expandNode(&doc); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := doc.Decode(cfg); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	return nil
