@@ -1,8 +1,12 @@
 package progress
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -28,26 +32,98 @@ type Candidate struct {
 // epoch is the watermark Spark reports before any watermark exists.
 var epoch = time.Unix(0, 0)
 
-// Candidate returns the candidate verdict of a progress event. It returns
-// false, not an error, when the event has no usable time: it is not a
-// progress; it has no sources, or the Spec's source index is out of range;
-// under TimeOffset the pointer finds nothing or no readable time (see
-// ParseTime) in that source's endOffset, or, under SourceAll, in any one
-// source's (never run ahead of the slowest source); under
-// SourceByDescription no source or several match; under TimeWatermark
-// the watermark is absent, unreadable or the epoch (Spark's "no watermark
-// yet"); under TimeTrigger the timestamp is zero; or s is not valid (a
-// zero TimeKind or Granularity, a negative Source other than SourceAll, a
-// bad Pointer).
+// Outcome says what a Spec made of a progress: a candidate, or why not.
+type Outcome uint8
+
+// The outcomes of Spec.Evaluate. Every one but OK gives no candidate.
+const (
+	// OK: the progress gives a candidate.
+	OK Outcome = iota
+	// NoTime: the progress has no usable time (see Candidate).
+	NoTime
+	// Implausible: the time is a JSON number that is no plausible time in
+	// the Spec's unit (ErrImplausible).
+	Implausible
+	// NotExecuted: a watermark from a progress whose trigger ran no batch
+	// (Spark 3.0-3.4 post one every noDataProgressEventInterval); its
+	// watermark is already the next batch's.
+	NotExecuted
+	// WatermarkUnbounded: a watermark from a query whose stateful operators
+	// do not bound its output by the watermark (none at all, a
+	// stream-stream join, flatMapGroupsWithState, ...), without
+	// LateRowsFiltered.
+	WatermarkUnbounded
+	// NotCaughtUp: a trigger time from a progress where a tracked source's
+	// endOffset differs from its latestOffset, or the source reports no
+	// latestOffset, without ProcessingTime: rows stamped before the
+	// trigger may still wait in the source.
+	NotCaughtUp
+)
+
+var outcomeNames = [...]string{"ok", "no_time", "implausible", "not_executed", "watermark_unbounded", "not_caught_up"}
+
+// String returns the outcome's metric label: ok, no_time, implausible,
+// not_executed, watermark_unbounded, not_caught_up.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// The stateful operators whose output Spark bounds by the watermark: an
+// operator's output watermark is its input watermark
+// (StateStoreWriter.produceOutputWatermark), a windowed aggregation emits
+// a window once the watermark passes its end, and late input is dropped.
+// Any other operator, or one without a name (Spark before 3.1), makes a
+// watermark unusable without LateRowsFiltered (ADR 0012).
+var boundedOperators = map[string]bool{
+	"stateStoreSave":                  true, // streaming aggregation
+	"sessionWindowStateStoreSaveExec": true, // session windows
+	"dedupe":                          true, // dropDuplicates
+	"dedupeWithinWatermark":           true, // dropDuplicatesWithinWatermark
+}
+
+// Candidate returns the candidate verdict of a progress event, and false
+// when Evaluate gives any outcome but OK. It returns false, not an
+// error, when the event has no usable time: it is not a progress; it has
+// no sources, or the Spec's source index is out of range; under TimeOffset
+// the pointer finds nothing or no readable time (see ParseTimeIn) in that
+// source's endOffset, or, under SourceAll, in any one source's (never run
+// ahead of the slowest source); under SourceByDescription no source or
+// several match; under TimeWatermark the watermark is
+// absent, unreadable or the epoch (Spark's "no watermark yet"); under
+// TimeTrigger the timestamp is zero; or s is not valid (a zero TimeKind or
+// Granularity, a negative Source other than SourceAll, a bad Pointer).
 func (s Spec) Candidate(ev *Event) (Candidate, bool) {
-	if ev == nil || ev.Kind != KindProgress || !s.Granularity.valid() || len(ev.Sources) == 0 {
-		return Candidate{}, false
+	c, o, _ := s.Evaluate(ev)
+	return c, o == OK
+}
+
+// Evaluate returns the candidate verdict of a progress event, or the
+// outcome that says why there is none and a reason in words (for logs and
+// status). Besides NoTime (see Candidate) it applies the guards of ADR
+// 0012: Implausible numeric times; under TimeWatermark, NotExecuted for a
+// progress whose trigger ran no batch and, without LateRowsFiltered,
+// WatermarkUnbounded unless every stateful operator is one whose output
+// the watermark bounds; under TimeTrigger without ProcessingTime,
+// NotCaughtUp unless every tracked source (the Spec's source, or all) has
+// a latestOffset equal to its endOffset.
+func (s Spec) Evaluate(ev *Event) (Candidate, Outcome, string) {
+	if ev == nil || ev.Kind != KindProgress || !s.Granularity.valid() {
+		return Candidate{}, NoTime, "not a progress"
+	}
+	if len(ev.Sources) == 0 {
+		return Candidate{}, NoTime, "the progress has no sources"
 	}
 	if s.Source != SourceAll {
 		// An index, or the one source the description picks.
 		i, n := s.PickSource(ev)
 		if n != 1 {
-			return Candidate{}, false
+			if s.Source == SourceByDescription {
+				return Candidate{}, NoTime, fmt.Sprintf("%d sources match description %q, want exactly one", n, s.Description)
+			}
+			return Candidate{}, NoTime, fmt.Sprintf("source %d: the progress has %d sources", s.Source, len(ev.Sources))
 		}
 		s.Source = i
 	}
@@ -56,44 +132,105 @@ func (s Spec) Candidate(ev *Event) (Candidate, bool) {
 	case TimeOffset:
 		tokens, err := splitPointer(s.Pointer)
 		if err != nil {
-			return Candidate{}, false
+			return Candidate{}, NoTime, "bad pointer"
 		}
-		if s.Source != SourceAll {
-			t, ok := offsetTime(ev.Sources[s.Source].EndOffset, tokens)
-			if !ok {
-				return Candidate{}, false
-			}
-			c = Candidate{Time: t, Source: s.Source, EndOffset: ev.Sources[s.Source].EndOffset}
-			break
+		first, last := s.Source, s.Source
+		if s.Source == SourceAll {
+			first, last = 0, len(ev.Sources)-1
 		}
-		for i, src := range ev.Sources {
-			t, ok := offsetTime(src.EndOffset, tokens)
-			if !ok {
-				return Candidate{}, false
+		for i := first; i <= last; i++ {
+			src := ev.Sources[i]
+			t, o, why := s.offsetTime(src.EndOffset, tokens)
+			if o != OK {
+				return Candidate{}, o, fmt.Sprintf("source %d: %s", i, why)
 			}
-			if i == 0 || t.Before(c.Time) {
+			if i == first || t.Before(c.Time) {
 				c = Candidate{Time: t, Source: i, EndOffset: src.EndOffset}
 			}
 		}
 	case TimeWatermark:
+		if !ev.Executed {
+			return Candidate{}, NotExecuted, "the progress reports a trigger that ran no batch (no addBatch in durationMs); its watermark is the next batch's"
+		}
+		if !s.LateRowsFiltered {
+			if why := unboundedBy(ev.StateOperators); why != "" {
+				return Candidate{}, WatermarkUnbounded, why + "; set late_rows_filtered: true only if the table never receives a row older than the watermark"
+			}
+		}
 		if ev.Watermark == "" {
-			return Candidate{}, false
+			return Candidate{}, NoTime, "the progress has no eventTime.watermark"
 		}
 		t, ok := parseTimeBytes([]byte(ev.Watermark))
 		if !ok || t.Equal(epoch) {
-			return Candidate{}, false
+			return Candidate{}, NoTime, "no watermark yet"
 		}
 		c = s.reported(ev, t)
 	case TimeTrigger:
 		if ev.Timestamp.IsZero() {
-			return Candidate{}, false
+			return Candidate{}, NoTime, "the progress has no timestamp"
+		}
+		if !s.ProcessingTime {
+			if why := s.behind(ev); why != "" {
+				return Candidate{}, NotCaughtUp, why + "; set processing_time: true only if the table's time column is current_timestamp()"
+			}
 		}
 		c = s.reported(ev, ev.Timestamp.UTC())
 	default:
-		return Candidate{}, false
+		return Candidate{}, NoTime, "no time kind"
 	}
 	c.Until = Floor(c.Time.Add(-s.Delay), s.Granularity, s.location())
-	return c, true
+	return c, OK, ""
+}
+
+// unboundedBy says why the stateful operators do not bound the output by
+// the watermark, or "" when they do.
+func unboundedBy(ops []StateOperator) string {
+	if len(ops) == 0 {
+		return "the query has no stateful operator, and Spark drops no late row without one"
+	}
+	for _, op := range ops {
+		if !boundedOperators[op.Name] {
+			if op.Name == "" {
+				return "a stateful operator has no operatorName (Spark before 3.1), so it may be a join or flatMapGroupsWithState"
+			}
+			return fmt.Sprintf("stateful operator %s: its output is not bounded by the progress's watermark", op.Name)
+		}
+	}
+	return ""
+}
+
+// behind says which tracked source has not caught up, or "" when all have.
+func (s Spec) behind(ev *Event) string {
+	first, last := s.Source, s.Source
+	if s.Source == SourceAll {
+		first, last = 0, len(ev.Sources)-1
+	}
+	for i := first; i <= last; i++ {
+		src := ev.Sources[i]
+		if src.LatestOffset == nil {
+			return fmt.Sprintf("source %d reports no latestOffset, so rows stamped before the trigger may still wait in it", i)
+		}
+		if !sameJSON(src.EndOffset, src.LatestOffset) {
+			return fmt.Sprintf("source %d is behind (endOffset differs from latestOffset: maxOffsetsPerTrigger, maxFilesPerTrigger, a backlog)", i)
+		}
+	}
+	return ""
+}
+
+// sameJSON reports whether two JSON documents are equal as values (object
+// key order aside; numbers compared as written).
+func sameJSON(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var va, vb any
+	da, db := json.NewDecoder(bytes.NewReader(a)), json.NewDecoder(bytes.NewReader(b))
+	da.UseNumber()
+	db.UseNumber()
+	if da.Decode(&va) != nil || db.Decode(&vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
 }
 
 // reported fills in the source and end offset of a watermark or trigger
@@ -117,13 +254,22 @@ func (s Spec) reported(ev *Event, t time.Time) Candidate {
 }
 
 // offsetTime reads the time at the pointer in one endOffset.
-func offsetTime(off json.RawMessage, tokens []string) (time.Time, bool) {
+func (s Spec) offsetTime(off json.RawMessage, tokens []string) (time.Time, Outcome, string) {
+	if off == nil {
+		return time.Time{}, NoTime, "endOffset is null"
+	}
 	v, ok := lookupPointer(off, tokens)
 	if !ok {
-		return time.Time{}, false
+		return time.Time{}, NoTime, fmt.Sprintf("pointer %q finds nothing in endOffset", s.Pointer)
 	}
-	t, err := ParseTime(v)
-	return t, err == nil
+	t, err := ParseTimeIn(v, s.Unit, s.NaiveLocation)
+	switch {
+	case errors.Is(err, ErrImplausible):
+		return time.Time{}, Implausible, err.Error()
+	case err != nil:
+		return time.Time{}, NoTime, err.Error()
+	}
+	return t, OK, ""
 }
 
 // splitPointer splits an RFC 6901 JSON Pointer into its unescaped

@@ -8,19 +8,21 @@ import (
 )
 
 // progressWith returns a progress event with one source per end offset
-// (nil stands for null).
+// (nil stands for null): a batch that ran, in a query with one streaming
+// aggregation, whose sources have caught up (latestOffset = endOffset).
 func progressWith(ends ...string) *Event {
 	ev := &Event{
 		Kind: KindProgress, QueryID: fixtureQueryID, RunID: fixtureRunID, BatchID: 5,
 		Timestamp: time.Date(2026, 9, 28, 14, 38, 5, 120e6, time.UTC),
 		Watermark: "2026-09-28T14:20:31.000Z",
+		Executed:  true, StateOperators: []StateOperator{{Name: "stateStoreSave"}},
 	}
 	for _, e := range ends {
 		var raw json.RawMessage
 		if e != "" {
 			raw = json.RawMessage(e)
 		}
-		ev.Sources = append(ev.Sources, Source{Description: "src", EndOffset: raw})
+		ev.Sources = append(ev.Sources, Source{Description: "src", EndOffset: raw, LatestOffset: raw})
 	}
 	return ev
 }
@@ -143,7 +145,7 @@ func TestCandidate(t *testing.T) {
 }
 
 func TestCandidateAllReportsEveryOffset(t *testing.T) {
-	spec := mustSpec(t, SpecOptions{Time: "trigger", Source: "all"})
+	spec := mustSpec(t, SpecOptions{Time: "trigger", Source: "all", ProcessingTime: true})
 	c, ok := spec.Candidate(progressWith(`{"a":1}`, "", `7`))
 	if !ok {
 		t.Fatal("no candidate")
@@ -248,10 +250,19 @@ func TestParseTime(t *testing.T) {
 		{`1790606232345`, "2026-09-28T14:37:12.345Z"},
 		{`1790606232345.5`, "2026-09-28T14:37:12.3455Z"},
 		{`1.790606232345e12`, "2026-09-28T14:37:12.345Z"},
-		{`-1000`, "1969-12-31T23:59:59Z"},
-		{`0`, "1970-01-01T00:00:00Z"},
-		{`253402300799999`, "9999-12-31T23:59:59.999Z"},
+		{`-1000`, ""},
+		{`0`, ""},
+		{`48917`, ""},
+		{`1790606232`, ""},
+		{`946684800000`, "2000-01-01T00:00:00Z"},
+		{`946684799999`, ""},
+		{`4102444799999`, "2099-12-31T23:59:59.999Z"},
+		{`4102444800000`, ""},
+		{`253402300799999`, ""},
 		{`253402300800000`, ""},
+		{`"2026-09-28 14:37:12.3450000 +02:00"`, "2026-09-28T12:37:12.345Z"},
+		{`"2026-09-28 14:37:12 -05:00"`, "2026-09-28T19:37:12Z"},
+		{`"2026-09-28 14:37:12.3450000 Z"`, "2026-09-28T14:37:12.345Z"},
 		{`1e300`, ""},
 		{`""`, ""},
 		{`"   "`, ""},

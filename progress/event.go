@@ -64,6 +64,22 @@ type Event struct {
 	// Watermark is eventTime.watermark as Spark wrote it ("" when absent).
 	Watermark string
 
+	// Executed is true when the progress reports a batch that ran: its
+	// durationMs has an "addBatch" entry, which Spark records only while
+	// it runs a batch. Spark 3.0-3.4 also post a progress for a trigger
+	// that ran nothing (every noDataProgressEventInterval); it has none,
+	// and its watermark is already the next batch's (ADR 0012).
+	Executed bool
+
+	// NumInputRows is the progress's numInputRows, the sum over its
+	// sources as Spark computes it; -1 when a source's count is unknown.
+	NumInputRows int64
+
+	// StateOperators are the progress's stateOperators: nil when the
+	// progress carries none (not a shape Spark writes), empty when Spark
+	// wrote [] (a query without a stateful operator).
+	StateOperators []StateOperator
+
 	// Exception and ErrorClass describe a terminated run's failure; both are
 	// "" when it stopped cleanly.
 	Exception  string
@@ -81,6 +97,22 @@ type Source struct {
 	// absent. Parse gives each its own copy, with its capacity clipped.
 	StartOffset json.RawMessage
 	EndOffset   json.RawMessage
+	// LatestOffset is the newest offset the source had when the batch was
+	// planned (Spark 3.2+, for sources that report it: Kafka, rate, ...),
+	// normalised like EndOffset; nil when absent or null.
+	LatestOffset json.RawMessage
+	// NumInputRows is the source's numInputRows; -1 when absent.
+	NumInputRows int64
+}
+
+// StateOperator is one entry of a progress's stateOperators.
+type StateOperator struct {
+	// Name is operatorName (Spark 3.1+): stateStoreSave, dedupe,
+	// symmetricHashJoin, flatMapGroupsWithState, ...; "" when absent.
+	Name string
+	// RowsDroppedByWatermark is numRowsDroppedByWatermark (numLateInputs
+	// before Spark 3.1); -1 when absent.
+	RowsDroppedByWatermark int64
 }
 
 // Newer reports whether e is at least as new as old within one run: a later
@@ -94,4 +126,17 @@ func (e *Event) Newer(old *Event) bool {
 		return e.BatchID > old.BatchID
 	}
 	return !e.Timestamp.Before(old.Timestamp)
+}
+
+// RowsDroppedByWatermark is the sum of the stateful operators'
+// numRowsDroppedByWatermark: input rows the watermark dropped as late in
+// this batch (0 when none is known).
+func (e *Event) RowsDroppedByWatermark() int64 {
+	var n int64
+	for _, op := range e.StateOperators {
+		if op.RowsDroppedByWatermark > 0 {
+			n += op.RowsDroppedByWatermark
+		}
+	}
+	return n
 }

@@ -98,7 +98,11 @@ type fields struct {
 	sources, eventTime                  span
 	exception, errorClass               span
 	description, startOffset, endOffset span // of a source
+	latestOffset, numInputRows          span // of a source
 	watermark                           span // of eventTime
+	durationMs, stateOperators          span
+	addBatch                            span // of durationMs
+	operatorName, rowsDropped, late     span // of a state operator
 }
 
 // scan validates the object at d[i] and records its members' spans. With
@@ -148,6 +152,22 @@ func (f *fields) member(key []byte, esc bool, v span) error {
 		f.endOffset = v
 	case "watermark":
 		f.watermark = v
+	case "latestOffset":
+		f.latestOffset = v
+	case "numInputRows":
+		f.numInputRows = v
+	case "durationMs":
+		f.durationMs = v
+	case "stateOperators":
+		f.stateOperators = v
+	case "addBatch":
+		f.addBatch = v
+	case "operatorName":
+		f.operatorName = v
+	case "numRowsDroppedByWatermark":
+		f.rowsDropped = v
+	case "numLateInputs": // its name before Spark 3.1
+		f.late = v
 	}
 	return nil
 }
@@ -243,6 +263,13 @@ func build(d []byte, f *fields, kind Kind) (*Event, error) {
 			return nil, err
 		}
 		if ev.Sources, err = readSources(d, f.sources); err != nil {
+			return nil, err
+		}
+		ev.NumInputRows = sumInputRows(ev.Sources)
+		if ev.Executed, err = readExecuted(d, f.durationMs); err != nil {
+			return nil, err
+		}
+		if ev.StateOperators, err = readStateOperators(d, f.stateOperators); err != nil {
 			return nil, err
 		}
 	}
@@ -354,7 +381,7 @@ func readSources(d []byte, v span) ([]Source, error) {
 			return err
 		}
 		srcs = append(srcs, f)
-		size += f.startOffset.e - f.startOffset.s + f.endOffset.e - f.endOffset.s
+		size += f.startOffset.e - f.startOffset.s + f.endOffset.e - f.endOffset.s + f.latestOffset.e - f.latestOffset.s
 		return nil
 	})
 	if err != nil {
@@ -382,8 +409,96 @@ func readSources(d []byte, v span) ([]Source, error) {
 		if buf, out[i].EndOffset, err = normOffset(buf, d, f.endOffset, i, "endOffset"); err != nil {
 			return nil, err
 		}
+		if buf, out[i].LatestOffset, err = normOffset(buf, d, f.latestOffset, i, "latestOffset"); err != nil {
+			return nil, err
+		}
+		out[i].NumInputRows = readCount(d, f.numInputRows)
 	}
 	return out, nil
+}
+
+// sumInputRows is the progress's numInputRows as Spark computes it (the
+// sum over its sources; the event-log form does not write the sum): -1 when
+// a source's count is unknown or there are no sources.
+func sumInputRows(srcs []Source) int64 {
+	if len(srcs) == 0 {
+		return -1
+	}
+	var n int64
+	for _, s := range srcs {
+		if s.NumInputRows < 0 {
+			return -1
+		}
+		n += s.NumInputRows
+	}
+	return n
+}
+
+// readCount reads a count that Spark writes as an integer; absent, null or
+// anything else gives -1 (unknown).
+func readCount(d []byte, v span) int64 {
+	if !v.present() {
+		return -1
+	}
+	n, ok := parseInt64(d[v.s:v.e])
+	if !ok || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// readExecuted reports whether durationMs has an "addBatch" entry: Spark
+// times addBatch only inside runBatch, so a trigger that ran no batch has
+// none (ADR 0012). An absent or null durationMs gives false.
+func readExecuted(d []byte, v span) (bool, error) {
+	if !v.present() || d[v.s] == 'n' {
+		return false, nil
+	}
+	if d[v.s] != '{' {
+		return false, malformed(fmt.Sprintf("durationMs %s: want an object", clip(string(d[v.s:v.e]))))
+	}
+	var df fields
+	if _, err := df.scan(d, v.s, true); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return df.addBatch.present(), nil
+}
+
+// readStateOperators reads the stateOperators array: nil when it is
+// absent or null, an empty non-nil slice when it is [].
+func readStateOperators(d []byte, v span) ([]StateOperator, error) {
+	if !v.present() || d[v.s] == 'n' {
+		return nil, nil
+	}
+	if d[v.s] != '[' {
+		return nil, malformed(fmt.Sprintf("stateOperators %s: want an array", clip(string(d[v.s:v.e]))))
+	}
+	ops := []StateOperator{}
+	_, err := eachElementTrusted(d, v.s, func(el span) error {
+		if d[el.s] != '{' {
+			return malformed(fmt.Sprintf("stateOperators[%d] %s: want an object", len(ops), clip(string(d[el.s:el.e]))))
+		}
+		var f fields
+		if _, err := f.scan(d, el.s, true); err != nil {
+			return err
+		}
+		op := StateOperator{RowsDroppedByWatermark: readCount(d, f.rowsDropped)}
+		if op.RowsDroppedByWatermark < 0 {
+			op.RowsDroppedByWatermark = readCount(d, f.late)
+		}
+		if n := f.operatorName; n.present() && d[n.s] == '"' {
+			op.Name = stringValue(d[n.s:n.e])
+		}
+		ops = append(ops, op)
+		return nil
+	})
+	if err != nil {
+		if _, ok := err.(*syntaxError); ok {
+			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		}
+		return nil, err
+	}
+	return ops, nil
 }
 
 // normOffset appends the normalised offset to buf and returns buf and the

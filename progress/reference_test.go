@@ -148,11 +148,65 @@ func refParse(data []byte, kind Kind) (*Event, error) {
 				if s.EndOffset, err = refOffset(m["endOffset"]); err != nil {
 					return nil, err
 				}
+				if s.LatestOffset, err = refOffset(m["latestOffset"]); err != nil {
+					return nil, err
+				}
+				s.NumInputRows = refCount(m["numInputRows"])
 				ev.Sources = append(ev.Sources, s)
+			}
+		}
+		ev.NumInputRows = -1
+		if len(ev.Sources) > 0 {
+			ev.NumInputRows = 0
+			for _, s := range ev.Sources {
+				if s.NumInputRows < 0 {
+					ev.NumInputRows = -1
+					break
+				}
+				ev.NumInputRows += s.NumInputRows
+			}
+		}
+		if raw, ok := body["durationMs"]; ok && string(raw) != "null" {
+			var m map[string]json.RawMessage
+			if raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
+				return nil, fmt.Errorf("%w: durationMs", ErrMalformed)
+			}
+			_, ev.Executed = m["addBatch"]
+		}
+		if raw, ok := body["stateOperators"]; ok && string(raw) != "null" {
+			var list []json.RawMessage
+			if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
+				return nil, fmt.Errorf("%w: stateOperators", ErrMalformed)
+			}
+			ev.StateOperators = []StateOperator{}
+			for _, el := range list {
+				var m map[string]json.RawMessage
+				if el[0] != '{' || json.Unmarshal(el, &m) != nil {
+					return nil, fmt.Errorf("%w: state operator", ErrMalformed)
+				}
+				op := StateOperator{RowsDroppedByWatermark: refCount(m["numRowsDroppedByWatermark"])}
+				if op.RowsDroppedByWatermark < 0 {
+					op.RowsDroppedByWatermark = refCount(m["numLateInputs"])
+				}
+				if n := m["operatorName"]; n != nil && n[0] == '"' {
+					_ = json.Unmarshal(n, &op.Name)
+				}
+				ev.StateOperators = append(ev.StateOperators, op)
 			}
 		}
 	}
 	return ev, nil
+}
+
+func refCount(raw json.RawMessage) int64 {
+	if raw == nil || len(raw) > 19 || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')) {
+		return -1
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }
 
 var refUUIDRe = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)

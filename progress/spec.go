@@ -1,6 +1,7 @@
 package progress
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -106,6 +107,56 @@ type Spec struct {
 	// Delay is subtracted from the time before flooring (allowed lateness);
 	// it is never negative in a Spec from ParseSpec.
 	Delay time.Duration
+
+	// Unit is the unit of a time written as a JSON number (TimeOffset
+	// only); the zero value is milliseconds.
+	Unit TimeUnit
+	// NaiveLocation is the zone of a time written without one (TimeOffset
+	// only); nil means UTC.
+	NaiveLocation *time.Location
+	// LateRowsFiltered (TimeWatermark only) is the user's word that the
+	// table never receives a row whose time is below the progress's
+	// watermark, so the watermark is used whatever the query's stateful
+	// operators (ADR 0012). Without it, a watermark is used only from a
+	// query whose stateful operators are all ones whose output Spark
+	// bounds by the watermark.
+	LateRowsFiltered bool
+	// ProcessingTime (TimeTrigger only) is the user's word that the
+	// table's time column is Spark's processing time (current_timestamp(),
+	// the batch's timestamp). Without it, the trigger time is used only
+	// from a progress whose every tracked source had caught up (endOffset
+	// equal to latestOffset).
+	ProcessingTime bool
+}
+
+// TimeUnit is the unit of a time written as a JSON number.
+type TimeUnit uint8
+
+// The units of numeric times.
+const (
+	Millis TimeUnit = iota // the default
+	Seconds
+	Micros
+)
+
+var unitNames = [...]string{"ms", "s", "us"}
+
+// String returns "ms", "s" or "us".
+func (u TimeUnit) String() string {
+	if int(u) < len(unitNames) {
+		return unitNames[u]
+	}
+	return "unit(" + strconv.Itoa(int(u)) + ")"
+}
+
+// ParseTimeUnit returns the TimeUnit named s ("ms", "s" or "us").
+func ParseTimeUnit(s string) (TimeUnit, error) {
+	for i, n := range unitNames {
+		if n == s {
+			return TimeUnit(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unit %q: want ms, s or us (the unit of a time written as a number)", s)
 }
 
 // SpecOptions is a tracking spec as the config file and the command line
@@ -116,6 +167,12 @@ type SpecOptions struct {
 	Granularity string `json:"granularity,omitempty" yaml:"granularity,omitempty"` // minute, hour or day
 	Timezone    string `json:"timezone,omitempty" yaml:"timezone,omitempty"`       // an IANA zone name
 	Delay       string `json:"delay,omitempty" yaml:"delay,omitempty"`             // a Go duration, not negative
+
+	// The guards' options (ADR 0012); empty and false are the defaults.
+	Unit             string `json:"unit,omitempty" yaml:"unit,omitempty"`                             // ms, s or us: numeric offset times
+	NaiveTimezone    string `json:"naive_timezone,omitempty" yaml:"naive_timezone,omitempty"`         // IANA zone of zone-less offset times
+	LateRowsFiltered bool   `json:"late_rows_filtered,omitempty" yaml:"late_rows_filtered,omitempty"` // watermark: the table never gets a row below it
+	ProcessingTime   bool   `json:"processing_time,omitempty" yaml:"processing_time,omitempty"`       // trigger: the column is current_timestamp()
 }
 
 // ParseSpec checks o and returns its Spec. The error names the first bad
@@ -139,6 +196,38 @@ func ParseSpec(o SpecOptions) (Spec, error) {
 	}
 	if s.Delay, err = parseDelay(or(o.Delay, DefaultDelay)); err != nil {
 		return Spec{}, err
+	}
+	if o.Unit != "" {
+		if s.Time != TimeOffset {
+			return Spec{}, fmt.Errorf("unit %q: only for time: offset:... (a watermark and a trigger time are never numbers)", o.Unit)
+		}
+		if s.Unit, err = ParseTimeUnit(o.Unit); err != nil {
+			return Spec{}, err
+		}
+	}
+	if o.NaiveTimezone != "" {
+		if s.Time != TimeOffset {
+			return Spec{}, fmt.Errorf("naive_timezone %q: only for time: offset:... (Spark writes watermark and trigger times in UTC)", o.NaiveTimezone)
+		}
+		loc, err := parseTimezone(o.NaiveTimezone)
+		if err != nil {
+			return Spec{}, fmt.Errorf("naive_%w", err)
+		}
+		if loc != time.UTC {
+			s.NaiveLocation = loc
+		}
+	}
+	if o.LateRowsFiltered {
+		if s.Time != TimeWatermark {
+			return Spec{}, errors.New("late_rows_filtered: only for time: watermark")
+		}
+		s.LateRowsFiltered = true
+	}
+	if o.ProcessingTime {
+		if s.Time != TimeTrigger {
+			return Spec{}, errors.New("processing_time: only for time: trigger")
+		}
+		s.ProcessingTime = true
 	}
 	return s, nil
 }
@@ -230,21 +319,43 @@ func (s Spec) Options() SpecOptions {
 	default:
 		src = strconv.Itoa(s.Source)
 	}
-	return SpecOptions{
-		Time:        t,
-		Source:      src,
-		Granularity: s.Granularity.String(),
-		Timezone:    s.location().String(),
-		Delay:       s.Delay.String(),
+	o := SpecOptions{
+		Time:             t,
+		Source:           src,
+		Granularity:      s.Granularity.String(),
+		Timezone:         s.location().String(),
+		Delay:            s.Delay.String(),
+		LateRowsFiltered: s.LateRowsFiltered,
+		ProcessingTime:   s.ProcessingTime,
 	}
+	if s.Unit != Millis {
+		o.Unit = s.Unit.String()
+	}
+	if s.NaiveLocation != nil {
+		o.NaiveTimezone = s.NaiveLocation.String()
+	}
+	return o
 }
 
 // String returns s in the words of its options, e.g.
 // "time=offset:/commit_ts source=0 granularity=hour timezone=UTC delay=0s".
 func (s Spec) String() string {
 	o := s.Options()
-	return "time=" + o.Time + " source=" + o.Source + " granularity=" + o.Granularity +
+	out := "time=" + o.Time + " source=" + o.Source + " granularity=" + o.Granularity +
 		" timezone=" + o.Timezone + " delay=" + o.Delay
+	if o.Unit != "" {
+		out += " unit=" + o.Unit
+	}
+	if o.NaiveTimezone != "" {
+		out += " naive_timezone=" + o.NaiveTimezone
+	}
+	if o.LateRowsFiltered {
+		out += " late_rows_filtered=true"
+	}
+	if o.ProcessingTime {
+		out += " processing_time=true"
+	}
+	return out
 }
 
 // PickSource returns the index of the source s reads in ev and how many

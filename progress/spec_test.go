@@ -86,7 +86,7 @@ func TestSpecString(t *testing.T) {
 	if got, want := s.String(), "time=offset:/commit_ts source=0 granularity=hour timezone=UTC delay=0s"; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
-	if got, want := s.Options(), (SpecOptions{DefaultTime, DefaultSource, DefaultGranularity, DefaultTimezone, DefaultDelay}); got != want {
+	if got, want := s.Options(), (SpecOptions{Time: DefaultTime, Source: DefaultSource, Granularity: DefaultGranularity, Timezone: DefaultTimezone, Delay: DefaultDelay}); got != want {
 		t.Errorf("Options() = %+v, want the defaults %+v", got, want)
 	}
 	s = Spec{Time: TimeWatermark, Source: SourceAll, Granularity: Day, Location: loadZone(t, "Asia/Kolkata"), Delay: 90 * time.Second}
@@ -114,7 +114,7 @@ func TestSpecOptionsEncoding(t *testing.T) {
 	if err := yaml.Unmarshal([]byte("time: offset:/commit_ts\nsource: all\ngranularity: day\ntimezone: Europe/London\ndelay: 5m\n"), &y); err != nil {
 		t.Fatal(err)
 	}
-	if want := (SpecOptions{"offset:/commit_ts", "all", "day", "Europe/London", "5m"}); y != want {
+	if want := (SpecOptions{Time: "offset:/commit_ts", Source: "all", Granularity: "day", Timezone: "Europe/London", Delay: "5m"}); y != want {
 		t.Errorf("YAML gave %+v, want %+v", y, want)
 	}
 }

@@ -15,14 +15,37 @@ var (
 	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
 )
 
-// ParseTime reads one time value of a progress (docs/contract.md §3): a JSON
-// string holding an RFC 3339 time with any offset, or an ISO-8601 time
-// without a zone, read as UTC ("2026-09-28T14:37:12.345"), or a JSON number
-// of milliseconds since the Unix epoch (a fraction is kept to the
-// nanosecond). A space may stand for the 'T'. The result is in UTC. It
-// returns an error for anything else: null, an empty string, another
-// layout, another JSON type, or a time outside years 0000-9999.
+// ErrImplausible means a time written as a JSON number is not a plausible
+// time in its unit: before 2000-01-01 or from 2100-01-01 on (a Kafka
+// partition offset, epoch seconds read as milliseconds, a counter).
+var ErrImplausible = errors.New("implausible time")
+
+// The plausible range of a time written as a number.
+var (
+	plausibleFrom = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	plausibleTo   = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// ParseTime reads one time value of a progress (docs/contract.md §3) with the
+// default options: zone-less times are UTC, numbers are milliseconds. See
+// ParseTimeIn.
 func ParseTime(raw json.RawMessage) (time.Time, error) {
+	return ParseTimeIn(raw, Millis, nil)
+}
+
+// ParseTimeIn reads one time value of a progress: a JSON string holding an
+// RFC 3339 time with any offset, the text form of SQL Server's
+// datetimeoffset ("2026-09-28 14:37:12.3450000 +02:00"), or an ISO-8601
+// time without a zone ("2026-09-28T14:37:12.345"), read in naive (nil
+// means UTC; a wall-clock time that a DST change repeats or skips is read
+// as the earliest instant it can stand for); or a JSON number in unit
+// since the Unix epoch (a fraction is kept to the nanosecond). A space may
+// stand for the 'T'. The result is in UTC. It returns an error for
+// anything else: null, an empty string, another layout, another JSON type,
+// a time outside years 0000-9999, or a number that is not a plausible time
+// in its unit (before 2000 or from 2100 on; the error wraps
+// ErrImplausible).
+func ParseTimeIn(raw json.RawMessage, unit TimeUnit, naive *time.Location) (time.Time, error) {
 	b := raw[:skipWSBack(raw, skipWS(raw, 0))]
 	b = b[skipWS(b, 0):]
 	if len(b) == 0 {
@@ -38,9 +61,9 @@ func ParseTime(raw json.RawMessage) (time.Time, error) {
 		if !plainString(body) {
 			body = appendUnquoted(nil, b)
 		}
-		t, ok := parseTimeBytes(body)
+		t, ok := parseTimeBytesIn(body, naive)
 		if !ok {
-			return time.Time{}, fmt.Errorf("parse time %s: want RFC 3339, ISO-8601 without a zone (UTC) or epoch milliseconds", clip(string(b)))
+			return time.Time{}, fmt.Errorf("parse time %s: want RFC 3339, ISO-8601 without a zone or a number of %s since the epoch", clip(string(b)), unit)
 		}
 		return t, nil
 	case c == '-' || (c >= '0' && c <= '9'):
@@ -48,9 +71,9 @@ func ParseTime(raw json.RawMessage) (time.Time, error) {
 		if err != nil || end != len(b) {
 			return time.Time{}, fmt.Errorf("parse time %s: invalid JSON number", clip(string(b)))
 		}
-		t, ok := epochMillis(b)
+		t, ok := epochNumber(b, unit)
 		if !ok {
-			return time.Time{}, fmt.Errorf("parse time %s: epoch milliseconds out of range", clip(string(b)))
+			return time.Time{}, fmt.Errorf("parse time %s: %w: as %s since the epoch it is not between 2000 and 2100", clip(string(b)), ErrImplausible, unit)
 		}
 		return t, nil
 	}
@@ -66,44 +89,65 @@ func skipWSBack(d []byte, i int) int {
 	return end
 }
 
-// epochMillis reads a validated JSON number as milliseconds since the
-// epoch.
-func epochMillis(b []byte) (time.Time, bool) {
+// unitNanos is the length of one unit in nanoseconds.
+func unitNanos(u TimeUnit) int64 {
+	switch u {
+	case Seconds:
+		return 1e9
+	case Micros:
+		return 1e3
+	}
+	return 1e6
+}
+
+// epochNumber reads a validated JSON number as a count of unit since the
+// epoch; false when it is not a plausible time.
+func epochNumber(b []byte, unit TimeUnit) (time.Time, bool) {
+	per := unitNanos(unit)
+	lo, hi := plausibleFrom.UnixNano()/per, plausibleTo.UnixNano()/per
 	var t time.Time
-	if ms, ok := parseInt64(b); ok {
-		if ms < minTime.UnixMilli() || ms > maxTime.UnixMilli() {
+	if n, ok := parseInt64(b); ok {
+		if n < lo || n >= hi {
 			return t, false
 		}
-		t = time.UnixMilli(ms).UTC()
+		t = time.Unix(0, n*per).UTC()
 	} else {
 		f, err := strconv.ParseFloat(string(b), 64)
-		if err != nil || f < float64(minTime.UnixMilli()) || f > float64(maxTime.UnixMilli()) {
+		if err != nil || !(f >= float64(lo) && f < float64(hi)) {
 			return t, false
 		}
 		whole := math.Floor(f)
-		t = time.UnixMilli(int64(whole)).Add(time.Duration((f - whole) * 1e6)).UTC()
+		t = time.Unix(0, int64(whole)*per).Add(time.Duration((f - whole) * float64(per))).UTC()
 	}
-	if t.Before(minTime) || t.After(maxTime) {
+	if t.Before(plausibleFrom) || !t.Before(plausibleTo) {
 		return time.Time{}, false
 	}
 	return t, true
 }
 
 // parseTimeBytes reads a time string (already unquoted) in UTC.
-func parseTimeBytes(b []byte) (time.Time, bool) {
+func parseTimeBytes(b []byte) (time.Time, bool) { return parseTimeBytesIn(b, nil) }
+
+// parseTimeBytesIn reads a time string (already unquoted); a zone-less one
+// is read in naive (nil = UTC).
+func parseTimeBytesIn(b []byte, naive *time.Location) (time.Time, bool) {
 	if t, ok := fastUTC(b); ok {
 		return t, true
 	}
-	return parseTimeString(string(b))
+	return parseTimeStringIn(string(b), naive)
 }
 
 // The layouts parseTimeString tries after RFC 3339.
 const (
 	layoutNaive       = "2006-01-02T15:04:05.999999999"
 	layoutBasicOffset = "2006-01-02T15:04:05.999999999Z0700"
+	// SQL Server's datetimeoffset as text: a space before the offset.
+	layoutSpaceOffset = "2006-01-02T15:04:05.999999999 Z07:00"
 )
 
-func parseTimeString(s string) (time.Time, bool) {
+func parseTimeString(s string) (time.Time, bool) { return parseTimeStringIn(s, nil) }
+
+func parseTimeStringIn(s string, naive *time.Location) (time.Time, bool) {
 	if len(s) > 10 && s[10] == ' ' {
 		s = s[:10] + "T" + s[11:]
 	}
@@ -111,12 +155,43 @@ func parseTimeString(s string) (time.Time, bool) {
 		return t.UTC(), true
 	}
 	if t, err := time.ParseInLocation(layoutNaive, s, time.UTC); err == nil {
+		if naive != nil && naive != time.UTC {
+			return wallToInstant(t, naive), true
+		}
 		return t, true
 	}
 	if t, err := time.Parse(layoutBasicOffset, s); err == nil {
 		return t.UTC(), true
 	}
+	if t, err := time.Parse(layoutSpaceOffset, s); err == nil {
+		return t.UTC(), true
+	}
 	return time.Time{}, false
+}
+
+// wallToInstant returns the earliest instant whose wall clock in loc is
+// the wall clock that u (in UTC) shows: of the two instants of a repeated
+// hour, the first; for a wall-clock time a DST gap skips, the earliest of
+// the offsets around the gap. Earlier is the side of "not yet".
+func wallToInstant(u time.Time, loc *time.Location) time.Time {
+	var best, fallback time.Time
+	for _, probe := range [...]time.Time{u.Add(-36 * time.Hour), u, u.Add(36 * time.Hour)} {
+		_, off := probe.In(loc).Zone()
+		t := u.Add(-time.Duration(off) * time.Second)
+		if fallback.IsZero() || t.Before(fallback) {
+			fallback = t
+		}
+		w := t.In(loc)
+		y, mo, d := w.Date()
+		if time.Date(y, mo, d, w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), time.UTC).Equal(u) &&
+			(best.IsZero() || t.Before(best)) {
+			best = t
+		}
+	}
+	if best.IsZero() {
+		best = fallback
+	}
+	return best.UTC()
 }
 
 // fastUTC parses the form Spark writes, "2020-07-29T10:56:56.015Z" (0 to 9

@@ -267,14 +267,14 @@ func TestNoTimeInBothForms(t *testing.T) {
 	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", q, "--run-id", r, "--table", "wm", "--time", "watermark"); code != 0 {
 		t.Fatalf("track: %d %s %s", code, out, e)
 	}
-	listener := fmt.Sprintf(`{"id":%q,"runId":%q,"batchId":1,"timestamp":"2026-09-28T15:00:00.000Z","eventTime":{"watermark":"1970-01-01T00:00:00.000Z"},"sources":[{"endOffset":{"x":1}}]}`, q, r)
-	eventLog := fmt.Sprintf(`{"Event":"org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent","progress":{"id":%q,"runId":%q,"batchId":2,"timestamp":"2026-09-28T15:00:00.000Z","eventTime":{},"sources":[{"endOffset":"{\"x\":2}"}]}}`, q, r)
+	listener := fmt.Sprintf(`{"id":%q,"runId":%q,"batchId":1,"timestamp":"2026-09-28T15:00:00.000Z","durationMs":{"addBatch":1},"eventTime":{"watermark":"1970-01-01T00:00:00.000Z"},"stateOperators":[{"operatorName":"stateStoreSave"}],"sources":[{"endOffset":{"x":1}}]}`, q, r)
+	eventLog := fmt.Sprintf(`{"Event":"org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent","progress":{"id":%q,"runId":%q,"batchId":2,"timestamp":"2026-09-28T15:00:00.000Z","durationMs":{"addBatch":1},"eventTime":{},"stateOperators":[{"operatorName":"stateStoreSave"}],"sources":[{"endOffset":"{\"x\":2}"}]}}`, q, r)
 	for i, p := range []string{listener, eventLog} {
 		pub.publish("progress", q, r, p)
 		eventually(t, "no_time counted", func() bool {
 			return sample(t, s.httpURL, `finalizer_candidates_total{outcome="no_time"}`) == float64(i+1)
 		})
 	}
-	pub.publish("progress", q, r, fmt.Sprintf(`{"id":%q,"runId":%q,"batchId":3,"timestamp":"2026-09-28T15:00:00.000Z","eventTime":{"watermark":"2026-09-28T14:05:00.000Z"},"sources":[{"endOffset":{"x":3}}]}`, q, r))
+	pub.publish("progress", q, r, fmt.Sprintf(`{"id":%q,"runId":%q,"batchId":3,"timestamp":"2026-09-28T15:00:00.000Z","durationMs":{"addBatch":1},"eventTime":{"watermark":"2026-09-28T14:05:00.000Z"},"stateOperators":[{"operatorName":"stateStoreSave"}],"sources":[{"endOffset":{"x":3}}]}`, q, r))
 	waitVerdict(t, pgURL, "wm", "2026-09-28T14:00:00Z")
 }

@@ -21,8 +21,10 @@ const (
 	sparkRun   = "e225d92f-2545-48f8-87a2-9c0309580f8a"
 )
 
-// The query's name is null, so the rule matches its id. With time: trigger
-// and granularity: minute the verdict follows from the progress timestamps,
+// The query's name is null, so the rule matches its id. Kafka in Spark 3.1
+// reports no latestOffset, so time: trigger is used only with
+// processing_time: true (the word that the column is Spark's processing
+// time; ADR 0012). With granularity: minute the verdict follows from the progress timestamps,
 // by hand: the eight batches end at 10:56:56.015Z (batch 0) and
 // 10:57:03.168Z ... 10:57:05.916Z (batches 1-7), so the newest period that
 // holds an end is 10:57-10:58 and every minute before 10:57 is final:
@@ -32,6 +34,7 @@ tables:
   - table: spark.wordcount
     query: 8d268dc2-bc9c-4be8-97a9-b135d2943028
     time: trigger
+    processing_time: true
     granularity: minute
 `
 
@@ -67,8 +70,9 @@ func TestListenerAndEventLogTwinsAgree(t *testing.T) {
 		{"kafka_watermark", "time: watermark\n    granularity: hour", "twin.watermark", "2016-12-05T20:00:00Z"},
 		// endOffset.commit_ts 2026-09-28T14:37:12.345 (naive UTC), hourly.
 		{"cdc_commit_ts", "time: offset:/commit_ts\n    granularity: hour", "twin.commit_ts", "2026-09-28T14:00:00Z"},
-		// progress timestamp 2016-12-05T20:54:20.827Z, by the minute; offsets are numbers above 2^53.
-		{"numeric_offsets", "time: trigger\n    granularity: minute", "twin.trigger", "2016-12-05T20:54:00Z"},
+		// progress timestamp 2016-12-05T20:54:20.827Z, by the minute; offsets are numbers above 2^53
+		// and latestOffset is ahead of endOffset, so only a processing-time column fits.
+		{"numeric_offsets", "time: trigger\n    processing_time: true\n    granularity: minute", "twin.trigger", "2016-12-05T20:54:00Z"},
 	}
 	const origQuery, origRun = "8c57e1ec-94b5-4c99-b100-f694162df0b9", "5b5c1f2e-1a7d-4e4b-9f0c-2d6d3e1c7a10"
 	ids := func(i int) (string, string) {

@@ -143,15 +143,13 @@ type TrackingConfig struct {
 	Shutdown    Duration `yaml:"shutdown_timeout"`
 }
 
-// TableConfig is one declarative tracking rule.
+// TableConfig is one declarative tracking rule: the table, the query it
+// tracks, and the tracking spec (time, source, granularity, timezone,
+// delay and the guards' options, progress.SpecOptions).
 type TableConfig struct {
-	Table       string `yaml:"table"`
-	Query       string `yaml:"query"`
-	Time        string `yaml:"time"`
-	Source      string `yaml:"source"`
-	Granularity string `yaml:"granularity"`
-	Timezone    string `yaml:"timezone"`
-	Delay       string `yaml:"delay"`
+	Table                string `yaml:"table"`
+	Query                string `yaml:"query"`
+	progress.SpecOptions `yaml:",inline"`
 }
 
 // Duration is a time.Duration written as "10m" in YAML.
@@ -225,7 +223,7 @@ func loadConfigFile(path string, cfg *Config) error {
 func (c Config) rules() ([]finalizer.Rule, error) {
 	var out []finalizer.Rule
 	for i, t := range c.Tables {
-		spec, err := progress.ParseSpec(progress.SpecOptions{Time: t.Time, Source: t.Source, Granularity: t.Granularity, Timezone: t.Timezone, Delay: t.Delay})
+		spec, err := progress.ParseSpec(t.SpecOptions)
 		if err != nil {
 			return nil, fmt.Errorf("config tables[%d] (%s): %w", i, t.Table, err)
 		}
