@@ -16,9 +16,19 @@ type Metrics struct {
 	Events *prometheus.CounterVec
 	// Candidates counts what trackers did with a progress: advanced (the
 	// verdict moved), unchanged (written, another writer was ahead),
-	// same_period (no write needed), no_time (no usable time), capped (a
-	// time beyond the clock plus the skew allowance was capped).
+	// same_period (no write needed), clamped (a time ahead of the clock:
+	// the candidate stopped at the period the clock is in), and the
+	// outcomes that give no candidate: no_time, implausible, not_executed,
+	// watermark_unbounded, not_caught_up (progress.Outcome) and future (a
+	// time beyond the clock plus the skew allowance).
 	Candidates *prometheus.CounterVec
+	// HeldRuns is the number of live trackers whose newest progress gave
+	// no candidate, by guard (the outcome).
+	HeldRuns *prometheus.GaugeVec
+	// RowsDroppedByWatermark counts, by table, the rows Spark's stateful
+	// operators dropped as later than the watermark, in the progresses
+	// the trackers parsed.
+	RowsDroppedByWatermark *prometheus.CounterVec
 	// Advances counts verdict moves.
 	Advances prometheus.Counter
 	// Writes counts control-table statements that succeeded.
@@ -63,6 +73,14 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 			Name: "finalizer_candidates_total",
 			Help: "Progress events evaluated by trackers, by outcome.",
 		}, []string{"outcome"}),
+		HeldRuns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "finalizer_held_runs",
+			Help: "Trackers whose newest progress gave no candidate, by guard.",
+		}, []string{"guard"}),
+		RowsDroppedByWatermark: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "finalizer_rows_dropped_by_watermark_total",
+			Help: "Rows Spark dropped as later than the watermark (numRowsDroppedByWatermark), by table.",
+		}, []string{"table"}),
 		Advances: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "finalizer_advances_total",
 			Help: "Verdict moves written to the control table.",
@@ -109,7 +127,7 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 			"The table's finalized_until as a Unix timestamp.", []string{"table"}, nil),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Candidates, m.Advances, m.Writes, m.FailedAdvances,
+		reg.MustRegister(m.Events, m.Candidates, m.HeldRuns, m.RowsDroppedByWatermark, m.Advances, m.Writes, m.FailedAdvances,
 			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, m.Refused, verdictCollector{m})
 	}
 	return m

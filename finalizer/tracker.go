@@ -2,6 +2,7 @@ package finalizer
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -25,7 +26,9 @@ const (
 	// tracker's failure streak (the first failure is always an error line).
 	DefaultWarnEvery = 10 * time.Minute
 	// DefaultFutureSkew is how far beyond the service's own clock a
-	// progress's time may be before it is capped.
+	// progress's time may be before the progress gives no candidate. A
+	// time within it never finalizes a period that has not ended by the
+	// service's clock minus the delay.
 	DefaultFutureSkew = 5 * time.Minute
 	// DefaultAdvanceTimeout bounds one advance statement.
 	DefaultAdvanceTimeout = 10 * time.Second
@@ -87,6 +90,18 @@ type TrackerStatus struct {
 	LastError string `json:"last_error,omitempty"`
 	// Failures is the number of failed advances in a row.
 	Failures int `json:"failures,omitempty"`
+	// Held says why the run's newest progress gave no candidate, as
+	// "<guard>: <reason>" (guard is the finalizer_candidates_total outcome:
+	// watermark_unbounded, not_executed, not_caught_up, implausible,
+	// future, no_time); "" once a progress gives one (ADR 0012).
+	Held string `json:"held,omitempty"`
+	// Guards counts, by outcome, the progresses of this run that gave no
+	// candidate.
+	Guards map[string]int64 `json:"guards,omitempty"`
+	// RowsDroppedByWatermark is the sum of numRowsDroppedByWatermark over
+	// the progresses this tracker parsed (a lower bound: a progress
+	// superseded in the slot is never parsed, ADR 0011).
+	RowsDroppedByWatermark int64 `json:"rows_dropped_by_watermark,omitempty"`
 	// Idle is true when the run's newest event said it has no new data
 	// (an idle event, or a progress no newer than the last one), false
 	// after a new progress.
@@ -118,6 +133,8 @@ type Tracker struct {
 	// Owned by the worker goroutine.
 	written  time.Time
 	lastWarn time.Time
+	warned   map[string]bool // guards already logged at WARN for this run
+	heldBy   string          // the guard holding the newest progress, "" when none
 
 	mu         sync.Mutex
 	lastErr    error
@@ -126,6 +143,9 @@ type Tracker struct {
 	idle       bool
 	terminated bool
 	shownWrite time.Time
+	held       string
+	guards     map[string]int64
+	dropped    int64
 }
 
 // newTracker fills cfg's defaults and returns a tracker whose worker is
@@ -183,15 +203,23 @@ func (t *Tracker) Status() TrackerStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := TrackerStatus{
-		QueryID:    t.cfg.QueryID,
-		RunID:      t.cfg.RunID,
-		Table:      t.cfg.Table,
-		Spec:       t.cfg.Spec.String(),
-		Written:    t.shownWrite,
-		LastEvent:  t.lastEvent,
-		Failures:   t.failures,
-		Idle:       t.idle,
-		Terminated: t.terminated,
+		QueryID:                t.cfg.QueryID,
+		RunID:                  t.cfg.RunID,
+		Table:                  t.cfg.Table,
+		Spec:                   t.cfg.Spec.String(),
+		Written:                t.shownWrite,
+		LastEvent:              t.lastEvent,
+		Failures:               t.failures,
+		Idle:                   t.idle,
+		Terminated:             t.terminated,
+		Held:                   t.held,
+		RowsDroppedByWatermark: t.dropped,
+	}
+	if len(t.guards) > 0 {
+		s.Guards = make(map[string]int64, len(t.guards))
+		for k, v := range t.guards {
+			s.Guards[k] = v
+		}
 	}
 	if t.lastErr != nil {
 		s.LastError = t.lastErr.Error()
@@ -206,6 +234,7 @@ func (t *Tracker) Status() TrackerStatus {
 
 func (t *Tracker) run(ctx context.Context) {
 	defer close(t.done)
+	defer t.setHeld("") // the held-runs gauge counts live trackers only
 	t.log.Debug("tracker started", zap.String("spec", t.cfg.Spec.String()))
 	box := t.cfg.Box
 	var pending *progress.Event // newest progress not yet applied
@@ -229,6 +258,7 @@ func (t *Tracker) run(ctx context.Context) {
 		}
 		if mail.Progress != nil {
 			pending = mail.Progress
+			t.countDropped(pending)
 			if ce := t.log.Check(zap.DebugLevel, "progress taken"); ce != nil {
 				ce.Write(zap.Int64("batch_id", pending.BatchID), zap.Time("timestamp", pending.Timestamp))
 			}
@@ -259,28 +289,34 @@ func (t *Tracker) run(ctx context.Context) {
 // failed after its retries, so that the next event retries it.
 func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 	m := t.cfg.Metrics
-	cand, ok := t.cfg.Spec.Candidate(ev)
-	if !ok {
-		m.Candidates.WithLabelValues("no_time").Inc()
-		t.log.Debug("progress has no usable time", zap.Int64("batch_id", ev.BatchID))
+	cand, outcome, why := t.cfg.Spec.Evaluate(ev)
+	if outcome != progress.OK {
+		t.hold(outcome.String(), why, ev)
 		return true
 	}
 	if cand.Time.Before(minTime) {
 		// A placeholder (0001-01-01, -1 ms), not a commit time: it would
 		// declare nothing, and the zero time cannot even be written.
-		m.Candidates.WithLabelValues("no_time").Inc()
-		t.log.Debug("progress time is before 1970; not a usable time", zap.Time("time", cand.Time), zap.Int64("batch_id", ev.BatchID))
+		t.hold(progress.NoTime.String(), "the time "+cand.Time.Format(time.RFC3339Nano)+" is before 1970", ev)
 		return true
 	}
-	if limit := t.cfg.Clock.Now().Add(t.cfg.FutureSkew); cand.Time.After(limit) {
-		m.Candidates.WithLabelValues("capped").Inc()
-		capped := progress.Floor(limit.Add(-t.cfg.Spec.Delay), t.cfg.Spec.Granularity, t.cfg.Spec.Location)
-		t.log.Warn("progress time is ahead of this service's clock; capped",
-			zap.Time("time", cand.Time), zap.Time("capped_until", capped), zap.Int64("batch_id", ev.BatchID))
-		if capped.Before(cand.Until) {
-			cand.Until = capped
-		}
+	now := t.cfg.Clock.Now()
+	if limit := now.Add(t.cfg.FutureSkew); cand.Time.After(limit) {
+		// Doubt is "not yet": a time this far ahead of the clock is a bad
+		// clock or a bad value, and says nothing about the data.
+		t.hold(guardFuture, fmt.Sprintf("the time %s is more than future_skew (%s) ahead of this service's clock (%s)",
+			cand.Time.Format(time.RFC3339Nano), t.cfg.FutureSkew, now.UTC().Format(time.RFC3339)), ev)
+		return true
 	}
+	// A period that has not ended by the service's clock minus the delay
+	// is never final, whatever time the progress carries.
+	if limit := progress.Floor(now.Add(-t.cfg.Spec.Delay), t.cfg.Spec.Granularity, t.cfg.Spec.Location); cand.Until.After(limit) {
+		m.Candidates.WithLabelValues("clamped").Inc()
+		t.log.Debug("progress time is ahead of this service's clock; the candidate stops at the period the clock is in",
+			zap.Time("time", cand.Time), zap.Time("until", limit), zap.Int64("batch_id", ev.BatchID))
+		cand.Until = limit
+	}
+	t.setHeld("")
 	if !t.written.IsZero() && !cand.Until.After(t.written) {
 		m.Candidates.WithLabelValues("same_period").Inc()
 		return true
@@ -343,6 +379,73 @@ func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 	}
 	t.succeed(verdict, moved, cand, ev)
 	return true
+}
+
+// guardFuture is the outcome of a time beyond the clock plus future_skew.
+const guardFuture = "future"
+
+// hold records that ev gave no candidate because of guard: counted in the
+// metrics and the run's status, logged at WARN the first time a guard that
+// asks for the user's attention holds this run, at debug after that.
+func (t *Tracker) hold(guard, why string, ev *progress.Event) {
+	t.cfg.Metrics.Candidates.WithLabelValues(guard).Inc()
+	t.setHeld(guard)
+	t.mu.Lock()
+	t.held = guard + ": " + why
+	if t.guards == nil {
+		t.guards = make(map[string]int64)
+	}
+	t.guards[guard]++
+	t.mu.Unlock()
+	if t.warned == nil {
+		t.warned = make(map[string]bool)
+	}
+	first := !t.warned[guard]
+	t.warned[guard] = true
+	switch {
+	case first && guard == progress.NotExecuted.String():
+		t.log.Info("a progress of a trigger that ran no batch; its watermark is not used (logged once per run)",
+			zap.String("guard", guard), zap.Int64("batch_id", ev.BatchID))
+	case first && guard != progress.NoTime.String():
+		t.log.Warn("progress gives no candidate; the verdict waits (logged once per run and guard)",
+			zap.String("guard", guard), zap.String("reason", why), zap.Int64("batch_id", ev.BatchID))
+	default:
+		if ce := t.log.Check(zap.DebugLevel, "progress gives no candidate"); ce != nil {
+			ce.Write(zap.String("guard", guard), zap.String("reason", why), zap.Int64("batch_id", ev.BatchID))
+		}
+	}
+}
+
+// setHeld moves this tracker in the held-runs gauge to guard ("" = not
+// held). Worker goroutine only.
+func (t *Tracker) setHeld(guard string) {
+	if guard == t.heldBy {
+		return
+	}
+	if t.heldBy != "" {
+		t.cfg.Metrics.HeldRuns.WithLabelValues(t.heldBy).Dec()
+	}
+	if guard != "" {
+		t.cfg.Metrics.HeldRuns.WithLabelValues(guard).Inc()
+	} else {
+		t.mu.Lock()
+		t.held = ""
+		t.mu.Unlock()
+	}
+	t.heldBy = guard
+}
+
+// countDropped adds a newly taken progress's rows dropped by the
+// watermark to the run's status and the table's counter.
+func (t *Tracker) countDropped(ev *progress.Event) {
+	n := ev.RowsDroppedByWatermark()
+	if n <= 0 {
+		return
+	}
+	t.mu.Lock()
+	t.dropped += n
+	t.mu.Unlock()
+	t.cfg.Metrics.RowsDroppedByWatermark.WithLabelValues(t.cfg.Table).Add(float64(n))
 }
 
 func (t *Tracker) fail(err error, cand progress.Candidate) {

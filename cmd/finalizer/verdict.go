@@ -341,8 +341,14 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 			state = "STALE"
 		case r.Failures > 0:
 			state = fmt.Sprintf("FAILING (%d)", r.Failures)
+		case r.Held != "":
+			state = "HELD"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Table, short(r.QueryID), r.LastEvent.UTC().Format(time.RFC3339), state, r.LastError)
+		last := r.LastError
+		if last == "" && r.Held != "" {
+			last = "held by " + r.Held // the guard that keeps the verdict where it is (ADR 0012)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Table, short(r.QueryID), r.LastEvent.UTC().Format(time.RFC3339), state, last)
 	}
 	if n == 0 {
 		fmt.Fprintln(tw, "(none)")

@@ -1,0 +1,159 @@
+package finalizer_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// guardRig is a registry with metrics a test can read.
+type guardRig struct {
+	*rig
+	m *finalizer.Metrics
+}
+
+func newGuardRig(t *testing.T, now string) *guardRig {
+	t.Helper()
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := &rig{clock: newFakeClock(utc(now)), store: newFakeStore(), bus: newFakeBus(), logs: logs}
+	m := finalizer.NewMetrics(nil, r.clock.Now)
+	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
+		Events: r.bus, Store: r.store, Clock: r.clock, Logger: zap.New(core), Metrics: m,
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.reg.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return &guardRig{rig: r, m: m}
+}
+
+func (g *guardRig) trackSpec(t *testing.T, o progress.SpecOptions) {
+	t.Helper()
+	spec, err := progress.ParseSpec(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := g.reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: spec}); err != nil || !ok {
+		t.Fatalf("track: %v %v", ok, err)
+	}
+}
+
+func (g *guardRig) outcome(label string) float64 {
+	return testutil.ToFloat64(g.m.Candidates.WithLabelValues(label))
+}
+
+// Finding 5: at 23:56 with hourly periods, a time beyond now + future_skew
+// used to be capped to floor(now + skew) = 23:00... and a time within the
+// skew finalized 23:00-24:00 four minutes before it ended. Now the first
+// gives no candidate (counted and shown) and no period that has not ended
+// by the clock is ever final.
+func TestFinding5FutureTimes(t *testing.T) {
+	g := newGuardRig(t, "2026-09-28T23:56:00Z")
+	g.trackSpec(t, progress.SpecOptions{})
+	g.bus.Publish(cdcProgress(runA, "2027-06-01T00:00:00"))
+	eventually(t, "future counted", func() bool { return g.outcome("future") == 1 })
+	if n := len(g.store.Calls()); n != 0 {
+		t.Fatalf("%d writes for a time months ahead, want 0", n)
+	}
+	if st := g.reg.Status()[0]; !strings.HasPrefix(st.Held, "future: ") || st.Guards["future"] != 1 {
+		t.Fatalf("status held %q guards %v", st.Held, st.Guards)
+	}
+	if v := testutil.ToFloat64(g.m.HeldRuns.WithLabelValues("future")); v != 1 {
+		t.Fatalf("finalizer_held_runs{guard=future} = %v, want 1", v)
+	}
+	// 00:00:30 is within the 5 min skew of 23:56; its hour, and 23:00-24:00,
+	// have not ended by the clock: the verdict stops at 23:00.
+	g.bus.Publish(cdcProgress(runA, "2026-09-29T00:00:30"))
+	eventually(t, "write", func() bool { return len(g.store.Calls()) == 1 })
+	if v := g.store.Verdict("t"); !v.Equal(utc("2026-09-28T23:00:00Z")) {
+		t.Fatalf("verdict %v at 23:56, want 23:00 (23:00-24:00 has not ended)", v)
+	}
+	if g.outcome("clamped") != 1 {
+		t.Errorf("clamped = %v, want 1", g.outcome("clamped"))
+	}
+	if st := g.reg.Status()[0]; st.Held != "" {
+		t.Errorf("held %q after a candidate, want cleared", st.Held)
+	}
+	if v := testutil.ToFloat64(g.m.HeldRuns.WithLabelValues("future")); v != 0 {
+		t.Errorf("finalizer_held_runs{guard=future} = %v after a candidate, want 0", v)
+	}
+	g.bus.Publish(terminated(runA))
+	g.join(t, runA)
+}
+
+// With a delay, a period is final only once it ended by the clock minus
+// the delay.
+func TestFutureClampHonoursDelay(t *testing.T) {
+	g := newGuardRig(t, "2026-09-28T14:05:00Z")
+	g.trackSpec(t, progress.SpecOptions{Delay: "10m"})
+	g.bus.Publish(cdcProgress(runA, "2026-09-28T14:09:00")) // within the skew; 14:09 - 10m = 13:59
+	eventually(t, "write", func() bool { return len(g.store.Calls()) == 1 })
+	if v := g.store.Verdict("t"); !v.Equal(utc("2026-09-28T13:00:00Z")) {
+		t.Fatalf("verdict %v, want 13:00 (14:05 - 10m is in 13:00-14:00)", v)
+	}
+	g.bus.Publish(terminated(runA))
+	g.join(t, runA)
+}
+
+// A guard holds the verdict, says why in the run's status and the
+// metrics, and logs one WARN per run, not one per event.
+func TestGuardsAreVisibleAndWarnOnce(t *testing.T) {
+	g := newGuardRig(t, "2026-09-29T00:00:00Z")
+	g.trackSpec(t, progress.SpecOptions{Time: "watermark"})
+	stateless := func(wm string, dropped int64) *progress.Event {
+		ev := cdcProgress(runA, "2026-09-28T14:05:00")
+		ev.Executed, ev.Watermark, ev.StateOperators = true, wm, []progress.StateOperator{}
+		return ev
+	}
+	for i := 0; i < 3; i++ {
+		g.bus.Publish(stateless("2026-09-28T14:30:00.000Z", 0))
+		eventually(t, "held", func() bool { return g.outcome("watermark_unbounded") == float64(i+1) })
+	}
+	if n := len(g.store.Calls()); n != 0 {
+		t.Fatalf("%d writes, want 0", n)
+	}
+	st := g.reg.Status()[0]
+	if !strings.Contains(st.Held, "no stateful operator") || !strings.Contains(st.Held, "late_rows_filtered") || st.Guards["watermark_unbounded"] != 3 {
+		t.Fatalf("status held %q guards %v", st.Held, st.Guards)
+	}
+	warns := g.logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("guard", "watermark_unbounded")).Len()
+	if warns != 1 {
+		t.Fatalf("%d WARN lines for three held progresses, want 1", warns)
+	}
+	// A streaming aggregation bounds its output: the verdict moves, and
+	// the rows it dropped as late are counted.
+	agg := stateless("2026-09-28T14:30:00.000Z", 0)
+	agg.StateOperators = []progress.StateOperator{{Name: "stateStoreSave", RowsDroppedByWatermark: 17}}
+	g.bus.Publish(agg)
+	eventually(t, "write", func() bool { return len(g.store.Calls()) == 1 })
+	eventually(t, "dropped rows", func() bool { return g.reg.Status()[0].RowsDroppedByWatermark == 17 })
+	if v := testutil.ToFloat64(g.m.RowsDroppedByWatermark.WithLabelValues("t")); v != 17 {
+		t.Errorf("finalizer_rows_dropped_by_watermark_total{table=t} = %v, want 17", v)
+	}
+	// A no-data progress (Spark 3.0-3.4) with a watermark ahead: ignored.
+	noData := stateless("2026-09-28T20:00:00.000Z", 0)
+	noData.Executed = false
+	noData.StateOperators = agg.StateOperators
+	g.bus.Publish(noData)
+	eventually(t, "not_executed", func() bool { return g.outcome("not_executed") == 1 })
+	if v := g.store.Verdict("t"); !v.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("verdict %v, want 14:00 (the no-data progress's watermark is not used)", v)
+	}
+	g.bus.Publish(terminated(runA))
+	g.join(t, runA)
+	if v := testutil.ToFloat64(g.m.HeldRuns.WithLabelValues("not_executed")); v != 0 {
+		t.Errorf("finalizer_held_runs after the tracker stopped = %v, want 0", v)
+	}
+}
