@@ -108,8 +108,8 @@ func addSpecFlags(fs *pflag.FlagSet, s *progress.SpecOptions) {
 	fs.StringVar(&s.Granularity, "granularity", progress.DefaultGranularity, "period: minute, hour or day")
 	fs.StringVar(&s.Timezone, "timezone", progress.DefaultTimezone, "IANA time zone whose wall clock sets period boundaries")
 	fs.StringVar(&s.Delay, "delay", progress.DefaultDelay, "allowed lateness subtracted before flooring")
-	fs.StringVar(&s.Unit, "unit", "", "offset times written as numbers: ms (default), s or us")
-	fs.StringVar(&s.NaiveTimezone, "naive-timezone", "", "IANA zone of offset times written without a zone (default UTC)")
+	fs.StringVar(&s.Unit, "unit", "", "unit of offset times written as numbers: ms, s or us; empty means ms")
+	fs.StringVar(&s.NaiveTimezone, "naive-timezone", "", "IANA zone of offset times written without a zone; empty means UTC")
 	fs.BoolVar(&s.LateRowsFiltered, "late-rows-filtered", false, "time watermark: the table never receives a row older than the watermark, whatever the query's stateful operators")
 	fs.BoolVar(&s.ProcessingTime, "processing-time", false, "time trigger: the table's time column is current_timestamp(), so sources need not have caught up")
 }
