@@ -198,6 +198,9 @@ func loadConfigFile(path string, cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	if err := unknownKey(raw); err != nil {
+		return fmt.Errorf("config %s: %w", path, err) // in the user's words, not Go's type names
+	}
 	if err := unknownKeys(raw); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}

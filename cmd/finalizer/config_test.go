@@ -180,3 +180,26 @@ stream:
 		}
 	}
 }
+
+// TestUnknownKeyInTheUsersWords: an unknown key is named with where it is
+// and the closest known key, not with Go's type names.
+func TestUnknownKeyInTheUsersWords(t *testing.T) {
+	cases := []struct{ body, want string }{
+		{"tables:\n  - table: t\n    query: q\n    granulrity: hour\n", `line 4: unknown key "granulrity" in tables[0]; did you mean "granularity"?`},
+		{"tables:\n  - {table: a, query: a}\n  - {table: b, query: b, tiemzone: UTC}\n", `unknown key "tiemzone" in tables[1]; did you mean "timezone"?`},
+		{"nats:\n  embedded:\n    tls: {cert_fiel: x}\n", `unknown key "cert_fiel" in nats.embedded.tls; did you mean "cert_file"?`},
+		{"tabels: []\n", `unknown key "tabels" at the top level; did you mean "tables"?`},
+		{"completely_else: 1\n", `unknown key "completely_else" at the top level`},
+	}
+	for _, c := range cases {
+		t.Run(c.want, func(t *testing.T) {
+			_, err := resolveServe(t, "--config", writeConfig(t, c.body))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "main.") || strings.Contains(err.Error(), "did you mean") != strings.Contains(c.want, "did you mean") {
+				t.Fatalf("err = %v", err)
+			}
+		})
+	}
+}
