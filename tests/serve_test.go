@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,7 +23,7 @@ const (
 	runC   = "9a7e3d21-4b5c-4f6e-8a9b-0c1d2e3f4a5b"
 )
 
-// The reference scenario (anchor-finalization.md, test 4) through the real
+// The reference scenario (reference test 4, ADR 0001) through the real
 // service: 13:10 writes, 13:40 (same hour) does not, another run's progress
 // and termination change nothing, 14:05 writes, termination ends the
 // tracker; join reports done and the table got exactly two writes.
@@ -111,7 +112,7 @@ func TestRunTerminatedBeforeTracking(t *testing.T) {
 // is-final and wait, as a scheduler task uses them.
 func TestIsFinalAndWait(t *testing.T) {
 	pgURL := pgtest.URL(t)
-	s := startServe(t, serveOpts{pgURL: pgURL})
+	s := startServe(t, serveOpts{pgURL: pgURL, config: "tables:\n  - {table: declared, query: declared-q}\n"})
 	pub := connect(t, s.natsURL)
 	pg := []string{"--postgres-url", pgURL}
 	cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "t")
@@ -136,9 +137,7 @@ func TestIsFinalAndWait(t *testing.T) {
 			t.Errorf("is-final %s: exit %d, want %d (%s%s)", c.end, code, c.code, out, e)
 		}
 	}
-	if code, _, _ := cli(t, nil, append([]string{"is-final", "--table", "no-such-table", "--period-end", "2026-09-28T14:00:00Z"}, pg...)...); code != 1 {
-		t.Errorf("is-final on a table without a verdict: exit %d, want 1", code)
-	}
+	checkMissingTables(t, s, pgURL)
 
 	// wait times out with 1, then returns 0 when a later progress arrives.
 	if code, _, _ := cli(t, nil, append([]string{"wait", "--table", "t", "--until", "2026-09-28T15:00:00Z", "--timeout", "300ms"}, pg...)...); code != 1 {
@@ -161,6 +160,59 @@ func TestIsFinalAndWait(t *testing.T) {
 	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "x", "2026-09-28T15:05:00"))
 	if err := <-waited; err != nil {
 		t.Fatalf("wait: %v, want exit 0 once the verdict reaches 15:00", err)
+	}
+}
+
+// checkMissingTables: a table nothing could write (a typo) is exit 3 at
+// once for is-final and wait, naming the table; a table without a verdict
+// that an explicit track, a --config rule or a tracker of the service could
+// write is "not final yet" (exit 1), as is any table with --allow-missing.
+func checkMissingTables(t *testing.T, s *proc, pgURL string) {
+	t.Helper()
+	pg := []string{"--postgres-url", pgURL, "--http-url", s.httpURL}
+	end := []string{"--period-end", "2026-09-28T14:00:00Z"}
+	code, out, e := cli(t, nil, append(append([]string{"is-final", "--table", "tt"}, end...), pg...)...)
+	if code != 3 || !strings.Contains(e, `unknown table "tt"`) || !strings.Contains(e, `did you mean "t"?`) || strings.Count(strings.TrimSpace(e), "\n") != 0 {
+		t.Errorf("is-final on a misspelled table: exit %d, want 3 with one line naming it\n%s%s", code, out, e)
+	}
+	began := time.Now()
+	code, out, e = cli(t, nil, append([]string{"wait", "--table", "bronze.nope", "--until", "2026-09-28T14:00:00Z", "--timeout", "30s"}, pg...)...)
+	if code != 3 || !strings.Contains(e, `unknown table "bronze.nope"`) || time.Since(began) > 10*time.Second {
+		t.Errorf("wait on a misspelled table: exit %d after %s, want 3 at once\n%s%s", code, time.Since(began), out, e)
+	}
+	if code, out, e := cli(t, nil, append([]string{"wait", "--allow-missing", "--table", "bronze.nope", "--until", "2026-09-28T14:00:00Z", "--timeout", "300ms"}, pg...)...); code != 1 {
+		t.Errorf("wait --allow-missing: exit %d, want 1 (timed out)\n%s%s", code, out, e)
+	}
+	if code, out, e := cli(t, nil, append(append([]string{"is-final", "--allow-missing", "--table", "bronze.nope"}, end...), pg...)...); code != 1 {
+		t.Errorf("is-final --allow-missing: exit %d, want 1\n%s%s", code, out, e)
+	}
+	// An explicit track with no verdict yet.
+	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryC, "--run-id", runC, "--table", "t-tracked"); code != 0 {
+		t.Fatalf("track: %d %s%s", code, out, e)
+	}
+	if code, out, e := cli(t, nil, append(append([]string{"is-final", "--table", "t-tracked"}, end...), pg...)...); code != 1 {
+		t.Errorf("is-final on a tracked table without a verdict: exit %d, want 1\n%s%s", code, out, e)
+	}
+	// A rule of the --config file, which also gives the control table and
+	// the PostgreSQL URL: no other flag is needed.
+	cfg := writeFile(t, t.TempDir(), "finalizer.yaml", fmt.Sprintf("postgres: {url: %q}\ncontrol_table: public.table_finalization\ntables:\n  - {table: \"bronze.{name}\", query: \"cdc_*\"}\n", pgURL), 0o644)
+	if code, out, e := cli(t, nil, append([]string{"is-final", "--config", cfg, "--http-url", "", "--table", "bronze.cdc_x"}, end...)...); code != 1 {
+		t.Errorf("is-final --config on a table a rule could write: exit %d, want 1\n%s%s", code, out, e)
+	}
+	if code, out, e := cli(t, nil, append([]string{"is-final", "--config", cfg, "--http-url", "", "--table", "t"}, end...)...); code != 0 {
+		t.Errorf("is-final --config: exit %d, want 0\n%s%s", code, out, e)
+	}
+	// A tracker of the running service (a declarative rule of serve's
+	// config, its run seen but no verdict yet), found through its HTTP API.
+	q, r := id(901), id(902)
+	pub := connect(t, s.natsURL)
+	pub.publish("started", q, r, startedJSON(q, r, "declared-q"))
+	eventually(t, "the declared run is tracked", func() bool { return tracked(t, s.httpURL, r) })
+	if code, out, e := cli(t, nil, append(append([]string{"is-final", "--table", "declared"}, end...), pg...)...); code != 1 {
+		t.Errorf("is-final on a table a tracker of the service writes: exit %d, want 1\n%s%s", code, out, e)
+	}
+	if code, _, _ := cli(t, nil, "is-final", "--postgres-url", pgURL, "--http-url", "", "--table", "declared", "--period-end", "2026-09-28T14:00:00Z"); code != 3 {
+		t.Errorf("is-final without the service's API or config: exit %d, want 3", code)
 	}
 }
 
@@ -324,6 +376,19 @@ func TestServeWithNoFlags(t *testing.T) {
 			t.Fatalf("status with defaults: %v\n%s", err, out)
 		}
 		s.stop()
+	}
+	// With serve stopped, its managed PostgreSQL is stopped too: the client
+	// commands say so, and how to start it, instead of "connection refused".
+	for _, args := range [][]string{{"status"}, {"is-final", "--table", "t", "--period-end", "2026-09-28T14:00:00Z"}} {
+		c := exec.Command(binary, args...)
+		c.Dir = dir
+		c.Env = cleanEnv()
+		out, err := c.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "managed PostgreSQL of data dir") ||
+			!strings.Contains(string(out), "is not running") || !strings.Contains(string(out), "finalizer serve --data-dir") {
+			t.Errorf("%s with serve stopped: %v\n%s", args[0], err, out)
+		}
 	}
 }
 

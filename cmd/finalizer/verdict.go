@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -19,42 +17,7 @@ import (
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
-	"github.com/finalizer-dev/finalizer/internal/service"
 )
-
-// addPostgresClientFlags adds the flags of the commands that read the
-// control table.
-func addPostgresClientFlags(fs *pflag.FlagSet) {
-	fs.String("postgres-url", "", "PostgreSQL URL (empty: the managed cluster of --data-dir, while serve runs)")
-	fs.String("data-dir", DefaultDataDir, "data dir of the serve whose managed PostgreSQL to read")
-	fs.String("control-table", control.DefaultTable, "control table, schema-qualified")
-}
-
-// openStore opens the control table for a client command.
-func openStore(ctx context.Context, fs *pflag.FlagSet) (*control.Store, error) {
-	url, _ := fs.GetString("postgres-url")
-	dir, _ := fs.GetString("data-dir")
-	table, _ := fs.GetString("control-table")
-	if url == "" {
-		raw, err := os.ReadFile(filepath.Join(dir, service.PostgresURLFile))
-		if err != nil {
-			return nil, usageError(fmt.Errorf("no --postgres-url, and no managed PostgreSQL under %s (start `finalizer serve` there, or pass --postgres-url)", dir))
-		}
-		url = strings.TrimSpace(string(raw))
-	}
-	s, err := control.Open(ctx, url, control.Options{Table: table, MaxConns: 2})
-	if err != nil {
-		return nil, usageError(err)
-	}
-	if err := s.CheckSchema(ctx); err != nil {
-		s.Close()
-		if errors.Is(err, control.ErrNotMigrated) {
-			return nil, usageError(fmt.Errorf("control table %s does not exist yet: start `finalizer serve` once to create it", table))
-		}
-		return nil, usageError(err)
-	}
-	return s, nil
-}
 
 // parseTS reads a command-line time: RFC 3339 with any offset, or a naive
 // date-time (or date) read as UTC.
@@ -71,14 +34,21 @@ func parseTS(s string) (time.Time, error) {
 }
 
 func newIsFinalCmd(stdout io.Writer) *cobra.Command {
-	var table, periodEnd string
+	var table, periodEnd, httpURL, httpToken string
+	var allowMissing bool
 	cmd := &cobra.Command{
 		Use:   "is-final --table T --period-end TS",
 		Short: "Check once whether the period ending at TS is final",
 		Long: `Checks once whether every period of the table ending at or before TS is complete
 (finalized_until >= TS). TS is RFC 3339 with any offset; a naive time is UTC.
 
-Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection error.`,
+A table without a verdict is not final (exit 1) while something could write it: an
+explicit track, a rule of the --config file, or a tracker of the running service. When
+nothing could (a misspelled name), is-final exits 3 and names the table;
+--allow-missing makes that exit 1 too.
+
+Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection error,
+3 unknown table.`,
 		Example: `  finalizer is-final --table bronze.orders --period-end 2026-09-28T15:00:00Z && run_the_batch_job`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -89,16 +59,25 @@ Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection erro
 			if err != nil {
 				return usageError(err)
 			}
-			s, err := openStore(cmd.Context(), cmd.Flags())
+			s, c, err := openStore(cmd.Context(), cmd.Flags())
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			final, err := s.IsFinal(cmd.Context(), table, end)
-			if err != nil {
+			v, err := s.Get(cmd.Context(), table)
+			switch {
+			case errors.Is(err, control.ErrNotFound):
+				if !allowMissing {
+					if err := knownTable(cmd.Context(), s, c, table, httpURL, httpToken); err != nil {
+						return err
+					}
+				}
+				fmt.Fprintf(stdout, "%s: no verdict yet; period ending %s is not final\n", table, end.Format(time.RFC3339))
+				return negative("")
+			case err != nil:
 				return usageError(err)
 			}
-			if !final {
+			if final := !end.After(v.FinalizedUntil); !final {
 				fmt.Fprintf(stdout, "%s: period ending %s is not final\n", table, end.Format(time.RFC3339))
 				return negative("")
 			}
@@ -109,13 +88,15 @@ Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection erro
 	fs := cmd.Flags()
 	fs.StringVar(&table, "table", "", "the table (required)")
 	fs.StringVar(&periodEnd, "period-end", "", "end of the period to check (required)")
+	addMissingFlags(fs, &allowMissing, &httpURL, &httpToken)
 	addPostgresClientFlags(fs)
 	return cmd
 }
 
 func newWaitCmd(stdout io.Writer) *cobra.Command {
-	var table, until string
+	var table, until, httpURL, httpToken string
 	var timeout time.Duration
+	var allowMissing bool
 	cmd := &cobra.Command{
 		Use:   "wait --table T --until TS [--timeout D]",
 		Short: "Block until finalized_until >= TS (LISTEN/NOTIFY, not a poll loop)",
@@ -123,7 +104,12 @@ func newWaitCmd(stdout io.Writer) *cobra.Command {
 finalizer_verdict channel (no polling). Returns at once when it is already final.
 TS is RFC 3339 with any offset; a naive time is UTC.
 
-Exit codes: 0 final, 1 timed out, 2 usage or connection error.`,
+A table without a verdict is waited for while something could write it: an explicit
+track, a rule of the --config file, or a tracker of the running service. When nothing
+could (a misspelled name), wait exits 3 at once instead of waiting out its timeout;
+--allow-missing waits anyway, for a table whose first verdict is still to come.
+
+Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`,
 		Example: `  finalizer wait --table bronze.orders --until 2026-09-28T15:00:00Z --timeout 2h`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -140,11 +126,18 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error.`,
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			s, err := openStore(ctx, cmd.Flags())
+			s, c, err := openStore(ctx, cmd.Flags())
 			if err != nil {
 				return err
 			}
 			defer s.Close()
+			if !allowMissing {
+				if _, err := s.Get(ctx, table); errors.Is(err, control.ErrNotFound) {
+					if err := knownTable(ctx, s, c, table, httpURL, httpToken); err != nil {
+						return err
+					}
+				}
+			}
 			v, err := s.Wait(ctx, table, ts)
 			if err != nil {
 				if errors.Is(err, context.DeadlineExceeded) {
@@ -163,8 +156,17 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error.`,
 	fs.StringVar(&table, "table", "", "the table (required)")
 	fs.StringVar(&until, "until", "", "the time the verdict must reach (required)")
 	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait as long as it takes)")
+	addMissingFlags(fs, &allowMissing, &httpURL, &httpToken)
 	addPostgresClientFlags(fs)
 	return cmd
+}
+
+// addMissingFlags adds --allow-missing and the HTTP API flags is-final and
+// wait use to ask the service whether a tracker writes a table.
+func addMissingFlags(fs *pflag.FlagSet, allow *bool, httpURL, httpToken *string) {
+	fs.BoolVar(allow, "allow-missing", false, "a table with no verdict and nothing that could write one is not final yet, not exit 3")
+	fs.StringVar(httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, asked whether a tracker writes a table without a verdict ("" to skip)`)
+	fs.StringVar(httpToken, "http-token", "", "bearer token of the service's HTTP API (prefer FINALIZER_HTTP_TOKEN)")
 }
 
 // tableStatus is one table in `status --json` and GET /v1/tables.
@@ -221,7 +223,7 @@ Exit codes: 0 shown, 2 usage or connection error (or --table without a verdict).
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			s, err := openStore(ctx, cmd.Flags())
+			s, _, err := openStore(ctx, cmd.Flags())
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/internal/service"
+)
+
+// exitMissing is the exit code of is-final and wait for a table nothing
+// knows: no verdict, and no track, rule or tracker that could write one
+// (a misspelled name, most of the time).
+const exitMissing = 3
+
+// clientConfig is what status, is-final and wait read: flags (and their
+// FINALIZER_* variables) over the --config file over the defaults.
+type clientConfig struct {
+	postgresURL  string
+	dataDir      string
+	controlTable string
+	configFile   string
+	rules        []finalizer.Rule
+	managed      bool // postgresURL is the managed cluster's, read from dataDir
+}
+
+// addPostgresClientFlags adds the flags of the commands that read the
+// control table.
+func addPostgresClientFlags(fs *pflag.FlagSet) {
+	fs.String("config", "", "the service's YAML config file: control_table, data_dir, postgres.url and tables come from it")
+	fs.String("postgres-url", "", "PostgreSQL URL (empty: the managed cluster of --data-dir, while serve runs)")
+	fs.String("data-dir", DefaultDataDir, "data dir of the serve whose managed PostgreSQL to read")
+	fs.String("control-table", control.DefaultTable, "control table, schema-qualified")
+}
+
+// resolveClient merges the defaults, the --config file and the flags.
+func resolveClient(fs *pflag.FlagSet) (clientConfig, error) {
+	cfg := defaultConfig()
+	file, _ := fs.GetString("config")
+	if file != "" {
+		if err := loadConfigFile(file, &cfg); err != nil {
+			return clientConfig{}, err
+		}
+	}
+	rules, err := cfg.rules()
+	if err != nil {
+		return clientConfig{}, err
+	}
+	c := clientConfig{postgresURL: cfg.Postgres.URL, dataDir: cfg.DataDir, controlTable: cfg.ControlTable, configFile: file, rules: rules}
+	for name, dst := range map[string]*string{"postgres-url": &c.postgresURL, "data-dir": &c.dataDir, "control-table": &c.controlTable} {
+		if f := fs.Lookup(name); f.Changed || *dst == "" {
+			*dst = f.Value.String()
+		}
+	}
+	return c, nil
+}
+
+// openStore opens the control table for a client command.
+func openStore(ctx context.Context, fs *pflag.FlagSet) (*control.Store, clientConfig, error) {
+	c, err := resolveClient(fs)
+	if err != nil {
+		return nil, c, usageError(err)
+	}
+	url := c.postgresURL
+	if url == "" {
+		raw, err := os.ReadFile(filepath.Join(c.dataDir, service.PostgresURLFile))
+		if err != nil {
+			return nil, c, usageError(fmt.Errorf("no --postgres-url, and no managed PostgreSQL under %s (start `finalizer serve --data-dir %s`, or pass --postgres-url)", c.dataDir, c.dataDir))
+		}
+		url, c.managed = strings.TrimSpace(string(raw)), true
+	}
+	s, err := control.Open(ctx, url, control.Options{Table: c.controlTable, MaxConns: 2})
+	if err != nil {
+		return nil, c, usageError(err)
+	}
+	if err := s.CheckSchema(ctx); err != nil {
+		s.Close()
+		switch {
+		case errors.Is(err, control.ErrNotMigrated):
+			return nil, c, usageError(fmt.Errorf("control table %s does not exist yet: start `finalizer serve` once to create it", c.controlTable))
+		case c.managed && errors.Is(err, control.ErrUnavailable) && ctx.Err() == nil:
+			return nil, c, usageError(fmt.Errorf("the managed PostgreSQL of data dir %s is not running (its serve is stopped): start `finalizer serve --data-dir %s`, or pass --postgres-url", c.dataDir, c.dataDir))
+		}
+		return nil, c, usageError(err)
+	}
+	return s, c, nil
+}
+
+// knownTable reports whether something could write the table's verdict
+// although it has none yet: an explicit track not yet done, a rule of the
+// --config file whose table (template) matches, or a tracker of the running
+// service (read from its HTTP API when reachable). When nothing could, it
+// returns an error with exit code 3 that names the table and the closest
+// table with a verdict.
+func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, httpURL, httpToken string) error {
+	tracks, err := s.Tracks(ctx)
+	if err != nil {
+		return usageError(err)
+	}
+	for _, t := range tracks {
+		if t.Table == table {
+			return nil
+		}
+	}
+	for _, r := range c.rules {
+		if ruleCouldWrite(r.Table, table) {
+			return nil
+		}
+	}
+	if runs, err := fetchRuns(ctx, httpURL, httpToken); err == nil {
+		for _, r := range runs {
+			if r.Table == table {
+				return nil
+			}
+		}
+	}
+	msg := fmt.Sprintf("unknown table %q: it has no verdict, and no explicit track", table)
+	if c.configFile != "" {
+		msg += ", no rule in " + c.configFile
+	} else {
+		msg += " (pass the service's --config to count its rules)"
+	}
+	msg += " and no tracker of the service writes it"
+	if vs, err := s.List(ctx); err == nil {
+		names := make([]string, 0, len(vs))
+		for _, v := range vs {
+			names = append(names, v.Table)
+		}
+		switch near := nearestName(table, names); {
+		case near != "":
+			msg += fmt.Sprintf("; did you mean %q?", near)
+		case len(names) > 0 && len(names) <= 5:
+			msg += "; tables with a verdict: " + strings.Join(names, ", ")
+		}
+	}
+	msg += "; --allow-missing treats it as not final yet"
+	return &exitError{code: exitMissing, err: errors.New(msg)}
+}
+
+// ruleCouldWrite reports whether a rule's table template ({name}, {id})
+// can produce table.
+func ruleCouldWrite(template, table string) bool {
+	if !strings.Contains(template, "{") {
+		return template == table
+	}
+	parts := regexp.MustCompile(`\{(name|id)\}`).Split(template, -1)
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	re, err := regexp.Compile("^" + strings.Join(parts, ".+") + "$")
+	return err == nil && re.MatchString(table)
+}
+
+// nearestName returns the name closest to s when it is near enough to be a
+// typo of it.
+func nearestName(s string, names []string) string {
+	slices.Sort(names)
+	best, bestD := "", min(3, max(1, len(s)/3))+1
+	for _, n := range names {
+		if d := editDistance(s, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
