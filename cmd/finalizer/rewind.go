@@ -74,7 +74,7 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 			if by == "" {
 				by = defaultOperator()
 			}
-			s, err := openStore(cmd.Context(), cmd.Flags())
+			s, _, err := openStore(cmd.Context(), cmd.Flags())
 			if err != nil {
 				return err
 			}
@@ -120,7 +120,7 @@ Exit codes: 0 acknowledged, 2 usage or connection error (or no verdict).`,
 			if by == "" {
 				by = defaultOperator()
 			}
-			s, err := openStore(cmd.Context(), cmd.Flags())
+			s, _, err := openStore(cmd.Context(), cmd.Flags())
 			if err != nil {
 				return err
 			}
@@ -157,7 +157,7 @@ to which verdict, why, and the provenance and mark it replaced.
 Exit codes: 0 shown, 2 usage or connection error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := openStore(cmd.Context(), cmd.Flags())
+			s, _, err := openStore(cmd.Context(), cmd.Flags())
 			if err != nil {
 				return err
 			}
