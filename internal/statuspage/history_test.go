@@ -1,0 +1,110 @@
+package statuspage
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+)
+
+func TestHistoryIsBoundedByWindowAndCount(t *testing.T) {
+	now := utc("2026-09-28T20:00:00Z")
+	h := newHistory(6*time.Hour, 4)
+	// One move an hour, from 10:00 to 19:00: the window starts at 14:00.
+	for hr := 10; hr <= 19; hr++ {
+		at := utc("2026-09-28T00:00:00Z").Add(time.Duration(hr) * time.Hour)
+		h.record("t", at.Add(5*time.Minute), at, now)
+	}
+	ms := h.moves("t")
+	if len(ms) != 4 {
+		t.Fatalf("%d moves kept, want the bound 4: %v", len(ms), ms)
+	}
+	if last := time.Unix(ms[3].until, 0).UTC(); !last.Equal(utc("2026-09-28T19:00:00Z")) {
+		t.Errorf("newest move %v", last)
+	}
+	h = newHistory(6*time.Hour, 100)
+	for hr := 10; hr <= 19; hr++ {
+		at := utc("2026-09-28T00:00:00Z").Add(time.Duration(hr) * time.Hour)
+		h.record("t", at.Add(5*time.Minute), at, now)
+	}
+	ms = h.moves("t")
+	// 13:05 is the last move before the window (14:00): kept as its start.
+	if first := time.Unix(ms[0].at, 0).UTC(); !first.Equal(utc("2026-09-28T13:05:00Z")) || len(ms) != 7 {
+		t.Errorf("window: first move at %v, %d moves; want 13:05 and 7", first, len(ms))
+	}
+	// Not forward: ignored.
+	h.record("t", now, utc("2026-09-28T18:00:00Z"), now)
+	h.record("t", now, utc("2026-09-28T19:00:00Z"), now)
+	if len(h.moves("t")) != 7 {
+		t.Error("a repeated or older announcement was recorded")
+	}
+	h.keep(map[string]bool{"other": true})
+	if h.moves("t") != nil {
+		t.Error("a table gone from the control table kept its history")
+	}
+}
+
+// The sparkline is the lag: it rises with the clock and drops at a move.
+func TestSparklineIsTheLag(t *testing.T) {
+	now := utc("2026-09-28T06:00:00Z")
+	ms := []move{
+		{at: utc("2026-09-28T00:00:00Z").Unix(), until: utc("2026-09-27T23:00:00Z").Unix()},
+		{at: utc("2026-09-28T03:00:00Z").Unix(), until: utc("2026-09-28T02:00:00Z").Unix()},
+	}
+	pts, top := sparkline(ms, 6*time.Hour, now)
+	// 00:00 lag 1h; 03:00 lag 4h then 1h; 06:00 lag 4h.
+	if want := "0,175 600,10 600,175 1200,10"; pts != want {
+		t.Errorf("points %q, want %q", pts, want)
+	}
+	if top != 4*3600 {
+		t.Errorf("top %d, want 4h", top)
+	}
+	if pts, _ := sparkline(nil, time.Hour, now); pts != "" {
+		t.Errorf("no moves: %q", pts)
+	}
+	if got := movesAttr(ms); got != "1790553600:1790550000,1790564400:1790560800" {
+		t.Errorf("movesAttr %q", got)
+	}
+}
+
+func TestHoldsBack(t *testing.T) {
+	v := control.Verdict{Table: "t", FinalizedUntil: utc("2026-09-28T13:00:00Z")}
+	run := func(st finalizer.TrackerStatus) runRow {
+		st.RunID, st.Table = runA, "t"
+		return newRunRow(st)
+	}
+	for _, c := range []struct {
+		name  string
+		runs  []runRow
+		state string
+		says  string
+	}{
+		{"no run", nil, TableUntracked, "no tracked run"},
+		{"running", []runRow{run(finalizer.TrackerStatus{})}, TableMoving, "the period from 2026-09-28 13:00:00Z closes"},
+		{"idle", []runRow{run(finalizer.TrackerStatus{Idle: true})}, TableIdle, "has no new data"},
+		{"stale", []runRow{run(finalizer.TrackerStatus{Stale: true, LastEvent: utc("2026-09-28T13:20:00Z")})}, TableStale, "no event since 2026-09-28 13:20:00Z"},
+		{"failing", []runRow{run(finalizer.TrackerStatus{Failures: 2, LastError: "boom"})}, TableFailing, "failing (2 in a row): boom"},
+		{"terminated", []runRow{run(finalizer.TrackerStatus{Terminated: true, Done: true})}, TableUntracked, "terminated; no live run"},
+		{"worst wins", []runRow{run(finalizer.TrackerStatus{}), run(finalizer.TrackerStatus{Stale: true})}, TableStale, "stale"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			state, why := holdsBack(v, c.runs)
+			if state != c.state || !strings.Contains(why, c.says) {
+				t.Errorf("holdsBack = %s %q, want %s and %q", state, why, c.state, c.says)
+			}
+		})
+	}
+}
+
+func TestFmtLagAndBar(t *testing.T) {
+	for sec, want := range map[float64]string{-5: "0s", 42: "42s", 303: "5m3s", 3900: "1h5m", 50 * 3600: "2d2h"} {
+		if got := fmtLag(sec); got != want {
+			t.Errorf("fmtLag(%v) = %q, want %q", sec, got, want)
+		}
+	}
+	if lagBar(0) != 0 || lagBar(30*24*3600) != 100 || lagBar(3600) <= lagBar(300) {
+		t.Error("lagBar is not 0 at 0, full past 7 days, rising")
+	}
+}

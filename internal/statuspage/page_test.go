@@ -1,0 +1,382 @@
+package statuspage
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeSource is the verdicts and the runs, set by the test.
+type fakeSource struct {
+	mu       sync.Mutex
+	verdicts []control.Verdict
+	runs     []finalizer.TrackerStatus
+	err      error
+	watch    func(control.Notification)
+	lists    int
+}
+
+func (f *fakeSource) List(context.Context) ([]control.Verdict, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	return append([]control.Verdict(nil), f.verdicts...), f.err
+}
+
+func (f *fakeSource) Watch(fn func(control.Notification)) (func(), error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watch = fn
+	return func() {
+		f.mu.Lock()
+		f.watch = nil
+		f.mu.Unlock()
+	}, nil
+}
+
+func (f *fakeSource) Status() []finalizer.TrackerStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]finalizer.TrackerStatus(nil), f.runs...)
+}
+
+// move sets a table's verdict and announces it, as the control table's
+// NOTIFY would.
+func (f *fakeSource) move(table string, until time.Time) {
+	f.mu.Lock()
+	found := false
+	for i := range f.verdicts {
+		if f.verdicts[i].Table == table {
+			f.verdicts[i].FinalizedUntil, f.verdicts[i].UpdatedAt = until, time.Now().UTC()
+			found = true
+		}
+	}
+	if !found {
+		f.verdicts = append(f.verdicts, control.Verdict{Table: table, FinalizedUntil: until, UpdatedAt: time.Now().UTC(), RunID: runA, BatchID: 7})
+	}
+	fn := f.watch
+	f.mu.Unlock()
+	fn(control.Notification{Table: table, FinalizedUntil: until})
+}
+
+const (
+	runA   = "e225d92f-2545-48f8-87a2-9c0309580f8a"
+	runB   = "0f5b2b7c-6f0e-4d8e-9d42-3c1f2a7b9e11"
+	queryA = "8d268dc2-bc9c-4be8-97a9-b135d2943028"
+)
+
+func utc(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func newPage(t testing.TB, src *fakeSource, o Options) (*Page, *httptest.Server) {
+	t.Helper()
+	o.Verdicts, o.Runs = src, src
+	if o.RunsEvery == 0 {
+		o.RunsEvery = 20 * time.Millisecond
+	}
+	if o.MinRefresh == 0 {
+		o.MinRefresh = 5 * time.Millisecond
+	}
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(p.Handler())
+	srv.Config.RegisterOnShutdown(p.CloseStreams)
+	srv.Start()
+	t.Cleanup(func() {
+		p.CloseStreams()
+		srv.Close()
+		p.Close()
+	})
+	return p, srv
+}
+
+func get(t testing.TB, url string) (int, http.Header, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func TestPageShowsTablesRunsAndWhatHoldsThemBack(t *testing.T) {
+	now := time.Now().UTC()
+	src := &fakeSource{
+		verdicts: []control.Verdict{
+			{Table: "bronze.orders", FinalizedUntil: now.Add(-90*time.Minute - 10*time.Second), UpdatedAt: now.Add(-time.Minute), RunID: runA, BatchID: 2},
+			{Table: "bronze.<script>alert(1)</script>", FinalizedUntil: now.Add(-3 * time.Hour), UpdatedAt: now.Add(-time.Hour)},
+			{Table: "silver.idle", FinalizedUntil: now.Add(-2 * time.Hour), UpdatedAt: now.Add(-time.Hour)},
+		},
+		runs: []finalizer.TrackerStatus{
+			{RunID: runA, QueryID: queryA, Table: "bronze.orders", LastEvent: now, Failures: 3, LastError: "advance bronze.orders: postgresql unavailable"},
+			{RunID: runB, QueryID: queryA, Table: "silver.idle", LastEvent: now.Add(-20 * time.Minute), Stale: true},
+		},
+	}
+	_, srv := newPage(t, src, Options{})
+	code, h, body := get(t, srv.URL+"/")
+	if code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET / = %d %s", code, h.Get("Content-Type"))
+	}
+	if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("no strict Content-Security-Policy: %q", csp)
+	}
+	for _, want := range []string{
+		`<th scope="row">bronze.orders</th>`,
+		`<span class="badge st-failing">failing</span>`,
+		"run e225d92f is failing (3 in a row): advance bronze.orders: postgresql unavailable",
+		"run 0f5b2b7c is stale: no event since",
+		`<span class="badge st-stale">stale</span>`,
+		"no tracked run: nothing moves it",
+		`<span class="badge st-untracked">untracked</span>`,
+		"bronze.&lt;script&gt;alert(1)&lt;/script&gt;",
+		`<th scope="col">What holds it back</th>`,
+		"1h30m", // the lag as a number
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "<script>alert") {
+		t.Error("a table name reached the page unescaped")
+	}
+	for _, asset := range []string{"/status/assets/page.js", "/status/assets/page.css"} {
+		if code, _, b := get(t, srv.URL+asset); code != http.StatusOK || len(b) < 100 {
+			t.Errorf("GET %s = %d (%d bytes)", asset, code, len(b))
+		}
+	}
+	if code, _, _ := get(t, srv.URL+"/nope"); code != http.StatusNotFound {
+		t.Errorf("GET /nope = %d, want 404", code)
+	}
+}
+
+// event is one server-sent event.
+type event struct {
+	id   string
+	data update
+}
+
+// events reads a stream's events into a channel, until the stream ends.
+func events(t *testing.T, url, lastID string) (<-chan event, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		cancel()
+		t.Fatalf("GET %s = %d %s", url, resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	ch := make(chan event, 100)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ch)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<24)
+		var e event
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "id: "):
+				e.id = line[4:]
+			case strings.HasPrefix(line, "data: "):
+				if err := json.Unmarshal([]byte(line[6:]), &e.data); err != nil {
+					t.Errorf("event data: %v", err)
+				}
+			case line == "" && e.id != "":
+				ch <- e
+				e = event{}
+			}
+		}
+	}()
+	return ch, func() { cancel(); <-done }
+}
+
+func next(t *testing.T, ch <-chan event, what string, ok func(update) bool) event {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case e, open := <-ch:
+			if !open {
+				t.Fatalf("stream ended waiting for %s", what)
+			}
+			if ok(e.data) {
+				return e
+			}
+		case <-deadline:
+			t.Fatalf("no event with %s", what)
+		}
+	}
+}
+
+func rowsContain(p *part, s string) bool {
+	if p == nil {
+		return false
+	}
+	for _, r := range p.Rows {
+		if strings.Contains(r, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// A move announced by NOTIFY reaches a watching browser as the table's new
+// row; a new run as a new run row; a reconnect with Last-Event-ID gets only
+// what changed since, and an unknown id everything.
+func TestStreamSendsWhatChanged(t *testing.T) {
+	src := &fakeSource{}
+	_, srv := newPage(t, src, Options{})
+	ch, stop := events(t, srv.URL+"/status/events", "")
+	defer stop()
+	first := next(t, ch, "the first event", func(u update) bool { return true })
+	if first.data.Tables == nil || len(first.data.Tables.Rows) != 0 || first.data.Tables.Order == nil && len(first.data.Tables.Rows) != 0 {
+		t.Fatalf("first event on an empty page: %+v", first.data.Tables)
+	}
+
+	src.move("bronze.orders", utc("2026-09-28T13:00:00Z"))
+	e := next(t, ch, "the new table", func(u update) bool { return rowsContain(u.Tables, "2026-09-28 13:00:00Z") })
+	if e.data.Tables.Order == nil || e.data.Tables.Order[0] != "bronze.orders" {
+		t.Errorf("a new table comes with the order: %+v", e.data.Tables.Order)
+	}
+	src.move("bronze.orders", utc("2026-09-28T14:00:00Z"))
+	e = next(t, ch, "the move", func(u update) bool { return rowsContain(u.Tables, "2026-09-28 14:00:00Z") })
+	if e.data.Tables.Order != nil {
+		t.Errorf("a move of a known table resends the order: %+v", e.data.Tables.Order)
+	}
+	if !rowsContain(e.data.Tables, `data-moves="`) || strings.Count(e.data.Tables.Rows[0], ":") < 2 {
+		t.Errorf("the row carries no timeline: %s", e.data.Tables.Rows[0])
+	}
+	lastID := e.id
+
+	src.mu.Lock()
+	src.runs = []finalizer.TrackerStatus{{RunID: runB, QueryID: queryA, Table: "silver.other", LastEvent: time.Now()}}
+	src.mu.Unlock()
+	next(t, ch, "the new run", func(u update) bool { return rowsContain(u.Runs, "0f5b2b7c") })
+	stop()
+
+	// Reconnecting from lastID brings the run, not the unchanged table.
+	ch2, stop2 := events(t, srv.URL+"/status/events", lastID)
+	defer stop2()
+	e = next(t, ch2, "the catch-up", func(update) bool { return true })
+	if !rowsContain(e.data.Runs, "0f5b2b7c") || len(e.data.Tables.Rows) != 0 || len(e.data.Tables.Order) != 1 {
+		t.Errorf("catch-up from %s: tables %+v, runs %+v", lastID, e.data.Tables, e.data.Runs)
+	}
+	stop2()
+
+	// An id from another start of the service: everything.
+	ch3, stop3 := events(t, srv.URL+"/status/events", "ffff-1")
+	defer stop3()
+	e = next(t, ch3, "the full catch-up", func(update) bool { return true })
+	if !rowsContain(e.data.Tables, "bronze.orders") || !rowsContain(e.data.Runs, "0f5b2b7c") {
+		t.Errorf("full catch-up: tables %+v, runs %+v", e.data.Tables, e.data.Runs)
+	}
+}
+
+// A failed read of the verdicts keeps the last ones and says so; the next
+// successful read clears it.
+func TestUnreadableVerdictsAreSaid(t *testing.T) {
+	src := &fakeSource{verdicts: []control.Verdict{{Table: "t", FinalizedUntil: utc("2026-09-28T13:00:00Z")}}}
+	_, srv := newPage(t, src, Options{})
+	ch, stop := events(t, srv.URL+"/status/events", "")
+	defer stop()
+	next(t, ch, "the first event", func(update) bool { return true })
+	src.mu.Lock()
+	src.err = fmt.Errorf("list: %w", control.ErrUnavailable)
+	src.mu.Unlock()
+	src.watch(control.Notification{})
+	next(t, ch, "the banner", func(u update) bool { return strings.Contains(u.Banner, "postgresql unavailable") })
+	if _, _, body := get(t, srv.URL+"/"); !strings.Contains(body, "could not be read") || !strings.Contains(body, `data-key="t"`) {
+		t.Error("the page lost the last verdicts or the banner")
+	}
+	src.mu.Lock()
+	src.err = nil
+	src.mu.Unlock()
+	next(t, ch, "the banner gone", func(u update) bool { return u.Banner == "" })
+}
+
+// A browser that does not read its stream is dropped; the others keep
+// getting every update.
+func TestSlowStreamIsDroppedOthersKeepUp(t *testing.T) {
+	src := &fakeSource{}
+	p, srv := newPage(t, src, Options{})
+	ch, stop := events(t, srv.URL+"/status/events", "")
+	defer stop()
+	next(t, ch, "the first event", func(update) bool { return true })
+	// A stream registered directly, never read: its buffer fills.
+	slow, _ := p.subscribe("")
+	for i := range streamBuffer + 5 {
+		src.move("t", utc("2026-09-28T00:00:00Z").Add(time.Duration(i+1)*time.Hour))
+		want := fmt.Sprintf("2026-09-28 %02d:00:00Z", i+1)
+		next(t, ch, want, func(u update) bool { return rowsContain(u.Tables, want) })
+	}
+	select {
+	case <-slow.gone:
+	default:
+		t.Fatal("the slow stream was not dropped")
+	}
+}
+
+func TestTooManyStreams(t *testing.T) {
+	src := &fakeSource{}
+	_, srv := newPage(t, src, Options{MaxStreams: 1})
+	_, stop := events(t, srv.URL+"/status/events", "")
+	defer stop()
+	if code, _, _ := get(t, srv.URL+"/status/events"); code != http.StatusServiceUnavailable {
+		t.Fatalf("second stream: %d, want 503", code)
+	}
+}
+
+// Shutting the HTTP server down ends the streams (they never go idle).
+func TestShutdownEndsStreams(t *testing.T) {
+	src := &fakeSource{}
+	p, err := New(Options{Verdicts: src, Runs: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	srv := httptest.NewUnstartedServer(p.Handler())
+	srv.Config.RegisterOnShutdown(p.CloseStreams)
+	srv.Start()
+	ch, stop := events(t, srv.URL+"/status/events", "")
+	defer stop()
+	next(t, ch, "the first event", func(update) bool { return true })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Config.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with a stream open: %v", err)
+	}
+	srv.Close()
+}

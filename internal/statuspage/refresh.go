@@ -1,0 +1,153 @@
+package statuspage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// readTimeout bounds one read of the verdicts.
+const readTimeout = 5 * time.Second
+
+// refresh reads the runs, and the verdicts when read is true, rebuilds the
+// rows, and sends what changed to every browser. Only the loop (and New,
+// before the loop starts) calls it.
+func (p *Page) refresh(read bool) {
+	now := p.o.Now()
+	if read {
+		ctx, cancel := context.WithTimeout(p.ctx, readTimeout)
+		vs, err := p.o.Verdicts.List(ctx)
+		cancel()
+		switch {
+		case err != nil && p.verdictsErr == nil:
+			p.log.Warn("status page: cannot read the verdicts; showing the last ones read", zap.Error(err))
+		case err == nil && p.verdictsErr != nil:
+			p.log.Info("status page: verdicts readable again")
+		}
+		p.verdictsErr = err
+		if err == nil {
+			p.verdicts = vs
+			live := make(map[string]bool, len(vs))
+			for _, v := range vs {
+				live[v.Table] = true
+				// A move whose announcement was lost (a reconnect) is dated
+				// by the row; record ignores the ones already known.
+				p.hist.record(v.Table, v.UpdatedAt, v.FinalizedUntil, now)
+			}
+			p.hist.keep(live)
+		}
+	}
+
+	statuses := p.o.Runs.Status()
+	runs := make([]runRow, 0, len(statuses))
+	byTable := make(map[string][]runRow)
+	for _, st := range statuses {
+		r := newRunRow(st)
+		runs = append(runs, r)
+		byTable[r.Table] = append(byTable[r.Table], r)
+	}
+	sortRuns(runs)
+	tables := make([]tableRow, 0, len(p.verdicts))
+	for _, v := range p.verdicts {
+		state, why := holdsBack(v, byTable[v.Table])
+		ms := p.hist.moves(v.Table)
+		r := tableRow{Table: v.Table, Until: v.FinalizedUntil, UpdatedAt: v.UpdatedAt, RunID: v.RunID, BatchID: v.BatchID,
+			State: state, HeldBy: why, Moves: len(ms)}
+		if len(ms) > 0 {
+			r.First, r.Last = ms[0], ms[len(ms)-1]
+		}
+		tables = append(tables, r)
+	}
+	banner := ""
+	if p.verdictsErr != nil {
+		banner = fmt.Sprintf("The verdicts could not be read (%v); the ones shown are the last read.", p.verdictsErr)
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ver := p.ver + 1
+	tablesChanged, tablesOrder := diff(p.tables, tables, ver, func(r *tableRow) (string, *uint64) { return r.Table, &r.ver })
+	runsChanged, runsOrder := diff(p.runs, runs, ver, func(r *runRow) (string, *uint64) { return r.Key, &r.ver })
+	if len(tablesChanged) == 0 && !tablesOrder && len(runsChanged) == 0 && !runsOrder && banner == p.banner {
+		return
+	}
+	p.ver, p.tables, p.runs, p.banner = ver, tables, runs, banner
+	for _, t := range tables {
+		p.moves[t.Table] = p.hist.moves(t.Table)
+	}
+	if tablesOrder {
+		for t := range p.moves {
+			if _, ok := p.hist.tables[t]; !ok {
+				delete(p.moves, t)
+			}
+		}
+	}
+	if len(p.streams) == 0 {
+		return
+	}
+	u := update{Now: now.UnixMilli(), Banner: banner}
+	u.Tables = p.renderTablesLocked(tablesChanged, tablesOrder, now)
+	u.Runs = p.renderRunsLocked(runsChanged, runsOrder)
+	msg := p.eventLocked(u)
+	for st := range p.streams {
+		select {
+		case st.ch <- msg:
+		default:
+			// Too far behind: it reconnects and catches up from its last id.
+			p.dropLocked(st)
+		}
+	}
+}
+
+// diff compares the new rows with the old ones by key. It stamps changed
+// and new rows with ver (the others keep theirs) and returns the indexes
+// of the changed or new rows, and whether the set or order of keys changed.
+func diff[R comparable](old, cur []R, ver uint64, key func(*R) (string, *uint64)) (changed []int, order bool) {
+	prev := make(map[string]R, len(old))
+	for _, r := range old {
+		k, _ := key(&r)
+		prev[k] = r
+	}
+	order = len(old) != len(cur)
+	for i := range cur {
+		k, v := key(&cur[i])
+		if !order {
+			ok, _ := key(&old[i])
+			order = ok != k
+		}
+		o, ok := prev[k]
+		if ok {
+			_, ov := key(&o)
+			*v = *ov
+			if o == cur[i] {
+				continue
+			}
+		}
+		*v = ver
+		changed = append(changed, i)
+	}
+	return changed, order
+}
+
+// update is one server-sent event: the rows that changed, rendered, and
+// the keys of all rows in order when rows came or went.
+type update struct {
+	Now    int64  `json:"now"` // the server's clock, Unix ms
+	Banner string `json:"banner"`
+	Tables *part  `json:"tables,omitempty"`
+	Runs   *part  `json:"runs,omitempty"`
+}
+
+type part struct {
+	Rows  []string `json:"rows"`
+	Order []string `json:"order,omitempty"`
+}
+
+// eventLocked encodes u as an event whose id is the page's version.
+func (p *Page) eventLocked(u update) []byte {
+	data, _ := json.Marshal(u)
+	return fmt.Appendf(nil, "id: %s-%d\nevent: update\ndata: %s\n\n", p.epoch, p.ver, data)
+}
