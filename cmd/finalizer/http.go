@@ -19,24 +19,28 @@ const maxLongPoll = 5 * time.Minute
 
 // newHTTPHandler serves the HTTP API (docs/contract.md §6).
 func newHTTPHandler(svc *service.Service) http.Handler {
-	store, bus, reg, log := svc.Store(), svc.Bus(), svc.Registry(), svc.Logger()
+	store, reg, log := svc.Store(), svc.Registry(), svc.Logger()
 	httpError := func(w http.ResponseWriter, err error) { writeHTTPError(w, err, log) }
 	prom := svc.Prometheus()
 	mux := http.NewServeMux()
+	if page := svc.StatusPage(); page != nil {
+		h := page.Handler() // the status page (internal/statuspage)
+		mux.Handle("GET /{$}", h)
+		mux.Handle("GET /status/", h)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prom, promhttp.HandlerOpts{Registry: prom}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
 		checks := map[string]string{"postgres": "ok", "nats": "ok"}
 		code := http.StatusOK
-		if err := store.Ping(ctx); err != nil {
-			checks["postgres"], code = err.Error(), http.StatusServiceUnavailable
+		pg, nats := svc.Ready(r.Context()) // as finalizer_postgres_up, finalizer_nats_up
+		if pg != nil {
+			checks["postgres"], code = pg.Error(), http.StatusServiceUnavailable
 		}
-		if err := bus.Ready(ctx); err != nil {
-			checks["nats"], code = err.Error(), http.StatusServiceUnavailable
+		if nats != nil {
+			checks["nats"], code = nats.Error(), http.StatusServiceUnavailable
 		}
 		writeJSON(w, code, checks)
 	})

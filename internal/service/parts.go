@@ -19,6 +19,7 @@ import (
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
+	"github.com/finalizer-dev/finalizer/internal/statuspage"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -249,6 +250,22 @@ func (s *Service) recover(ctx context.Context) error {
 	return nil
 }
 
+// startPage starts the status page (GET /) when there is an HTTP API: it
+// watches the control table's announcements from now on.
+func (s *Service) startPage(context.Context) error {
+	if s.opts.HTTPListen == "" || s.opts.HTTPListen == "off" {
+		return nil
+	}
+	page, err := statuspage.New(statuspage.Options{Verdicts: s.store, Runs: s.registry,
+		StaleAfter: s.opts.Registry.StaleAfter, Logger: s.log.Named("statuspage")})
+	if err != nil {
+		return fmt.Errorf("status page: %w", err)
+	}
+	s.page = page
+	s.started("statuspage", func(context.Context) { page.Close() })
+	return nil
+}
+
 // serveHTTP serves the HTTP API and /metrics. A server that stops on its
 // own fails the service (see Run).
 func (s *Service) serveHTTP(context.Context) error {
@@ -260,6 +277,9 @@ func (s *Service) serveHTTP(context.Context) error {
 		return fmt.Errorf("http listen %s: %w", s.opts.HTTPListen, err)
 	}
 	srv := &http.Server{Handler: s.opts.HTTPHandler(s), ReadHeaderTimeout: 10 * time.Second}
+	if s.page != nil {
+		srv.RegisterOnShutdown(s.page.CloseStreams) // a live page's stream never goes idle by itself
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

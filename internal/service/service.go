@@ -27,6 +27,7 @@ import (
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
+	"github.com/finalizer-dev/finalizer/internal/statuspage"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -116,6 +117,7 @@ type Service struct {
 	bus       *listener.Listener
 	jetstream bool
 	registry  *finalizer.Registry
+	page      *statuspage.Page
 	httpAddr  string
 	timings   Timings
 
@@ -145,7 +147,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		o.ControlTable = control.DefaultTable
 	}
 	s := &Service{opts: o, log: o.Logger, out: o.Stdout, prom: prometheus.NewRegistry(), failed: make(chan error, 1)}
-	s.prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newReadiness(s))
 	s.metrics = finalizer.NewMetrics(s.prom, time.Now)
 	for _, start := range []func(context.Context) error{
 		s.lockDataDir,
@@ -157,6 +159,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		s.serveAPI,
 		s.discover,
 		s.recover,
+		s.startPage,
 		s.serveHTTP,
 	} {
 		if err := start(ctx); err != nil {
@@ -218,6 +221,9 @@ func (s *Service) Bus() *listener.Listener { return s.bus }
 
 // Registry returns the registry of trackers.
 func (s *Service) Registry() *finalizer.Registry { return s.registry }
+
+// StatusPage returns the operator's status page, nil without the HTTP API.
+func (s *Service) StatusPage() *statuspage.Page { return s.page }
 
 // Prometheus returns the registry of the service's metrics, as /metrics
 // serves them.

@@ -81,32 +81,40 @@ const (
 	sparkH = 240
 )
 
-// sparkline returns the SVG polyline points of the lag over the window
-// ending at now, and the largest lag in it (seconds). The x axis is the
-// window; the y axis is 0 at the bottom to the largest lag at the top. It
-// returns "" when there is no move.
-func sparkline(ms []move, window time.Duration, now time.Time) (string, int64) {
+// minSpan is the shortest time a sparkline spans, in seconds.
+const minSpan = 10
+
+// spark is a drawn lag timeline.
+type spark struct {
+	points    string // SVG polyline points in a sparkW × sparkH box
+	start     int64  // Unix seconds at the left edge
+	low, high int64  // the least and the largest lag drawn, seconds
+}
+
+// sparkline draws the lag from the start of what is known (the window's
+// start, or the first move seen if later) to now. Between moves the lag
+// rises with the clock; at a move it drops. The y axis runs from the least
+// lag drawn (bottom) to the largest (top), so that an hour's sawtooth
+// shows on a lag of days. It returns the zero spark when there is no move.
+func sparkline(ms []move, window time.Duration, now time.Time) spark {
 	if len(ms) == 0 {
-		return "", 0
+		return spark{}
 	}
 	end := now.Unix()
-	start := end - int64(window/time.Second)
+	start := min(max(end-int64(window/time.Second), ms[0].at), end-minSpan)
 	type pt struct{ t, lag int64 }
 	pts := make([]pt, 0, 2*len(ms)+1)
 	for i, m := range ms {
-		t := max(m.at, start)
-		if t > end {
-			t = end
-		}
+		t := min(max(m.at, start), end)
 		if i > 0 {
 			pts = append(pts, pt{t, t - ms[i-1].until})
 		}
 		pts = append(pts, pt{t, t - m.until})
 	}
 	pts = append(pts, pt{end, end - ms[len(ms)-1].until})
-	var top int64 = 1
+	lo, hi := pts[0].lag, pts[0].lag
 	for _, p := range pts {
-		top = max(top, p.lag)
+		lo, hi = min(lo, p.lag), max(hi, p.lag)
 	}
 	b := make([]byte, 0, len(pts)*10)
 	span := end - start
@@ -114,13 +122,15 @@ func sparkline(ms []move, window time.Duration, now time.Time) (string, int64) {
 		if i > 0 {
 			b = append(b, ' ')
 		}
-		x := (p.t - start) * sparkW / span
-		y := sparkH - 10 - max(p.lag, 0)*(sparkH-20)/top
-		b = strconv.AppendInt(b, x, 10)
+		y := int64(sparkH / 2)
+		if hi > lo {
+			y = sparkH - 10 - (p.lag-lo)*(sparkH-20)/(hi-lo)
+		}
+		b = strconv.AppendInt(b, (p.t-start)*sparkW/span, 10)
 		b = append(b, ',')
 		b = strconv.AppendInt(b, y, 10)
 	}
-	return string(b), top
+	return spark{points: string(b), start: start, low: lo, high: hi}
 }
 
 // movesAttr encodes moves for the page's script: "at:until,..." in Unix

@@ -53,16 +53,23 @@ func TestSparklineIsTheLag(t *testing.T) {
 		{at: utc("2026-09-28T00:00:00Z").Unix(), until: utc("2026-09-27T23:00:00Z").Unix()},
 		{at: utc("2026-09-28T03:00:00Z").Unix(), until: utc("2026-09-28T02:00:00Z").Unix()},
 	}
-	pts, top := sparkline(ms, 6*time.Hour, now)
-	// 00:00 lag 1h; 03:00 lag 4h then 1h; 06:00 lag 4h.
-	if want := "0,175 600,10 600,175 1200,10"; pts != want {
-		t.Errorf("points %q, want %q", pts, want)
+	sp := sparkline(ms, 6*time.Hour, now)
+	if sp.start != ms[0].at {
+		t.Errorf("start %d, want the first move %d", sp.start, ms[0].at)
 	}
-	if top != 4*3600 {
-		t.Errorf("top %d, want 4h", top)
+	// 00:00 lag 1h (the least); 03:00 lag 4h (the largest) then 1h; 06:00 lag 4h.
+	if want := "0,230 600,10 600,230 1200,10"; sp.points != want {
+		t.Errorf("points %q, want %q", sp.points, want)
 	}
-	if pts, _ := sparkline(nil, time.Hour, now); pts != "" {
-		t.Errorf("no moves: %q", pts)
+	if sp.low != 3600 || sp.high != 4*3600 {
+		t.Errorf("lag from %d to %d, want 1h to 4h", sp.low, sp.high)
+	}
+	// A window shorter than what is known starts at the window.
+	if sp := sparkline(ms, time.Hour, now); sp.start != now.Add(-time.Hour).Unix() {
+		t.Errorf("start %d, want the window's", sp.start)
+	}
+	if sp := sparkline(nil, time.Hour, now); sp.points != "" {
+		t.Errorf("no moves: %q", sp.points)
 	}
 	if got := movesAttr(ms); got != "1790553600:1790550000,1790564400:1790560800" {
 		t.Errorf("movesAttr %q", got)

@@ -105,13 +105,14 @@ type Page struct {
 	verdicts    []control.Verdict // the last successful read
 	verdictsErr error             // the last read's error
 
-	mu      sync.RWMutex
-	ver     uint64
-	tables  []tableRow // sorted by table
-	runs    []runRow   // sorted by table, then run
-	moves   map[string][]move
-	banner  string // what is wrong with the page's sources, "" when nothing
-	streams map[*stream]struct{}
+	mu        sync.RWMutex
+	ver       uint64
+	tables    []tableRow // sorted by table
+	runs      []runRow   // sorted by table, then run
+	moves     map[string][]move
+	banner    string // what is wrong with the page's sources, "" when nothing
+	streams   map[*stream]struct{}
+	noStreams bool // CloseStreams was called
 }
 
 // maxPending bounds the announcements waiting for the loop.
@@ -181,11 +182,13 @@ func (p *Page) Close() {
 	<-p.done
 }
 
-// CloseStreams ends every browser's stream without waiting; for
-// http.Server.RegisterOnShutdown, since a stream never goes idle by itself.
+// CloseStreams ends every browser's stream, and refuses new ones, without
+// waiting; for http.Server.RegisterOnShutdown, since a stream never goes
+// idle by itself.
 func (p *Page) CloseStreams() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.noStreams = true
 	for st := range p.streams {
 		p.dropLocked(st)
 	}

@@ -20,7 +20,7 @@ var esc = html.EscapeString
 func (p *Page) appendTableRowLocked(b []byte, r tableRow, now time.Time) []byte {
 	ms := p.moves[r.Table]
 	lag := now.Sub(r.Until).Seconds()
-	spark, top := sparkline(ms, p.o.History, now)
+	sp := sparkline(ms, p.o.History, now)
 	b = append(b, `<tr data-key="`...)
 	b = append(b, esc(r.Table)...)
 	b = append(b, `" data-until="`...)
@@ -39,12 +39,10 @@ func (p *Page) appendTableRowLocked(b []byte, r tableRow, now time.Time) []byte 
 	b = append(b, fmtLag(lag)...)
 	b = append(b, `</span><svg class="bar" viewBox="0 0 100 8" preserveAspectRatio="none" aria-hidden="true" focusable="false"><rect class="track" width="100" height="8"/><rect class="fill" width="`...)
 	b = strconv.AppendFloat(b, lagBar(lag), 'f', -1, 64)
-	b = append(b, `" height="8"/></svg></td><td class="spark"><svg viewBox="0 0 1200 240" preserveAspectRatio="none" role="img" aria-label="lag over the last `...)
-	b = append(b, p.history...)
-	b = append(b, `, up to `...)
-	b = append(b, fmtLag(float64(top))...)
+	b = append(b, `" height="8"/></svg></td><td class="spark"><svg viewBox="0 0 1200 240" preserveAspectRatio="none" role="img" aria-label="`...)
+	b = appendSparkLabel(b, sp)
 	b = append(b, `"><polyline points="`...)
-	b = append(b, spark...)
+	b = append(b, sp.points...)
 	b = append(b, `"/></svg></td><td class="moved">`...)
 	b = append(b, fmtTime(r.UpdatedAt)...)
 	if r.RunID != "" {
@@ -237,4 +235,18 @@ func sortRuns(rs []runRow) {
 		}
 		return rs[i].RunID < rs[j].RunID
 	})
+}
+
+// appendSparkLabel says in words what the timeline draws. The page's
+// script says it the same way.
+func appendSparkLabel(b []byte, sp spark) []byte {
+	if sp.points == "" {
+		return append(b, "no move seen yet"...)
+	}
+	b = append(b, "lag from "...)
+	b = append(b, fmtTime(time.Unix(sp.start, 0))...)
+	b = append(b, " to now: between "...)
+	b = append(b, fmtLag(float64(sp.low))...)
+	b = append(b, " and "...)
+	return append(b, fmtLag(float64(sp.high))...)
 }

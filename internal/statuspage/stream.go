@@ -25,17 +25,12 @@ func (p *Page) dropLocked(st *stream) {
 // subscribe registers a stream and returns the event that brings a
 // browser at version since (epoch-ver, "" for none) up to date: the rows
 // that changed after since, or all of them, and the order of all keys. It
-// returns nil when there are too many streams or the page is closing.
+// returns nil when there are too many streams or they were closed.
 func (p *Page) subscribe(since string) (*stream, []byte) {
 	now := p.o.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.closing:
-		return nil, nil
-	default:
-	}
-	if len(p.streams) >= p.o.MaxStreams {
+	if p.noStreams || len(p.streams) >= p.o.MaxStreams {
 		return nil, nil
 	}
 	var after uint64

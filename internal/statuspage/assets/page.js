@@ -27,22 +27,25 @@
     var f = Math.log1p(sec / 60) / Math.log1p(7 * 24 * 60);
     return Math.round(Math.min(f, 1) * 1000) / 10;
   }
-  // sparkline is the server's (history.go), in JavaScript.
-  function sparkline(moves, endSec) {
-    if (!moves.length) return "";
-    var start = endSec - windowSec, pts = [], top = 1, i, t;
+  // sparkline and sparkLabel are the server's (history.go, render.go),
+  // in JavaScript.
+  function sparkline(moves, end) {
+    if (!moves.length) return null;
+    var start = Math.min(Math.max(end - windowSec, moves[0][0]), end - 10);
+    var span = end - start, pts = [], i, t;
     for (i = 0; i < moves.length; i++) {
-      t = Math.min(Math.max(moves[i][0], start), endSec);
+      t = Math.min(Math.max(moves[i][0], start), end);
       if (i > 0) pts.push([t, t - moves[i - 1][1]]);
       pts.push([t, t - moves[i][1]]);
     }
-    pts.push([endSec, endSec - moves[moves.length - 1][1]]);
-    pts.forEach(function (p) { top = Math.max(top, p[1]); });
-    return pts.map(function (p) {
-      var x = Math.floor((p[0] - start) * 1200 / windowSec);
-      var y = 240 - 10 - Math.floor(Math.max(p[1], 0) * 220 / top);
-      return x + "," + y;
+    pts.push([end, end - moves[moves.length - 1][1]]);
+    var lo = pts[0][1], hi = pts[0][1];
+    pts.forEach(function (p) { lo = Math.min(lo, p[1]); hi = Math.max(hi, p[1]); });
+    var points = pts.map(function (p) {
+      var y = hi > lo ? 240 - 10 - Math.floor((p[1] - lo) * 220 / (hi - lo)) : 120;
+      return Math.floor((p[0] - start) * 1200 / span) + "," + y;
     }).join(" ");
+    return { points: points, label: "lag from " + isoTime(start * 1000) + " to now: between " + fmtLag(lo) + " and " + fmtLag(hi) };
   }
   function parseMoves(s) {
     if (!s) return [];
@@ -73,6 +76,7 @@
         tbody.insertBefore(tr, tbody.querySelector("tr.empty"));
       }
       tr.classList.add("flash");
+      tr.addEventListener("animationend", function () { tr.classList.remove("flash"); }, { once: true });
       rows.set(tr.dataset.key, tr);
     });
     if (part.order) {
@@ -98,9 +102,17 @@
       if (text.textContent !== s) text.textContent = s;
       fill.setAttribute("width", String(lagBar(lag)));
       if (sparks) {
-        tr.querySelector(".spark polyline").setAttribute("points", sparkline(parseMoves(tr.dataset.moves), Math.floor(t / 1000)));
+        var sp = sparkline(parseMoves(tr.dataset.moves), Math.floor(t / 1000));
+        if (sp) {
+          tr.querySelector(".spark polyline").setAttribute("points", sp.points);
+          tr.querySelector(".spark svg").setAttribute("aria-label", sp.label);
+        }
       }
     });
+  }
+
+  function isoTime(ms) {
+    return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
   }
 
   function setLive(state, text) {
@@ -118,7 +130,7 @@
     apply(tbodies.runs, u.runs);
     banner.textContent = u.banner;
     banner.hidden = !u.banner;
-    setLive("live", "Live: updated " + new Date(u.now).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") + ".");
+    setLive("live", "Live: updated " + isoTime(u.now) + ".");
   });
   es.addEventListener("error", function () {
     setLive("reconnecting", "Connection lost: reconnecting… (the data shown may be old)");
