@@ -1,0 +1,131 @@
+package tests
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
+)
+
+const (
+	dashboardFile = "../deploy/grafana/finalizer-dashboard.json"
+	rulesFile     = "../deploy/prometheus/finalizer-rules.yaml"
+	rulesTestFile = "../deploy/prometheus/finalizer-rules_test.yaml"
+)
+
+// metricName finds the names of the service's own series in PromQL and
+// in prose: finalizer_*, and the Go and process collectors' go_* and
+// process_*.
+var metricName = regexp.MustCompile(`\b(?:finalizer|go|process)_[a-z0-9_]*[a-z0-9]\b`)
+
+// namesIn returns every metric name in every string of a decoded JSON or
+// YAML document.
+func namesIn(doc any, into map[string]bool) {
+	switch v := doc.(type) {
+	case string:
+		for _, n := range metricName.FindAllString(v, -1) {
+			into[n] = true
+		}
+	case map[string]any:
+		for _, x := range v {
+			namesIn(x, into)
+		}
+	case []any:
+		for _, x := range v {
+			namesIn(x, into)
+		}
+	}
+}
+
+func names(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if strings.HasSuffix(path, ".json") {
+		err = json.Unmarshal(raw, &doc)
+	} else {
+		err = yaml.Unmarshal(raw, &doc)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	out := map[string]bool{}
+	namesIn(doc, out)
+	return out
+}
+
+// Every metric the Grafana dashboard and the alert rules use exists on
+// /metrics of a running service, so a renamed metric breaks the build; and
+// they cover what the operations section says to watch.
+func TestDashboardAndRulesUseTheServiceMetrics(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL, config: `
+tables:
+  - table: bronze.orders
+    query: orders-v1
+    time: offset:/commit_ts
+`})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T13:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T13:00:00Z")
+	// The lag is exported once the tracker has observed the move.
+	eventually(t, "the lag series", func() bool { return strings.Contains(metricText(t, s.httpURL), "finalizer_verdict_lag_seconds{") })
+
+	exposed := map[string]bool{}
+	for _, line := range strings.Split(metricText(t, s.httpURL), "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			exposed[f[2]] = true // a histogram's own name, besides its _bucket, _sum, _count
+			continue
+		}
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		exposed[strings.FieldsFunc(line, func(r rune) bool { return r == '{' || r == ' ' })[0]] = true
+	}
+	for file, must := range map[string][]string{
+		dashboardFile: {"finalizer_verdict_lag_seconds", "finalizer_advances_total", "finalizer_advance_failures_total",
+			"finalizer_events_total", "finalizer_candidates_total", "finalizer_tracked_runs", "finalizer_stale_runs",
+			"finalizer_postgres_up", "finalizer_nats_up"},
+		rulesFile: {"finalizer_verdict_lag_seconds", "finalizer_advance_failures_total", "finalizer_stale_runs", "finalizer_ready"},
+	} {
+		used := names(t, file)
+		var missing []string
+		for n := range used {
+			if !exposed[n] {
+				missing = append(missing, n)
+			}
+		}
+		sort.Strings(missing)
+		if len(missing) > 0 {
+			t.Errorf("%s uses metrics that /metrics does not have: %v", file, missing)
+		}
+		for _, n := range must {
+			if !used[n] {
+				t.Errorf("%s does not use %s", file, n)
+			}
+		}
+	}
+}
+
+// The alert rules are valid, and their unit tests (fire when they should,
+// not before) pass.
+func TestAlertRulesPassPromtool(t *testing.T) {
+	promtool := need(t, "FINALIZER_REQUIRE_PROMTOOL", "promtool")
+	for _, args := range [][]string{{"check", "rules", rulesFile}, {"test", "rules", rulesTestFile}} {
+		out, err := exec.Command(promtool, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
