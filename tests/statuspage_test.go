@@ -78,7 +78,9 @@ func text(selector string) string {
 	return `(function(){var e=document.querySelector(` + jsString(selector) + `);return e?e.textContent.trim():""})()`
 }
 
-func jsString(s string) string { return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'" }
+func jsString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
 
 // The status page from a running service in a real browser: a verdict
 // appears, moves live after a publish (no reload), and a silent run turns

@@ -26,14 +26,16 @@ func newHistory(window time.Duration, max int) *history {
 	return &history{window: window, max: max, tables: map[string][]move{}}
 }
 
-// record adds a move of table seen at at. A move that is not forward
-// (a repeated or older announcement) is ignored.
-func (h *history) record(table string, at, until time.Time, now time.Time) {
+// record adds a move of table seen at at. A move that is not forward (a
+// repeated announcement) is ignored unless back is true: an operator's
+// rewind, or the verdict as read from the control table, which is the
+// truth (a rewind whose announcement was lost).
+func (h *history) record(table string, at, until time.Time, now time.Time, back bool) {
 	ms := h.tables[table]
 	m := move{at: at.Unix(), until: until.Unix()}
 	if n := len(ms); n > 0 {
 		last := ms[n-1]
-		if m.until <= last.until {
+		if m.until == last.until || m.until < last.until && !back {
 			return
 		}
 		if m.at < last.at {

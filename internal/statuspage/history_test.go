@@ -15,7 +15,7 @@ func TestHistoryIsBoundedByWindowAndCount(t *testing.T) {
 	// One move an hour, from 10:00 to 19:00: the window starts at 14:00.
 	for hr := 10; hr <= 19; hr++ {
 		at := utc("2026-09-28T00:00:00Z").Add(time.Duration(hr) * time.Hour)
-		h.record("t", at.Add(5*time.Minute), at, now)
+		h.record("t", at.Add(5*time.Minute), at, now, false)
 	}
 	ms := h.moves("t")
 	if len(ms) != 4 {
@@ -27,7 +27,7 @@ func TestHistoryIsBoundedByWindowAndCount(t *testing.T) {
 	h = newHistory(6*time.Hour, 100)
 	for hr := 10; hr <= 19; hr++ {
 		at := utc("2026-09-28T00:00:00Z").Add(time.Duration(hr) * time.Hour)
-		h.record("t", at.Add(5*time.Minute), at, now)
+		h.record("t", at.Add(5*time.Minute), at, now, false)
 	}
 	ms = h.moves("t")
 	// 13:05 is the last move before the window (14:00): kept as its start.
@@ -35,10 +35,15 @@ func TestHistoryIsBoundedByWindowAndCount(t *testing.T) {
 		t.Errorf("window: first move at %v, %d moves; want 13:05 and 7", first, len(ms))
 	}
 	// Not forward: ignored.
-	h.record("t", now, utc("2026-09-28T18:00:00Z"), now)
-	h.record("t", now, utc("2026-09-28T19:00:00Z"), now)
+	h.record("t", now, utc("2026-09-28T18:00:00Z"), now, false)
+	h.record("t", now, utc("2026-09-28T19:00:00Z"), now, true)
 	if len(h.moves("t")) != 7 {
 		t.Error("a repeated or older announcement was recorded")
+	}
+	// A rewind goes back, and the lag then rises by as much.
+	h.record("t", now, utc("2026-09-28T16:00:00Z"), now, true)
+	if ms := h.moves("t"); len(ms) != 8 || ms[7].until != utc("2026-09-28T16:00:00Z").Unix() {
+		t.Errorf("a rewind was not recorded: %v", ms)
 	}
 	h.keep(map[string]bool{"other": true})
 	if h.moves("t") != nil {
@@ -100,6 +105,13 @@ func TestHoldsBack(t *testing.T) {
 			state, why := holdsBack(v, c.runs)
 			if state != c.state || !strings.Contains(why, c.says) {
 				t.Errorf("holdsBack = %s %q, want %s and %q", state, why, c.state, c.says)
+			}
+			// A mark comes first, and keeps what the runs say.
+			marked := v
+			marked.Mark, marked.Marks = "source 0 offset went back", 2
+			state, why = holdsBack(marked, c.runs)
+			if state != TableMarked || !strings.Contains(why, "(2 signs): source 0 offset went back") || !strings.Contains(why, c.says) {
+				t.Errorf("marked: holdsBack = %s %q", state, why)
 			}
 		})
 	}

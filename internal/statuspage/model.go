@@ -27,6 +27,7 @@ const (
 	TableStale     = "stale"     // its run is silent
 	TableFailing   = "failing"   // its run's advances fail
 	TableUntracked = "untracked" // no live run feeds it: nothing moves it
+	TableMarked    = "marked"    // its history may have changed under the verdict: an operator must look
 )
 
 // runState returns the state of a tracked run.
@@ -57,6 +58,7 @@ type tableRow struct {
 	BatchID   int64
 	State     string // Table*
 	HeldBy    string // what holds the verdict back, in words
+	RewoundAt time.Time
 	// Moves and Last identify the history shown: its length and its
 	// newest move (the slice itself is not comparable).
 	Moves int
@@ -100,6 +102,11 @@ var severity = map[string]int{RunFailing: 5, RunStale: 4, RunIdle: 3, RunRunning
 // table fed by several queries, where the slowest one holds it) extends
 // this function.
 func holdsBack(v control.Verdict, runs []runRow) (state, why string) {
+	if v.Mark != "" {
+		state, why = holdsBack(control.Verdict{Table: v.Table, FinalizedUntil: v.FinalizedUntil}, runs)
+		return TableMarked, fmt.Sprintf("marked since %s (%d signs): %s; look, then finalizer rewind or acknowledge. And: %s",
+			fmtTime(v.MarkedAt), v.Marks, v.Mark, why)
+	}
 	var worst *runRow
 	for i := range runs {
 		r := &runs[i]

@@ -259,7 +259,7 @@ func (p *Page) takeAnnouncements() bool {
 	now := p.o.Now()
 	for _, n := range ns {
 		if n.Table != "" {
-			p.hist.record(n.Table, now, n.FinalizedUntil, now)
+			p.hist.record(n.Table, now, n.FinalizedUntil, now, n.Rewound)
 		}
 	}
 	return len(ns) > 0 || overflow

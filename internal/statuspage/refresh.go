@@ -35,7 +35,7 @@ func (p *Page) refresh(read bool) {
 				live[v.Table] = true
 				// A move whose announcement was lost (a reconnect) is dated
 				// by the row; record ignores the ones already known.
-				p.hist.record(v.Table, v.UpdatedAt, v.FinalizedUntil, now)
+				p.hist.record(v.Table, v.UpdatedAt, v.FinalizedUntil, now, true)
 			}
 			p.hist.keep(live)
 		}
@@ -55,7 +55,7 @@ func (p *Page) refresh(read bool) {
 		state, why := holdsBack(v, byTable[v.Table])
 		ms := p.hist.moves(v.Table)
 		r := tableRow{Table: v.Table, Until: v.FinalizedUntil, UpdatedAt: v.UpdatedAt, RunID: v.RunID, BatchID: v.BatchID,
-			State: state, HeldBy: why, Moves: len(ms)}
+			State: state, HeldBy: why, RewoundAt: v.RewoundAt, Moves: len(ms)}
 		if len(ms) > 0 {
 			r.First, r.Last = ms[0], ms[len(ms)-1]
 		}

@@ -45,6 +45,11 @@ func (p *Page) appendTableRowLocked(b []byte, r tableRow, now time.Time) []byte 
 	b = append(b, sp.points...)
 	b = append(b, `"/></svg></td><td class="moved">`...)
 	b = append(b, fmtTime(r.UpdatedAt)...)
+	if !r.RewoundAt.IsZero() {
+		b = append(b, `<br><small>rewound `...)
+		b = append(b, fmtTime(r.RewoundAt)...)
+		b = append(b, `</small>`...)
+	}
 	if r.RunID != "" {
 		b = append(b, `<br><small>run `...)
 		b = append(b, esc(short(r.RunID))...)
@@ -154,9 +159,19 @@ type pageData struct {
 	HistoryN       int
 	StaleAfter     string
 	States         []stateDoc
+	TableStates    []stateDoc
 }
 
 type stateDoc struct{ State, Means string }
+
+var tableStates = []stateDoc{
+	{TableMoving, "a running run feeds it: the open period closes when its data passes the period's end"},
+	{TableIdle, "its run has no new data"},
+	{TableStale, "its run is silent"},
+	{TableFailing, "its run's advances fail"},
+	{TableUntracked, "no live run feeds it: nothing moves it"},
+	{TableMarked, "its history may have changed under the verdict (a reset or a lost event): an operator must look, then rewind or acknowledge"},
+}
 
 var runStates = []stateDoc{
 	{RunRunning, "events arrive, with new data"},
@@ -189,6 +204,7 @@ func (p *Page) servePage(w http.ResponseWriter, _ *http.Request) {
 	}
 	p.mu.RUnlock()
 
+	d.TableStates = tableStates
 	d.States = append([]stateDoc(nil), runStates...)
 	d.States[2].Means = "no event for longer than tracking.stale_after (" + d.StaleAfter + ")"
 	// The rows go out as rendered, between the template's parts.
