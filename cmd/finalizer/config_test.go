@@ -203,3 +203,15 @@ func TestUnknownKeyInTheUsersWords(t *testing.T) {
 		})
 	}
 }
+
+// The examples' config loads: a rule's spec keys (time, granularity, ...)
+// are inlined into tables[] and are known keys.
+func TestExampleConfigLoads(t *testing.T) {
+	cfg := defaultConfig()
+	if err := loadConfigFile("../../examples/finalizer.yaml", &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Tables) != 2 || cfg.Tables[0].Time != "offset:/commit_ts" || cfg.Tables[1].Delay != "10m" {
+		t.Fatalf("tables = %+v", cfg.Tables)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"strings"
 
@@ -66,8 +67,14 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 	out := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if opts == "inline" {
+			// An inlined struct's keys are the outer one's
+			// (tables[].time is progress.SpecOptions.Time).
+			maps.Copy(out, yamlFields(f.Type))
 			continue
 		}
 		if name == "" {
