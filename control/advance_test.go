@@ -109,7 +109,7 @@ func TestAdvanceIsMonotonic(t *testing.T) {
 		{"same instant in another zone", at(14, 0).In(time.FixedZone("UTC+5:30", 5*3600+1800))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v, moved, err := s.Advance(ctx, Advance{Table: "t", FinalizedUntil: tc.until, EndTime: tc.until, QueryID: "q2", RunID: "r2", BatchID: 99})
+			v, moved, err := s.Advance(ctx, Advance{Table: "t", FinalizedUntil: tc.until, EndTime: tc.until, QueryID: "q", RunID: "r2", BatchID: 99})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,12 +123,12 @@ func TestAdvanceIsMonotonic(t *testing.T) {
 		})
 	}
 	t.Run("later period", func(t *testing.T) {
-		v, moved, err := s.Advance(ctx, Advance{Table: "t", FinalizedUntil: at(15, 0), RunID: "r2", BatchID: 8})
+		v, moved, err := s.Advance(ctx, Advance{Table: "t", FinalizedUntil: at(15, 0), QueryID: "q", RunID: "r2", BatchID: 8})
 		if err != nil || !moved {
 			t.Fatalf("moved %v, err %v", moved, err)
 		}
 		// Provenance is replaced whole: no end time or offset given, none kept.
-		checkVerdict(t, v, Verdict{Table: "t", FinalizedUntil: at(15, 0), RunID: "r2", BatchID: 8}, nil)
+		checkVerdict(t, v, Verdict{Table: "t", FinalizedUntil: at(15, 0), QueryID: "q", RunID: "r2", BatchID: 8}, nil)
 	})
 }
 

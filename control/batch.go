@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 )
 
@@ -18,40 +19,24 @@ type AdvanceResult struct {
 	Err     error
 }
 
-// advanceBatchSQL is AdvanceBatch's statement: Advance's upsert over the
-// rows of parallel arrays, one row per table, in table order (so that two
-// batches meeting the same tables lock their rows in the same order and
-// cannot deadlock), with one notification per moved row. As in Advance, a
-// row the snapshot already shows at or beyond its candidate is not even
-// offered to the upsert: a batch of no-ops is a read.
-func advanceBatchSQL(n names) string {
-	return `
-WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::text[])
-		AS i(table_name, finalized_until, end_time, end_offset, query_id, run_id, batch_id, payload, sources)
-), moved AS (
-	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `)
-	SELECT i.table_name, i.finalized_until, i.end_time, i.end_offset::jsonb, i.query_id, i.run_id, i.batch_id, i.sources::jsonb, now()
-	FROM input i
-	WHERE NOT EXISTS (SELECT FROM ` + n.table + ` WHERE table_name = i.table_name AND finalized_until >= i.finalized_until)
-	ORDER BY i.table_name
-` + forwardOnly + `
-), notified AS (
-	SELECT pg_notify('` + NotifyChannel + `', i.payload) FROM moved m JOIN input i USING (table_name)
-)
-SELECT true, ` + readColumns + `, (SELECT count(*) FROM notified) FROM moved
-UNION ALL
-SELECT false, ` + readColumns + `, 0 FROM ` + n.table + `
-WHERE table_name = ANY($1::text[]) AND table_name NOT IN (SELECT table_name FROM moved)`
-}
+// feederKey is one feeder of one table.
+type feederKey struct{ table, feeder string }
 
 // AdvanceBatch applies many advances in one statement, so in one
 // transaction and one round trip: the group commit of advances that land
-// at the same moment. Each advance is treated as Advance treats it
-// (forward-only, a notification per moved row in the same transaction),
-// and its result is at the same index of the returned slice. Advances of
-// the same table are applied as if one after the other, highest candidate
-// first: the others do not move it and get its verdict.
+// at the same moment (ADR 0008). Each advance is treated as Advance treats
+// it (the feeder's watermark and the table's verdict move forward-only, a
+// notification per moved table in the same transaction), and its result
+// is at the same index of the returned slice. Advances of the same feeder
+// of a table are applied as if one after the other, highest candidate
+// first; advances of several feeders of one table move the table once, to
+// the lowest watermark, and the first of them reports the move.
+//
+// An advance whose table ends behind its candidate (held by another
+// feeder, or read from a snapshot that missed a concurrent writer) is
+// settled by a second statement, which sees every commit before it began:
+// so whichever of two concurrent feeders commits last moves the table to
+// where both allow (ADR 0012). A table with one feeder never needs it.
 //
 // An invalid advance gets ErrInvalidAdvance in its result and is not sent.
 // One advance the database refuses never fails the others, whatever the
@@ -75,73 +60,99 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []Advance) ([]AdvanceResult
 		}
 		return res, err
 	}
-	b := &batch{as: as, rows: make(map[string]*batchRow, len(as))}
-	var order []string
+	b := &batch{as: as, rows: make(map[feederKey]*batchRow, len(as))}
+	var order []feederKey
 	for i, a := range as {
-		until, payload, err := a.check()
+		r, err := newBatchRow(i, a)
 		if err != nil {
 			res[i].Err = err
 			continue
 		}
-		if r, ok := b.rows[a.Table]; ok && !until.After(r.until) {
+		k := feederKey{a.Table, a.QueryID}
+		if prev, ok := b.rows[k]; ok && !r.until.After(prev.until) {
 			continue
 		}
-		r := &batchRow{i: i, until: until, payload: payload}
-		if srcs, err := sourcesJSON(a.Sources); err != nil {
-			res[i].Err = fmt.Errorf("advance %s: %w", a.Table, err)
-			continue
-		} else if srcs != nil {
-			str := srcs.(string)
-			r.sources = &str
+		if _, ok := b.rows[k]; !ok {
+			order = append(order, k)
 		}
-		if len(a.EndOffset) > 0 {
-			off := string(jsonbSafe(a.EndOffset))
-			r.offset = &off
-		}
-		if _, ok := b.rows[a.Table]; !ok {
-			order = append(order, a.Table)
-		}
-		b.rows[a.Table] = r
+		b.rows[k] = r
 	}
 	if len(order) == 0 {
 		return res, nil
 	}
-	sort.Strings(order)
+	sort.Slice(order, func(x, y int) bool {
+		if order[x].table != order[y].table {
+			return order[x].table < order[y].table
+		}
+		return order[x].feeder < order[y].feeder
+	})
 	b.verdicts = make(map[string]Verdict, len(order))
 	b.moved = make(map[string]bool, len(order))
-	b.failed = make(map[string]error)
+	b.settled = make(map[string]bool)
+	b.failed = make(map[feederKey]error)
 	batchErr := s.applyBatch(ctx, b, order, true)
 	if batchErr != nil {
-		batchErr = wrap(ctx, fmt.Sprintf("advance batch of %d tables", len(order)), batchErr)
+		batchErr = wrap(ctx, fmt.Sprintf("advance batch of %d feeders", len(order)), batchErr)
 	}
+	// Tables left behind a candidate are settled by a new statement.
+	var behind []string
+	for _, k := range order {
+		v, ok := b.verdicts[k.table]
+		applied := ok || b.moved[k.table]
+		if b.failed[k] != nil || b.settled[k.table] || (!applied && batchErr != nil) {
+			continue
+		}
+		if (!ok || v.FinalizedUntil.Before(b.rows[k].until)) && (len(behind) == 0 || behind[len(behind)-1] != k.table) {
+			behind = append(behind, k.table)
+		}
+	}
+	var settleErr error
+	if len(behind) > 0 && batchErr == nil {
+		settled, settledMoved, err := s.settle(ctx, behind)
+		if err != nil {
+			// The feeders' watermarks are stored; a retry of their
+			// advances (the trackers do) is a no-op for them and settles
+			// the tables.
+			settleErr = wrap(ctx, fmt.Sprintf("advance batch: settle %d tables", len(behind)), err)
+		}
+		for table, v := range settled {
+			b.verdicts[table] = v
+			b.moved[table] = b.moved[table] || settledMoved[table]
+		}
+	}
+	unsettled := make(map[string]bool, len(behind))
+	if settleErr != nil {
+		for _, t := range behind {
+			unsettled[t] = true
+		}
+	}
+	reported := make(map[string]bool, len(b.verdicts))
 	for i, a := range as {
 		if res[i].Err != nil {
 			continue
 		}
-		r := b.rows[a.Table]
-		until := a.FinalizedUntil.UTC().Truncate(time.Microsecond)
+		k := feederKey{a.Table, a.QueryID}
 		v, ok := b.verdicts[a.Table]
 		switch {
-		case b.failed[a.Table] != nil:
-			res[i].Err = b.failed[a.Table]
-		case !ok && batchErr != nil:
+		case b.failed[k] != nil:
+			res[i].Err = b.failed[k]
+		case !ok && !b.moved[a.Table] && batchErr != nil:
 			res[i].Err = batchErr
-		case r.i == i && b.moved[a.Table]:
-			res[i] = AdvanceResult{Verdict: v, Moved: true}
-		case ok && !v.FinalizedUntil.Before(until):
-			res[i] = AdvanceResult{Verdict: v}
+		case unsettled[a.Table]:
+			res[i].Err = settleErr
 		default:
-			// Not moved, and the row read by the statement's snapshot is
-			// missing or behind the candidate: a concurrent writer got
-			// there first. Read it again, as Advance does.
-			v, err := s.Get(ctx, a.Table)
-			if err != nil {
-				res[i].Err = fmt.Errorf("advance %s: read back: %w", a.Table, err)
-				continue
+			if !ok {
+				v = Verdict{Table: a.Table} // held before its first verdict
 			}
-			b.verdicts[a.Table] = v
-			res[i] = AdvanceResult{Verdict: v}
+			mv := b.moved[a.Table] && !reported[a.Table] && b.rows[k].i == i
+			if mv {
+				reported[a.Table] = true
+			}
+			res[i] = AdvanceResult{Verdict: v, Moved: mv}
 		}
+	}
+	if batchErr == nil && settleErr != nil && len(unsettled) == len(b.verdicts) {
+		batchErr = settleErr
 	}
 	return res, batchErr
 }
@@ -149,78 +160,83 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []Advance) ([]AdvanceResult
 // batch is the state of one AdvanceBatch across its statements.
 type batch struct {
 	as       []Advance
-	rows     map[string]*batchRow // the row sent for each table: its highest candidate
-	verdicts map[string]Verdict   // the rows the statements returned
-	moved    map[string]bool      // which of them moved
-	failed   map[string]error     // tables whose own advance failed
+	rows     map[feederKey]*batchRow // the row sent for each feeder of a table: its highest candidate
+	verdicts map[string]Verdict      // the table rows the statements returned
+	moved    map[string]bool         // which of them moved
+	settled  map[string]bool         // tables an Advance of its own settled already
+	failed   map[feederKey]error     // feeders whose own advance failed
 }
 
-// batchRow is the row of one table in a batch.
+// batchRow is the row of one feeder of one table in a batch.
 type batchRow struct {
 	i       int // index into as
 	until   time.Time
 	offset  *string
 	sources *string
-	payload string
+	payload string // the notification up to the time (payloadPrefix)
 }
 
-// applyBatch applies the rows of the tables in order (sorted) with one
+// newBatchRow validates a (the i-th advance) and returns its row.
+func newBatchRow(i int, a Advance) (*batchRow, error) {
+	until, _, err := a.check()
+	if err != nil {
+		return nil, err
+	}
+	payload, err := payloadPrefix(a.Table)
+	if err != nil {
+		return nil, fmt.Errorf("advance %s: %w", a.Table, err)
+	}
+	r := &batchRow{i: i, until: until, payload: payload}
+	if srcs, err := sourcesJSON(a.Sources); err != nil {
+		return nil, fmt.Errorf("advance %s: %w", a.Table, err)
+	} else if srcs != nil {
+		str := srcs.(string)
+		r.sources = &str
+	}
+	if len(a.EndOffset) > 0 {
+		off := string(jsonbSafe(a.EndOffset))
+		r.offset = &off
+	}
+	return r, nil
+}
+
+// applyBatch applies the rows of the feeders in order (sorted) with one
 // statement and records what it returned in b. When the statement fails
 // for a reason that may be one row's, it applies each half in turn; a
-// single table left is applied with Advance, and its failure is recorded
+// single feeder left is applied with Advance, and its failure is recorded
 // in b.failed. It returns only an error of the batch as a whole (see
 // batchWide), at which point it stops.
-func (s *Store) applyBatch(ctx context.Context, b *batch, order []string, top bool) error {
+func (s *Store) applyBatch(ctx context.Context, b *batch, order []feederKey, top bool) error {
 	if len(order) == 1 && !top {
-		table := order[0]
-		v, moved, err := s.Advance(ctx, b.as[b.rows[table].i])
+		k := order[0]
+		v, moved, err := s.Advance(ctx, b.as[b.rows[k].i])
 		switch {
 		case err == nil:
-			b.verdicts[table], b.moved[table] = v, moved
+			b.verdicts[k.table], b.moved[k.table] = v, b.moved[k.table] || moved
+			b.settled[k.table] = true
 		case batchWide(ctx, err):
 			return err
 		default:
-			b.failed[table] = err
+			b.failed[k] = err
 		}
 		return nil
 	}
-	n := len(order)
-	var (
-		tables   = make([]string, n)
-		untils   = make([]time.Time, n)
-		ends     = make([]*time.Time, n)
-		offsets  = make([]*string, n)
-		queries  = make([]*string, n)
-		runs     = make([]*string, n)
-		batches  = make([]int64, n)
-		payloads = make([]string, n)
-		sources  = make([]*string, n)
-	)
-	for j, table := range order {
-		r := b.rows[table]
-		a := &b.as[r.i]
-		tables[j], untils[j], offsets[j], batches[j], payloads[j], sources[j] = table, r.until, r.offset, a.BatchID, r.payload, r.sources
-		if !a.EndTime.IsZero() {
-			t := a.EndTime
-			ends[j] = &t
-		}
-		if a.QueryID != "" {
-			queries[j] = &a.QueryID
-		}
-		if a.RunID != "" {
-			runs[j] = &a.RunID
-		}
-	}
-	err := s.advanceBatch(ctx, b, tables, untils, ends, offsets, queries, runs, batches, payloads, sources)
+	verdicts, moved, err := s.advance(ctx, b.as, b.rows, order)
 	switch {
 	case err == nil:
+		// Recorded only once the statement succeeded: a failed one
+		// committed nothing.
+		for t, v := range verdicts {
+			b.verdicts[t], b.moved[t] = v, b.moved[t] || moved[t]
+		}
 		return nil
 	case batchWide(ctx, err):
 		return err
 	case top:
 		s.log.Warn("postgresql refused a group commit of advances; applying it in halves so that one advance cannot fail the others",
-			zap.Int("tables", n), zap.Error(err))
+			zap.Int("feeders", len(order)), zap.Error(err))
 	}
+	n := len(order)
 	if n == 1 {
 		return s.applyBatch(ctx, b, order, false)
 	}
@@ -245,17 +261,61 @@ func batchWide(ctx context.Context, err error) bool {
 	return false
 }
 
-// advanceBatch runs the batch statement and records the rows it returned,
-// by table, and which of them moved, in b.
-func (s *Store) advanceBatch(ctx context.Context, b *batch, tables []string, untils []time.Time, ends []*time.Time,
-	offsets, queries, runs []*string, batches []int64, payloads []string, sources []*string) error {
-	rows, err := s.pool.Query(ctx, s.sql.advanceBatch, tables, untils, ends, offsets, queries, runs, batches, payloads, sources)
+// advance runs the advance statement over the rows in order and returns
+// the table rows it returned, by table, and which of them moved.
+func (s *Store) advance(ctx context.Context, as []Advance, rows map[feederKey]*batchRow, order []feederKey) (map[string]Verdict, map[string]bool, error) {
+	n := len(order)
+	var (
+		tables   = make([]string, n)
+		feeders  = make([]string, n)
+		names    = make([]*string, n)
+		untils   = make([]time.Time, n)
+		ends     = make([]*time.Time, n)
+		offsets  = make([]*string, n)
+		runs     = make([]*string, n)
+		batches  = make([]int64, n)
+		sources  = make([]*string, n)
+		payloads = make([]string, n)
+	)
+	for j, k := range order {
+		r := rows[k]
+		a := &as[r.i]
+		tables[j], feeders[j], untils[j], offsets[j], batches[j], sources[j], payloads[j] = k.table, k.feeder, r.until, r.offset, a.BatchID, r.sources, r.payload
+		if !a.EndTime.IsZero() {
+			ends[j] = &a.EndTime
+		}
+		if a.QueryName != "" {
+			names[j] = &a.QueryName
+		}
+		if a.RunID != "" {
+			runs[j] = &a.RunID
+		}
+	}
+	return scanMoves(s.pool.Query(ctx, s.sql.advance, tables, feeders, names, untils, ends, offsets, runs, batches, sources, payloads))
+}
+
+// settle moves each of tables to the lowest watermark of its feeders as
+// they stand, forward-only, and returns their rows and which moved.
+func (s *Store) settle(ctx context.Context, tables []string) (map[string]Verdict, map[string]bool, error) {
+	payloads := make([]string, len(tables))
+	for i, t := range tables {
+		p, err := payloadPrefix(t)
+		if err != nil {
+			return nil, nil, err
+		}
+		payloads[i] = p
+	}
+	return scanMoves(s.pool.Query(ctx, s.sql.settle, tables, payloads))
+}
+
+// scanMoves reads what moveToLowest returns.
+func scanMoves(rows pgx.Rows, err error) (map[string]Verdict, map[string]bool, error) {
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer rows.Close()
-	verdicts := make(map[string]Verdict, len(tables))
-	moved := make(map[string]bool, len(tables))
+	verdicts := make(map[string]Verdict)
+	moved := make(map[string]bool)
 	for rows.Next() {
 		var (
 			mv       bool
@@ -263,18 +323,13 @@ func (s *Store) advanceBatch(ctx context.Context, b *batch, tables []string, unt
 		)
 		v, err := scanVerdict(rows, &mv, &notified)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		verdicts[v.Table] = v
 		moved[v.Table] = mv
 	}
 	if err := rows.Err(); err != nil {
-		return err
+		return nil, nil, err
 	}
-	// Recorded only once the statement succeeded: a failed one committed
-	// nothing.
-	for t, v := range verdicts {
-		b.verdicts[t], b.moved[t] = v, moved[t]
-	}
-	return nil
+	return verdicts, moved, nil
 }

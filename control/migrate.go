@@ -82,11 +82,41 @@ CREATE INDEX ON ` + n.audit + ` (table_name, at);
 COMMENT ON TABLE ` + n.audit + ` IS 'finalizer: every operator action on a verdict (rewind: the one backward move; acknowledge: a mark cleared), who, when, from, to and why.';
 `
 	}},
+	{3, "feeders: each query writing a table, with its own watermark (ADR 0012)", func(n names) string {
+		return `
+CREATE TABLE ` + n.feeds + ` (
+	table_name      text NOT NULL,
+	feeder          text NOT NULL,
+	query_name      text,
+	finalized_until timestamptz,
+	end_time        timestamptz,
+	end_offset      jsonb,
+	run_id          text,
+	batch_id        bigint,
+	sources         jsonb,
+	expected        boolean NOT NULL DEFAULT false,
+	joined_at       timestamptz NOT NULL DEFAULT now(),
+	updated_at      timestamptz NOT NULL DEFAULT now(),
+	retired_at      timestamptz,
+	retired_why     text,
+	PRIMARY KEY (table_name, feeder)
+);
+COMMENT ON TABLE ` + n.feeds + ` IS 'finalizer: the queries that write each table (its feeders). A table''s finalized_until is the minimum of the watermarks of its feeders that are not retired, and never moves back.';
+COMMENT ON COLUMN ` + n.feeds + `.feeder IS 'the query id; for an expected feeder that has not reported yet, the query name or id the config names';
+COMMENT ON COLUMN ` + n.feeds + `.finalized_until IS 'this feeder''s own watermark, forward-only; NULL: expected and not reported yet, which holds the table';
+COMMENT ON COLUMN ` + n.feeds + `.expected IS 'named in the config''s feeders: list of the table';
+COMMENT ON COLUMN ` + n.feeds + `.updated_at IS 'when the watermark last moved';
+COMMENT ON COLUMN ` + n.feeds + `.retired_at IS 'when the feeder was retired; a retired feeder no longer holds its table';
+INSERT INTO ` + n.feeds + ` (table_name, feeder, finalized_until, end_time, end_offset, run_id, batch_id, sources, joined_at, updated_at)
+SELECT table_name, coalesce(query_id, ''), finalized_until, end_time, end_offset, run_id, batch_id, sources, updated_at, updated_at
+FROM ` + n.table + ` WHERE finalized_until IS NOT NULL;
+`
+	}},
 }
 
 // SchemaVersion is the control-table schema version this binary migrates
 // to and works with: the version of the last of its migrations.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // Migrate creates the control table and the tables beside it, or brings
 // them up to SchemaVersion. It creates the schema if it is missing. It

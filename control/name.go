@@ -20,6 +20,7 @@ const (
 	schemaSuffix = "_schema" // applied migrations
 	tracksSuffix = "_tracks" // persisted explicit tracks
 	auditSuffix  = "_audit"  // operator actions: rewinds, acknowledgements
+	feedsSuffix  = "_feeds"  // each table's feeders and their watermarks
 )
 
 var identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*$`)
@@ -64,6 +65,7 @@ type names struct {
 	schema  string // "schema"."name_schema"
 	tracks  string // "schema"."name_tracks"
 	audit   string // "schema"."name_audit"
+	feeds   string // "schema"."name_feeds"
 	nspName string // schema, unquoted, for catalog lookups
 	nsp     string // "schema"
 }
@@ -75,6 +77,7 @@ func newNames(schema, name string) names {
 		schema:  pgx.Identifier{schema, name + schemaSuffix}.Sanitize(),
 		tracks:  pgx.Identifier{schema, name + tracksSuffix}.Sanitize(),
 		audit:   pgx.Identifier{schema, name + auditSuffix}.Sanitize(),
+		feeds:   pgx.Identifier{schema, name + feedsSuffix}.Sanitize(),
 		nspName: schema,
 		nsp:     pgx.Identifier{schema}.Sanitize(),
 	}

@@ -86,7 +86,8 @@ type rewindNotification struct {
 // locks the row, writes the audit entry (who, when, from, to, why, and the
 // provenance and mark it replaces), clears the table's mark and the
 // provenance of the last move (they described a history that no longer
-// holds), sets rewound_at, and sends a notification on NotifyChannel with
+// holds), moves the watermarks of the table's feeders that are ahead of
+// r.To back to it (ADR 0012), sets rewound_at, and sends a notification on NotifyChannel with
 // "rewound": true. Readers of the verdict (is-final, wait, SQL) see the new
 // value once it commits; the service's trackers learn of it through the
 // notification (Notification.Rewound, see Store.Watch).
@@ -129,6 +130,14 @@ UPDATE `+s.n.table+` SET finalized_until = $2, end_time = NULL, end_offset = NUL
 	run_id = NULL, batch_id = NULL, sources = NULL, updated_at = now(), rewound_at = now(),
 	mark = NULL, marked_at = NULL, marks = 0
 WHERE table_name = $1`, r.Table, to); err != nil {
+			return err
+		}
+		// The feeders' watermarks go back with the table (ADR 0012):
+		// otherwise the next advance would move it forward again to the
+		// lowest of them, undoing the rewind.
+		if _, err := tx.Exec(ctx, `
+UPDATE `+s.n.feeds+` SET finalized_until = $2, updated_at = now()
+WHERE table_name = $1 AND finalized_until > $2`, r.Table, to); err != nil {
 			return err
 		}
 		e, err = s.audit(ctx, tx, ActionRewind, r.Table, r.Reason, r.By, v, to)

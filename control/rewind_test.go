@@ -94,11 +94,24 @@ func TestRewind(t *testing.T) {
 		t.Errorf("is-final 12:00 after rewinding to 12:00: %v, %v", final, err)
 	}
 
-	// Forward from the new point, through the ordinary advance.
-	if _, moved, err := s.Advance(ctx, Advance{Table: "bronze.orders", FinalizedUntil: at(13, 0), QueryID: "q2"}); err != nil || !moved {
-		t.Fatalf("advance after the rewind: moved %v, %v", moved, err)
+	// The rewind took q1's watermark back with the table: q1 (the old
+	// checkpoint's query) still feeds the table and holds it at 12:00
+	// until it is retired (ADR 0012).
+	if _, moved, err := s.Advance(ctx, Advance{Table: "bronze.orders", FinalizedUntil: at(13, 0), QueryID: "q2"}); err != nil || moved {
+		t.Fatalf("advance of q2 while q1 holds the table: moved %v, %v", moved, err)
+	}
+	if _, v, moved, err := s.RetireFeeder(ctx, "bronze.orders", "q1", "replaced by q2 (new checkpoint)"); err != nil || !moved || !v.FinalizedUntil.Equal(at(13, 0)) {
+		t.Fatalf("retire q1: %+v, moved %v, %v", v, moved, err)
 	}
 	if p := next(t, lc); p != `{"table":"bronze.orders","finalized_until":"2026-09-28T13:00:00Z"}` {
+		t.Errorf("a forward move's payload = %s (no rewound flag)", p)
+	}
+
+	// Forward from the new point, through the ordinary advance.
+	if _, moved, err := s.Advance(ctx, Advance{Table: "bronze.orders", FinalizedUntil: at(14, 0), QueryID: "q2"}); err != nil || !moved {
+		t.Fatalf("advance after the rewind: moved %v, %v", moved, err)
+	}
+	if p := next(t, lc); p != `{"table":"bronze.orders","finalized_until":"2026-09-28T14:00:00Z"}` {
 		t.Errorf("a forward move's payload = %s (no rewound flag)", p)
 	}
 	entries, err := s.Audit(ctx, "bronze.orders", 0)

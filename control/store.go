@@ -90,6 +90,13 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = DefaultApplicationName
 	}
+	if cfg.ConnConfig.RuntimeParams["plan_cache_mode"] == "" {
+		// The advance statement is planned once per connection, not per
+		// call: its plan does not depend on the values (arrays through
+		// unnest, primary-key lookups), and planning it costs more than
+		// running it.
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open control store: %w", err)

@@ -6,15 +6,19 @@ import (
 	"time"
 )
 
-// Advance is one request to move a table's verdict forward.
+// Advance is one request to move a feeder's watermark, and with it its
+// table's verdict, forward.
 type Advance struct {
 	Table          string          // the tracked table's name, as configured
 	FinalizedUntil time.Time       // the candidate: every period ending at or before it is complete
 	EndTime        time.Time       // the time read from the progress
 	EndOffset      json.RawMessage // that source's endOffset; nil is stored as SQL NULL
-	QueryID        string          // provenance
-	RunID          string          // provenance
-	BatchID        int64           // provenance
+	// QueryID is the query that wrote the data: the feeder whose watermark
+	// moves (ADR 0012). Advances without one share the feeder "".
+	QueryID   string
+	QueryName string // the query's name, "" when it has none; resolves an expected feeder of that name
+	RunID     string // provenance
+	BatchID   int64  // provenance
 	// Sources are the descriptions of the progress's sources, in Spark's
 	// order (provenance: which source an index meant when the verdict
 	// moved); nil is stored as SQL NULL.

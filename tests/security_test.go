@@ -446,12 +446,12 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		`CREATE ROLE ` + rw + ` LOGIN PASSWORD 'rw-pass'`,
 		`GRANT CONNECT ON DATABASE ` + db + ` TO ` + rw,
 		`GRANT USAGE ON SCHEMA public TO ` + rw,
-		`GRANT SELECT, INSERT, UPDATE ON public.table_finalization, public.table_finalization_tracks TO ` + rw,
+		`GRANT SELECT, INSERT, UPDATE ON public.table_finalization, public.table_finalization_tracks, public.table_finalization_feeds TO ` + rw,
 		`GRANT SELECT ON public.table_finalization_schema TO ` + rw,
 		`CREATE ROLE ` + ro + ` LOGIN PASSWORD 'ro-pass'`,
 		`GRANT CONNECT ON DATABASE ` + db + ` TO ` + ro,
 		`GRANT USAGE ON SCHEMA public TO ` + ro,
-		`GRANT SELECT ON public.table_finalization, public.table_finalization_schema TO ` + ro,
+		`GRANT SELECT ON public.table_finalization, public.table_finalization_feeds, public.table_finalization_schema TO ` + ro,
 	} {
 		if _, err := admin.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)

@@ -1,0 +1,229 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Feeder is one query that writes a table, as the feeders table holds it
+// (ADR 0012). A table's verdict is the lowest watermark of its feeders
+// that are not retired, and never moves back.
+type Feeder struct {
+	Table string
+	// Feeder is the query id; for an expected feeder that has not reported
+	// yet, the query name or id the config names.
+	Feeder    string
+	QueryName string // the query's name, as last reported; "" when unknown
+	// FinalizedUntil is the feeder's own watermark (UTC), forward-only;
+	// zero for an expected feeder that has not reported yet, which holds
+	// its table where it stands.
+	FinalizedUntil time.Time
+	EndTime        time.Time // the progress time of its last move
+	RunID          string    // the run of its last move
+	BatchID        int64     // the batch of its last move
+	Expected       bool      // named in the config's feeders: list of the table
+	JoinedAt       time.Time // when it first reported (or was first expected)
+	UpdatedAt      time.Time // when its watermark last moved
+	RetiredAt      time.Time // zero while it holds its table
+	RetiredWhy     string
+}
+
+// Retired reports whether the feeder no longer holds its table.
+func (f Feeder) Retired() bool { return !f.RetiredAt.IsZero() }
+
+// Name is how the feeder is best shown: its query name when known, else
+// its id.
+func (f Feeder) Name() string {
+	if f.QueryName != "" {
+		return f.QueryName
+	}
+	return f.Feeder
+}
+
+// Holder returns the feeder that holds a table: of feeders (one table's,
+// as Feeders returns them), the one not retired with the lowest watermark,
+// one that has not reported first. ok is false when none is active.
+func Holder(feeders []Feeder) (f Feeder, ok bool) {
+	for _, c := range feeders {
+		if c.Retired() {
+			continue
+		}
+		switch {
+		case !ok,
+			c.FinalizedUntil.IsZero() && !f.FinalizedUntil.IsZero(),
+			!f.FinalizedUntil.IsZero() && c.FinalizedUntil.Before(f.FinalizedUntil):
+			f, ok = c, true
+		}
+	}
+	return f, ok
+}
+
+// ErrNoFeeder means no feeder of the table matches the query name or id
+// given (or every one that does is retired already).
+var ErrNoFeeder = errors.New("no such feeder")
+
+// Feeders returns the feeders of table, retired ones included, oldest
+// first; table "" returns every table's, ordered by table.
+func (s *Store) Feeders(ctx context.Context, table string) ([]Feeder, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("list feeders: %w", ErrClosed)
+	}
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if table == "" {
+		rows, err = s.pool.Query(ctx, s.sql.allFeeders)
+	} else {
+		rows, err = s.pool.Query(ctx, s.sql.feeders, table)
+	}
+	if err != nil {
+		return nil, wrap(ctx, "list feeders", err)
+	}
+	fs, err := pgx.CollectRows(rows, scanFeeder)
+	if err != nil {
+		return nil, wrap(ctx, "list feeders", err)
+	}
+	if fs == nil {
+		fs = []Feeder{}
+	}
+	return fs, nil
+}
+
+// ExpectFeeders records that each of feeders (a query name or id) writes
+// table: one that has not reported yet holds the table where it stands (or
+// keeps it without a verdict) until it does. A query already known to the
+// table by that name or id, or expected already, is left as it is, retired
+// or not, so calling it again (every start of the service) changes
+// nothing. It returns the feeders it added.
+func (s *Store) ExpectFeeders(ctx context.Context, table string, feeders []string) ([]string, error) {
+	op := "expect feeders of " + table
+	if s.closed.Load() {
+		return nil, fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	if table == "" {
+		return nil, fmt.Errorf("expect feeders: %w: no table", ErrInvalidAdvance)
+	}
+	for _, f := range feeders {
+		if f == "" {
+			return nil, fmt.Errorf("%s: %w: an empty feeder name", op, ErrInvalidAdvance)
+		}
+	}
+	rows, err := s.pool.Query(ctx, `
+INSERT INTO `+s.n.feeds+` AS f (table_name, feeder, expected)
+SELECT $1, e.name, true FROM unnest($2::text[]) AS e(name)
+WHERE NOT EXISTS (SELECT FROM `+s.n.feeds+` x WHERE x.table_name = $1 AND (x.feeder = e.name OR x.query_name = e.name))
+ORDER BY e.name
+ON CONFLICT (table_name, feeder) DO NOTHING
+RETURNING feeder`, table, feeders)
+	if err != nil {
+		return nil, wrap(ctx, op, err)
+	}
+	added, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, wrap(ctx, op, err)
+	}
+	return added, nil
+}
+
+// RetireFeeder retires the feeders of table whose query name or id is
+// query, and returns them: they no longer hold the table, which then moves
+// forward to the lowest watermark of the others (never back; a table with
+// no feeder left stays where it is). why is kept with them. It returns the
+// table's verdict after the move and whether it moved; ErrNoFeeder when no
+// active feeder matches.
+//
+// The retirement commits before the table is settled in a new statement,
+// so an advance of another feeder running at the same time is seen by
+// one of the two.
+func (s *Store) RetireFeeder(ctx context.Context, table, query, why string) ([]Feeder, Verdict, bool, error) {
+	op := fmt.Sprintf("retire feeder %s of %s", query, table)
+	if s.closed.Load() {
+		return nil, Verdict{}, false, fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	if table == "" || query == "" {
+		return nil, Verdict{}, false, fmt.Errorf("%s: %w: table and query are required", op, ErrNoFeeder)
+	}
+	rows, err := s.pool.Query(ctx, `
+UPDATE `+s.n.feeds+` SET retired_at = now(), retired_why = $3
+WHERE table_name = $1 AND (feeder = $2 OR query_name = $2) AND retired_at IS NULL
+RETURNING `+feederColumns, table, query, nullString(why))
+	if err != nil {
+		return nil, Verdict{}, false, wrap(ctx, op, err)
+	}
+	retired, err := pgx.CollectRows(rows, scanFeeder)
+	if err != nil {
+		return nil, Verdict{}, false, wrap(ctx, op, err)
+	}
+	if len(retired) == 0 {
+		return nil, Verdict{}, false, fmt.Errorf("%s: %w", op, ErrNoFeeder)
+	}
+	verdicts, moved, err := s.settle(ctx, []string{table})
+	if err != nil {
+		return retired, Verdict{}, false, wrap(ctx, op+": retired, but settling the table", err)
+	}
+	v, ok := verdicts[table]
+	if !ok {
+		v = Verdict{Table: table}
+	}
+	return retired, v, moved[table], nil
+}
+
+// Settle moves table forward to the lowest watermark of its feeders as
+// they stand, as an advance or a retirement does, and returns its verdict
+// and whether it moved. Nothing needs to call it for correctness; it is
+// the operator's "try again now".
+func (s *Store) Settle(ctx context.Context, table string) (Verdict, bool, error) {
+	if s.closed.Load() {
+		return Verdict{}, false, fmt.Errorf("settle %s: %w", table, ErrClosed)
+	}
+	verdicts, moved, err := s.settle(ctx, []string{table})
+	if err != nil {
+		return Verdict{}, false, wrap(ctx, "settle "+table, err)
+	}
+	v, ok := verdicts[table]
+	if !ok {
+		return Verdict{}, false, fmt.Errorf("settle %s: %w", table, ErrNotFound)
+	}
+	return v, moved[table], nil
+}
+
+// scanFeeder reads feederColumns.
+func scanFeeder(row pgx.CollectableRow) (Feeder, error) {
+	var (
+		f                         Feeder
+		name, runID, why          *string
+		until, endTime, retiredAt *time.Time
+		batchID                   *int64
+	)
+	if err := row.Scan(&f.Table, &f.Feeder, &name, &until, &endTime, &runID, &batchID, &f.Expected, &f.JoinedAt, &f.UpdatedAt, &retiredAt, &why); err != nil {
+		return Feeder{}, err
+	}
+	if name != nil {
+		f.QueryName = *name
+	}
+	if until != nil {
+		f.FinalizedUntil = until.UTC()
+	}
+	if endTime != nil {
+		f.EndTime = endTime.UTC()
+	}
+	if runID != nil {
+		f.RunID = *runID
+	}
+	if batchID != nil {
+		f.BatchID = *batchID
+	}
+	if retiredAt != nil {
+		f.RetiredAt = retiredAt.UTC()
+	}
+	if why != nil {
+		f.RetiredWhy = *why
+	}
+	f.JoinedAt, f.UpdatedAt = f.JoinedAt.UTC(), f.UpdatedAt.UTC()
+	return f, nil
+}
