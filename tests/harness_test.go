@@ -148,8 +148,6 @@ func startServe(t *testing.T, o serveOpts) *proc {
 				p.natsURL = strings.Fields(line)[2]
 			case strings.HasPrefix(line, "finalizer: HTTP "):
 				p.httpURL = strings.Fields(line)[2]
-			case strings.HasPrefix(line, "finalizer: PostgreSQL "):
-				p.pgURL = strings.Fields(line)[2]
 			case strings.HasPrefix(line, "finalizer: ready"):
 				if !closed {
 					close(ready)
@@ -168,6 +166,19 @@ func startServe(t *testing.T, o serveOpts) *proc {
 	}
 	if p.natsURL == "" {
 		p.natsURL = o.natsURL
+	}
+	if o.pgURL == "" {
+		// stdout masks the managed cluster's password; the full URL is in
+		// the data dir's postgres.url.
+		dir := o.dataDir
+		if o.noFlags {
+			dir = filepath.Join(dir, "finalizer-data")
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "postgres.url"))
+		if err != nil {
+			t.Fatalf("managed cluster: %v", err)
+		}
+		p.pgURL = strings.TrimSpace(string(raw))
 	}
 	t.Cleanup(func() {
 		p.stop()

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -262,6 +266,25 @@ func TestHTTPAPIAndMetrics(t *testing.T) {
 	if code := getJSON(t, s.httpURL+"/v1/tables/bronze.orders/final?period_end=bad", nil); code != 400 {
 		t.Fatalf("bad period_end = %d, want 400", code)
 	}
+	// A "+" offset written as is in a URL arrives as a space: 16:00+02:00
+	// is 14:00 UTC, final.
+	if code := getJSON(t, s.httpURL+"/v1/tables/bronze.orders/final?period_end=2026-09-28T16:00:00+02:00", &fin); code != 200 || !fin.Final {
+		t.Fatalf("period_end with a raw + = %d, final %v; want 200, true", code, fin.Final)
+	}
+	// A client that hangs up its long poll is not an error of the service.
+	hctx, hangUp := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	req, _ := http.NewRequestWithContext(hctx, http.MethodGet, s.httpURL+"/v1/tables/bronze.orders/final?period_end=2026-09-28T15:00:00Z&wait=30s", nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the long poll answered %s before the client hung up", resp.Status)
+	}
+	hangUp()
+	eventually(t, "the hang-up logged at debug", func() bool { return strings.Contains(s.stderr.String(), "http client closed a long poll") })
+	for _, line := range errorLines(s.stderr.String()) {
+		if strings.Contains(line, "http") {
+			t.Errorf("a client hanging up is logged as an error: %s", line)
+		}
+	}
 	// A long poll returns when the verdict moves.
 	got := make(chan bool, 1)
 	go func() {
@@ -369,6 +392,7 @@ func TestServeWithNoFlags(t *testing.T) {
 		pub.publish("progress", queryA, fmt.Sprintf("e225d92f-2545-48f8-87a2-9c030958000%d", i),
 			cdcProgressJSON(queryA, fmt.Sprintf("e225d92f-2545-48f8-87a2-9c030958000%d", i), "x", fmt.Sprintf("2026-09-28T1%d:10:00", 3+i)))
 		waitVerdict(t, s.pgURL, "t", fmt.Sprintf("2026-09-28T1%d:00:00Z", 3+i))
+		checkFirstStartOutput(t, s)
 		st := exec.Command(binary, "status")
 		st.Dir = dir
 		st.Env = cleanEnv()
@@ -376,6 +400,9 @@ func TestServeWithNoFlags(t *testing.T) {
 			t.Fatalf("status with defaults: %v\n%s", err, out)
 		}
 		s.stop()
+		if e := s.stderr.String(); !strings.Contains(e, `"signal":"SIGTERM"`) {
+			t.Errorf("the shutdown log does not name the signal:\n%s", grep(e, "shutting down"))
+		}
 	}
 	// With serve stopped, its managed PostgreSQL is stopped too: the client
 	// commands say so, and how to start it, instead of "connection refused".
@@ -441,4 +468,57 @@ func TestServeManagedClusterFallsBackWhenDataDirUnreachable(t *testing.T) {
 		t.Fatalf("status through the data dir: %d\n%s%s", code, status, e)
 	}
 	s.stop()
+}
+
+// checkFirstStartOutput: stdout says where everything is without the
+// managed cluster's password, and points at postgres.url; the embedded
+// nats-server's banner is not in the INFO log.
+func checkFirstStartOutput(t *testing.T, s *proc) {
+	t.Helper()
+	u, err := url.Parse(s.pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, ok := u.User.Password()
+	if !ok || pw == "" {
+		t.Fatalf("managed URL without a password: %s", u.Redacted())
+	}
+	out, e := s.stdout.String(), s.stderr.String()
+	if strings.Contains(out, pw) || strings.Contains(e, pw) {
+		t.Errorf("the managed cluster's password is printed:\n%s", out)
+	}
+	if !strings.Contains(out, "postgres://finalizer:xxxxx@127.0.0.1:") || !strings.Contains(out, "postgres.url, mode 0600") {
+		t.Errorf("stdout does not show the masked URL and where the full one is:\n%s", out)
+	}
+	for _, line := range strings.Split(e, "\n") {
+		if strings.Contains(line, `"logger":"nats-server"`) && strings.Contains(line, `"level":"info"`) && !strings.Contains(line, `"msg":"embedded nats-server `) {
+			t.Errorf("nats-server logs at INFO: %s", line)
+		}
+	}
+}
+
+// TestFailedFirstStartLeavesNothing: a first start that fails (the NATS
+// port is taken) says so once, with the flag to use, exits 2, and leaves no
+// data dir (no finalizer.lock) behind.
+func TestFailedFirstStartLeavesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := filepath.Join(t.TempDir(), "new-data-dir")
+	code, out, e := cli(t, nil, "serve", "--data-dir", dir, "--nats-listen", ln.Addr().String(), "--http-listen", "127.0.0.1:0",
+		"--postgres-url", pgtest.URL(t))
+	if code != 2 {
+		t.Fatalf("exit %d, want 2\n%s%s", code, out, e)
+	}
+	last := strings.TrimSpace(e[strings.LastIndex(strings.TrimSpace(e), "\n")+1:])
+	if !strings.HasPrefix(last, "finalizer: embedded nats: cannot listen") || strings.Count(last, "embedded nats") != 1 ||
+		!strings.Contains(last, "--nats-listen") {
+		t.Errorf("last stderr line = %q, want one 'embedded nats' and the --nats-listen hint", last)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		entries, _ := os.ReadDir(dir)
+		t.Errorf("the failed first start left %s behind: %v %v", dir, err, entries)
+	}
 }

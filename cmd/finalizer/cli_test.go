@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/finalizer-dev/finalizer/control"
 )
@@ -57,4 +58,22 @@ func TestHelpFlags(t *testing.T) {
 func isNumericDefault(s string) bool {
 	rest := strings.TrimPrefix(s, "(default ")
 	return rest != "" && (rest[0] >= '0' && rest[0] <= '9' || rest[0] == '[' || strings.HasPrefix(rest, "true") || strings.HasPrefix(rest, "false"))
+}
+
+// TestParseURLTime: a "+" offset that arrived as a space in a URL query is
+// read as "+"; other bad times name the %2B fix when they hold a space.
+func TestParseURLTime(t *testing.T) {
+	want := time.Date(2026, 9, 28, 13, 0, 0, 0, time.UTC)
+	for _, s := range []string{"2026-09-28T15:00:00+02:00", "2026-09-28T15:00:00 02:00", "2026-09-28T15:00:00.000 02:00", "2026-09-28T13:00:00Z"} {
+		got, err := parseURLTime(s)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("parseURLTime(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if got, err := parseURLTime("2026-09-28 13:00:00"); err != nil || !got.Equal(want) {
+		t.Errorf("a naive time with a space: %v, %v", got, err)
+	}
+	if _, err := parseURLTime("2026-09-28T15:00:00 2:00"); err == nil || !strings.Contains(err.Error(), "%2B") {
+		t.Errorf("err = %v, want it to name %%2B", err)
+	}
 }

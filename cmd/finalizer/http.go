@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -71,7 +74,7 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 	mux.HandleFunc("GET /v1/tables/{table}/final", func(w http.ResponseWriter, r *http.Request) {
 		table := r.PathValue("table")
 		q := r.URL.Query()
-		end, err := parseTS(q.Get("period_end"))
+		end, err := parseURLTime(q.Get("period_end"))
 		if err != nil {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "period_end: " + err.Error()})
 			return
@@ -94,7 +97,11 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 				resp["final"], resp["finalized_until"] = true, v.FinalizedUntil
 				writeJSON(w, http.StatusOK, resp)
 				return
-			case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+			case r.Context().Err() != nil:
+				// The client hung up its long poll: nothing failed.
+				log.Debug("http client closed a long poll", zap.String("table", table), zap.Duration("wait", wait))
+				return
+			case errors.Is(err, context.DeadlineExceeded):
 			default:
 				httpError(w, err)
 				return
@@ -115,8 +122,27 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 	return mux
 }
 
+// offsetAsSpace is an RFC 3339 time whose "+" offset arrived as a space:
+// a "+" in a URL query that was not written as %2B decodes to " ".
+var offsetAsSpace = regexp.MustCompile(`^(\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d+)?)?) (\d\d:\d\d)$`)
+
+// parseURLTime reads a time from a URL query: as on the command line, and
+// with the "+" of a positive offset accepted when it arrived as a space.
+func parseURLTime(s string) (time.Time, error) {
+	if m := offsetAsSpace.FindStringSubmatch(s); m != nil {
+		s = m[1] + "+" + m[2]
+	}
+	t, err := parseTS(s)
+	if err != nil && strings.Contains(s, " ") {
+		return t, fmt.Errorf("%w (in a URL, write the + of an offset as %%2B)", err)
+	}
+	return t, err
+}
+
 func writeHTTPError(w http.ResponseWriter, err error, log *zap.Logger) {
 	switch {
+	case errors.Is(err, context.Canceled):
+		log.Debug("http request cancelled: the client went away", zap.Error(err))
 	case errors.Is(err, control.ErrNotFound):
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
 	case errors.Is(err, control.ErrUnavailable):

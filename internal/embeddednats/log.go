@@ -8,8 +8,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// zapLogger implements nats-server's Logger interface on zap. Notices are
-// info, traces are debug (and only enabled with debug), and a fatal error is
+// zapLogger implements nats-server's Logger interface on zap. Notices (the
+// 25-line start banner, "Server is ready", ...) are debug: the service logs
+// its own one line when the server is ready. Traces are debug (and only enabled with debug), and a fatal error is
 // logged as an error and remembered instead of exiting the process.
 type zapLogger struct {
 	log *zap.Logger
@@ -18,7 +19,7 @@ type zapLogger struct {
 	firstErr string
 }
 
-func (z *zapLogger) Noticef(format string, v ...any) { z.log.Info(sprintf(format, v)) }
+func (z *zapLogger) Noticef(format string, v ...any) { z.log.Debug(sprintf(format, v)) }
 func (z *zapLogger) Warnf(format string, v ...any)   { z.log.Warn(sprintf(format, v)) }
 func (z *zapLogger) Errorf(format string, v ...any)  { z.log.Error(sprintf(format, v)) }
 func (z *zapLogger) Debugf(format string, v ...any)  { z.log.Debug(sprintf(format, v)) }

@@ -10,12 +10,15 @@ import (
 	"syscall"
 )
 
+// lockFile is the data dir's lock, holding the pid of the serve that has it.
+const lockFile = "finalizer.lock"
+
 // lockDataDir takes an exclusive lock on dir so that a second serve on the
 // same data dir fails with a clear message instead of sharing its NATS
 // store and PostgreSQL cluster. The lock dies with the process, so a
 // kill -9 leaves nothing to clean up.
 func lockDataDir(dir string) (func(), error) {
-	path := filepath.Join(dir, "finalizer.lock")
+	path := filepath.Join(dir, lockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock data dir: %w", err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -36,6 +37,8 @@ func (s *Service) lockDataDir(context.Context) error {
 	if s.opts.EmbeddedNATS == nil && s.opts.PostgresURL != "" {
 		return nil
 	}
+	_, statErr := os.Stat(s.opts.DataDir)
+	created := errors.Is(statErr, os.ErrNotExist)
 	if err := os.MkdirAll(s.opts.DataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -43,7 +46,16 @@ func (s *Service) lockDataDir(context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.started("data dir lock", func(context.Context) { unlock() })
+	s.started("data dir lock", func(context.Context) {
+		if created && s.startFailed {
+			// A failed first start leaves nothing behind in the data dir
+			// it created: no lock file, no empty store directory.
+			_ = os.Remove(filepath.Join(s.opts.DataDir, lockFile))
+			_ = os.Remove(filepath.Join(s.opts.DataDir, "nats"))
+			_ = os.Remove(s.opts.DataDir)
+		}
+		unlock()
+	})
 	return nil
 }
 
@@ -63,7 +75,10 @@ func (s *Service) startNATS(context.Context) error {
 	}
 	srv, err := embeddednats.Start(eo)
 	if err != nil {
-		return fmt.Errorf("embedded nats: %w", err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%w; stop what listens there, or give the embedded server another address with --nats-listen (nats.listen)", err)
+		}
+		return err // embeddednats's errors say "embedded nats" themselves
 	}
 	s.embedded = srv
 	s.started("embedded nats", func(context.Context) { srv.Shutdown() })
@@ -110,7 +125,10 @@ func (s *Service) startPostgres(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(s.opts.DataDir, PostgresURLFile), []byte(s.pgURL+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", PostgresURLFile, err)
 	}
-	s.printf("finalizer: PostgreSQL %s (managed cluster under %s)\n", s.pgURL, cluster.Dir())
+	// The password stays off the terminal (and out of any log that
+	// captures stdout): the full URL is in the 0600 file beside it.
+	s.printf("finalizer: PostgreSQL %s (managed cluster under %s; full URL in %s, mode 0600)\n",
+		redactURL(s.pgURL), cluster.Dir(), filepath.Join(s.opts.DataDir, PostgresURLFile))
 	return nil
 }
 
@@ -274,6 +292,9 @@ func (s *Service) serveHTTP(context.Context) error {
 	}
 	ln, err := net.Listen("tcp", s.opts.HTTPListen)
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("http listen %s: %w; stop what listens there, or pick another address with --http-listen (http.listen, \"off\" disables the API)", s.opts.HTTPListen, err)
+		}
 		return fmt.Errorf("http listen %s: %w", s.opts.HTTPListen, err)
 	}
 	srv := &http.Server{Handler: s.opts.HTTPHandler(s), ReadHeaderTimeout: 10 * time.Second}

@@ -16,7 +16,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,7 +124,8 @@ type Service struct {
 	httpAddr  string
 	timings   Timings
 
-	actors   []actor // started, in start order
+	actors      []actor // started, in start order
+	startFailed bool    // Start failed: its Stop undoes what a first start made
 	stopOnce sync.Once
 	failed   chan error // an actor that stopped on its own
 }
@@ -163,6 +167,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		s.serveHTTP,
 	} {
 		if err := start(ctx); err != nil {
+			s.startFailed = true
 			s.Stop(context.Background())
 			return nil, err
 		}
@@ -191,7 +196,7 @@ func (s *Service) Run(ctx context.Context, shutdown time.Duration) error {
 	var err error
 	select {
 	case <-ctx.Done():
-		s.log.Info("shutting down", zap.String("signal", "received"))
+		s.log.Info("shutting down", zap.String("signal", signalName(ctx)))
 	case err = <-s.failed:
 		s.log.Error("a part of the service failed; shutting down", zap.Error(err))
 	}
@@ -257,3 +262,29 @@ func (o Options) checkHTTP() error {
 }
 
 func (s *Service) printf(format string, args ...any) { fmt.Fprintf(s.out, format, args...) }
+
+// signalName names what ended ctx: SIGINT or SIGTERM when it came from
+// signal.NotifyContext (its cause names the signal), else the cause.
+func signalName(ctx context.Context) string {
+	cause := context.Cause(ctx)
+	if cause == nil {
+		return "none"
+	}
+	name := strings.TrimSuffix(cause.Error(), " signal received")
+	switch name {
+	case syscall.SIGINT.String():
+		return "SIGINT"
+	case syscall.SIGTERM.String():
+		return "SIGTERM"
+	}
+	return name
+}
+
+// redactURL masks the password of a URL for printing.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	return u.Redacted()
+}
