@@ -126,8 +126,8 @@ type Service struct {
 
 	actors      []actor // started, in start order
 	startFailed bool    // Start failed: its Stop undoes what a first start made
-	stopOnce sync.Once
-	failed   chan error // an actor that stopped on its own
+	stopOnce    sync.Once
+	failed      chan error // an actor that stopped on its own
 }
 
 // actor is one started part of the service and how to stop it.
