@@ -79,6 +79,10 @@ tables:
 	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
 	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T13:10:00"))
 	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T13:00:00Z")
+	// A run whose progress has no usable time: held by a guard.
+	pub.publish("started", queryC, runC, startedJSON(queryC, runC, "orders-v1"))
+	pub.publish("progress", queryC, runC, progressWithOffset(queryC, runC, 1, `{"lsn":"0x27"}`))
+	eventually(t, "the held series", func() bool { return strings.Contains(metricText(t, s.httpURL), "finalizer_held_runs{") })
 	// The lag is exported once the tracker has observed the move.
 	eventually(t, "the lag series", func() bool { return strings.Contains(metricText(t, s.httpURL), "finalizer_verdict_lag_seconds{") })
 
@@ -96,8 +100,9 @@ tables:
 	for file, must := range map[string][]string{
 		dashboardFile: {"finalizer_verdict_lag_seconds", "finalizer_advances_total", "finalizer_advance_failures_total",
 			"finalizer_events_total", "finalizer_candidates_total", "finalizer_tracked_runs", "finalizer_stale_runs",
-			"finalizer_postgres_up", "finalizer_nats_up"},
-		rulesFile: {"finalizer_verdict_lag_seconds", "finalizer_advance_failures_total", "finalizer_stale_runs", "finalizer_ready"},
+			"finalizer_postgres_up", "finalizer_nats_up", "finalizer_held_runs"},
+		rulesFile: {"finalizer_verdict_lag_seconds", "finalizer_advance_failures_total", "finalizer_stale_runs", "finalizer_ready",
+			"finalizer_held_runs"},
 	} {
 		used := names(t, file)
 		var missing []string

@@ -97,6 +97,7 @@ func TestHoldsBack(t *testing.T) {
 		{"running", []runRow{run(finalizer.TrackerStatus{})}, TableMoving, "the period from 2026-09-28 13:00:00Z closes"},
 		{"idle", []runRow{run(finalizer.TrackerStatus{Idle: true})}, TableIdle, "has no new data"},
 		{"stale", []runRow{run(finalizer.TrackerStatus{Stale: true, LastEvent: utc("2026-09-28T13:20:00Z")})}, TableStale, "no event since 2026-09-28 13:20:00Z"},
+		{"held", []runRow{run(finalizer.TrackerStatus{Held: "no_time: the source's endOffset has no /commit_ts"})}, TableHeld, "gives no verdict: no_time: the source"},
 		{"failing", []runRow{run(finalizer.TrackerStatus{Failures: 2, LastError: "boom"})}, TableFailing, "failing (2 in a row): boom"},
 		{"terminated", []runRow{run(finalizer.TrackerStatus{Terminated: true, Done: true})}, TableUntracked, "terminated; no live run"},
 		{"worst wins", []runRow{run(finalizer.TrackerStatus{}), run(finalizer.TrackerStatus{Stale: true})}, TableStale, "stale"},

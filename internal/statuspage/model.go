@@ -15,6 +15,7 @@ const (
 	RunRunning    = "running"    // events arrive, with new data
 	RunIdle       = "idle"       // events arrive, without new data
 	RunStale      = "stale"      // silent for longer than tracking.stale_after
+	RunHeld       = "held"       // its newest progress gave no verdict: a guard holds it (ADR 0012)
 	RunFailing    = "failing"    // its last advance failed after the retries
 	RunTerminated = "terminated" // its termination arrived
 	RunStopped    = "stopped"    // its tracker stopped without a termination (superseded, expired, shutdown)
@@ -25,6 +26,7 @@ const (
 	TableMoving    = "moving"    // a running run feeds it: the open period closes when its data passes the end
 	TableIdle      = "idle"      // its run has no new data
 	TableStale     = "stale"     // its run is silent
+	TableHeld      = "held"      // its run's newest progress gives no verdict (a guard)
 	TableFailing   = "failing"   // its run's advances fail
 	TableUntracked = "untracked" // no live run feeds it: nothing moves it
 	TableMarked    = "marked"    // its history may have changed under the verdict: an operator must look
@@ -41,6 +43,8 @@ func runState(r finalizer.TrackerStatus) string {
 		return RunFailing
 	case r.Stale:
 		return RunStale
+	case r.Held != "":
+		return RunHeld
 	case r.Idle:
 		return RunIdle
 	default:
@@ -78,6 +82,7 @@ type runRow struct {
 	Written   time.Time
 	Failures  int
 	LastError string
+	Held      string // why its newest progress gave no verdict, "" when it gave one
 	Explicit  bool
 	ver       uint64
 }
@@ -87,12 +92,12 @@ func newRunRow(r finalizer.TrackerStatus) runRow {
 		Key: r.RunID + " " + r.Table, RunID: r.RunID, QueryID: r.QueryID, Table: r.Table, State: runState(r),
 		// To the minute: a run's every event must not resend its row.
 		LastEvent: r.LastEvent.UTC().Truncate(time.Minute), Written: r.Written.UTC(),
-		Failures: r.Failures, LastError: r.LastError, Explicit: r.Explicit,
+		Failures: r.Failures, LastError: r.LastError, Held: r.Held, Explicit: r.Explicit,
 	}
 }
 
 // severity orders run states by how much they explain a table held back.
-var severity = map[string]int{RunFailing: 5, RunStale: 4, RunIdle: 3, RunRunning: 2, RunTerminated: 1, RunStopped: 0}
+var severity = map[string]int{RunFailing: 6, RunStale: 5, RunHeld: 4, RunIdle: 3, RunRunning: 2, RunTerminated: 1, RunStopped: 0}
 
 // holdsBack returns the state of a table and, in words, what holds its
 // verdict back, from the runs that feed it. The worst run explains the
@@ -122,6 +127,8 @@ func holdsBack(v control.Verdict, runs []runRow) (state, why string) {
 		return TableFailing, fmt.Sprintf("run %s is failing (%d in a row): %s", short(worst.RunID), worst.Failures, worst.LastError)
 	case worst.State == RunStale:
 		return TableStale, fmt.Sprintf("run %s is stale: no event since %s", short(worst.RunID), fmtTime(worst.LastEvent))
+	case worst.State == RunHeld:
+		return TableHeld, fmt.Sprintf("run %s's newest progress gives no verdict: %s", short(worst.RunID), worst.Held)
 	case worst.State == RunIdle:
 		return TableIdle, fmt.Sprintf("run %s has no new data; %s is open", short(worst.RunID), next)
 	case worst.State == RunRunning:

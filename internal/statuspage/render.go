@@ -106,6 +106,14 @@ func appendRunRow(b []byte, r runRow) []byte {
 	}
 	b = append(b, `</td><td class="error">`...)
 	b = append(b, esc(r.LastError)...)
+	if r.Held != "" {
+		if r.LastError != "" {
+			b = append(b, `<br>`...)
+		}
+		b = append(b, `<small>no verdict: `...)
+		b = append(b, esc(r.Held)...)
+		b = append(b, `</small>`...)
+	}
 	return append(b, "</td></tr>\n"...)
 }
 
@@ -168,6 +176,7 @@ var tableStates = []stateDoc{
 	{TableMoving, "a running run feeds it: the open period closes when its data passes the period's end"},
 	{TableIdle, "its run has no new data"},
 	{TableStale, "its run is silent"},
+	{TableHeld, "its run's newest progress gives no verdict: a guard holds it where it is (the text says which)"},
 	{TableFailing, "its run's advances fail"},
 	{TableUntracked, "no live run feeds it: nothing moves it"},
 	{TableMarked, "its history may have changed under the verdict (a reset or a lost event): an operator must look, then rewind or acknowledge"},
@@ -177,6 +186,7 @@ var runStates = []stateDoc{
 	{RunRunning, "events arrive, with new data"},
 	{RunIdle, "events arrive, without new data"},
 	{RunStale, ""}, // filled with stale_after
+	{RunHeld, "its newest progress gave no verdict: a guard (no usable time, a time in the future, a watermark nothing bounds, ...) holds it"},
 	{RunFailing, "its last advance failed after the retries; the next event retries it"},
 	{RunTerminated, "the query ended; its last progress is applied"},
 	{RunStopped, "its tracker stopped without a termination (superseded, expired or shutdown)"},
@@ -206,7 +216,11 @@ func (p *Page) servePage(w http.ResponseWriter, _ *http.Request) {
 
 	d.TableStates = tableStates
 	d.States = append([]stateDoc(nil), runStates...)
-	d.States[2].Means = "no event for longer than tracking.stale_after (" + d.StaleAfter + ")"
+	for i := range d.States {
+		if d.States[i].State == RunStale {
+			d.States[i].Means = "no event for longer than tracking.stale_after (" + d.StaleAfter + ")"
+		}
+	}
 	// The rows go out as rendered, between the template's parts.
 	var head, mid, foot bytes.Buffer
 	for _, t := range []struct {
