@@ -103,18 +103,43 @@ func TestHoldsBack(t *testing.T) {
 		{"worst wins", []runRow{run(finalizer.TrackerStatus{}), run(finalizer.TrackerStatus{Stale: true})}, TableStale, "stale"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			state, why := holdsBack(v, c.runs)
+			state, why := holdsBack(v, c.runs, nil)
 			if state != c.state || !strings.Contains(why, c.says) {
 				t.Errorf("holdsBack = %s %q, want %s and %q", state, why, c.state, c.says)
 			}
 			// A mark comes first, and keeps what the runs say.
 			marked := v
 			marked.Mark, marked.Marks = "source 0 offset went back", 2
-			state, why = holdsBack(marked, c.runs)
+			state, why = holdsBack(marked, c.runs, nil)
 			if state != TableMarked || !strings.Contains(why, "(2 signs): source 0 offset went back") || !strings.Contains(why, c.says) {
 				t.Errorf("marked: holdsBack = %s %q", state, why)
 			}
 		})
+	}
+}
+
+// A table with several feeders is held by the slowest, and that feeder's
+// runs say why; one expected but silent holds it from the start.
+func TestHoldsBackWithFeeders(t *testing.T) {
+	v := control.Verdict{Table: "silver.all", FinalizedUntil: utc("2026-09-28T12:00:00Z")}
+	us := control.Feeder{Table: "silver.all", Feeder: queryA, QueryName: "region-us", FinalizedUntil: utc("2026-09-28T12:00:00Z")}
+	eu := control.Feeder{Table: "silver.all", Feeder: "q-eu", QueryName: "region-eu", FinalizedUntil: utc("2026-09-28T14:00:00Z")}
+	runs := []runRow{
+		newRunRow(finalizer.TrackerStatus{RunID: runA, QueryID: queryA, Table: "silver.all", Stale: true, LastEvent: utc("2026-09-28T12:31:00Z")}),
+		newRunRow(finalizer.TrackerStatus{RunID: runB, QueryID: "q-eu", Table: "silver.all"}),
+	}
+	state, why := holdsBack(v, runs, []control.Feeder{eu, us})
+	if state != TableStale || !strings.Contains(why, "held by feeder region-us at 2026-09-28 12:00:00Z: run e225d92f is stale") {
+		t.Errorf("two feeders: %s %q", state, why)
+	}
+	// Retired: region-eu alone explains the table, as a single feeder.
+	us.RetiredAt = utc("2026-09-28T15:00:00Z")
+	if state, why := holdsBack(v, runs[1:], []control.Feeder{eu, us}); state != TableMoving || strings.Contains(why, "feeder") {
+		t.Errorf("one live feeder: %s %q", state, why)
+	}
+	expected := control.Feeder{Table: "silver.all", Feeder: "region-ap", Expected: true}
+	if state, why := holdsBack(v, runs, []control.Feeder{expected}); state != TableHeld || !strings.Contains(why, "region-ap, which has not reported yet") {
+		t.Errorf("expected feeder: %s %q", state, why)
 	}
 }
 

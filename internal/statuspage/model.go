@@ -106,11 +106,27 @@ var severity = map[string]int{RunFailing: 6, RunStale: 5, RunHeld: 4, RunIdle: 3
 // This is the one place that decides it: a source that knows more (a
 // table fed by several queries, where the slowest one holds it) extends
 // this function.
-func holdsBack(v control.Verdict, runs []runRow) (state, why string) {
+func holdsBack(v control.Verdict, runs []runRow, feeders []control.Feeder) (state, why string) {
 	if v.Mark != "" {
-		state, why = holdsBack(control.Verdict{Table: v.Table, FinalizedUntil: v.FinalizedUntil}, runs)
+		state, why = holdsBack(control.Verdict{Table: v.Table, FinalizedUntil: v.FinalizedUntil}, runs, feeders)
 		return TableMarked, fmt.Sprintf("marked since %s (%d signs): %s; look, then finalizer rewind or acknowledge. And: %s",
 			fmtTime(v.MarkedAt), v.Marks, v.Mark, why)
+	}
+	// Several feeders: the slowest one holds the table (ADR of issue 10);
+	// its runs say why.
+	if f, ok := slowest(feeders); ok {
+		name := f.Name()
+		if f.FinalizedUntil.IsZero() {
+			return TableHeld, fmt.Sprintf("held by feeder %s, which has not reported yet", name)
+		}
+		var own []runRow
+		for _, r := range runs {
+			if r.QueryID == f.Feeder {
+				own = append(own, r)
+			}
+		}
+		state, why = holdsBack(control.Verdict{Table: v.Table, FinalizedUntil: f.FinalizedUntil}, own, nil)
+		return state, fmt.Sprintf("held by feeder %s at %s: %s", name, fmtTime(f.FinalizedUntil), why)
 	}
 	var worst *runRow
 	for i := range runs {
@@ -184,4 +200,22 @@ func short(id string) string {
 		return id[:8]
 	}
 	return id
+}
+
+// slowest returns the feeder that holds a table fed by more than one
+// (control.Holder: the earliest watermark, one that never reported first).
+// It returns false for a table with one reporting feeder or none: its runs
+// explain it.
+func slowest(feeders []control.Feeder) (control.Feeder, bool) {
+	live := 0
+	for _, f := range feeders {
+		if !f.Retired() {
+			live++
+		}
+	}
+	f, ok := control.Holder(feeders)
+	if !ok || live < 2 && !f.FinalizedUntil.IsZero() {
+		return control.Feeder{}, false
+	}
+	return f, true
 }

@@ -49,6 +49,8 @@ const (
 // (*control.Store).
 type Verdicts interface {
 	List(ctx context.Context) ([]control.Verdict, error)
+	// Feeders returns every table's feeders (table "").
+	Feeders(ctx context.Context, table string) ([]control.Feeder, error)
 	Watch(fn func(control.Notification)) (stop func(), err error)
 }
 
@@ -103,7 +105,8 @@ type Page struct {
 	cancel      context.CancelFunc
 	hist        *history
 	verdicts    []control.Verdict // the last successful read
-	verdictsErr error             // the last read's error
+	feeders     map[string][]control.Feeder
+	verdictsErr error // the last read's error
 
 	mu        sync.RWMutex
 	ver       uint64

@@ -26,6 +26,7 @@ type fakeSource struct {
 	mu       sync.Mutex
 	verdicts []control.Verdict
 	runs     []finalizer.TrackerStatus
+	feeders  []control.Feeder
 	err      error
 	watch    func(control.Notification)
 	lists    int
@@ -36,6 +37,12 @@ func (f *fakeSource) List(context.Context) ([]control.Verdict, error) {
 	defer f.mu.Unlock()
 	f.lists++
 	return append([]control.Verdict(nil), f.verdicts...), f.err
+}
+
+func (f *fakeSource) Feeders(context.Context, string) ([]control.Feeder, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]control.Feeder(nil), f.feeders...), f.err
 }
 
 func (f *fakeSource) Watch(fn func(control.Notification)) (func(), error) {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/control"
 )
 
 // readTimeout bounds one read of the verdicts.
@@ -20,6 +22,10 @@ func (p *Page) refresh(read bool) {
 	if read {
 		ctx, cancel := context.WithTimeout(p.ctx, readTimeout)
 		vs, err := p.o.Verdicts.List(ctx)
+		var fs []control.Feeder
+		if err == nil {
+			fs, err = p.o.Verdicts.Feeders(ctx, "")
+		}
 		cancel()
 		switch {
 		case err != nil && p.verdictsErr == nil:
@@ -30,6 +36,10 @@ func (p *Page) refresh(read bool) {
 		p.verdictsErr = err
 		if err == nil {
 			p.verdicts = vs
+			p.feeders = make(map[string][]control.Feeder)
+			for _, f := range fs {
+				p.feeders[f.Table] = append(p.feeders[f.Table], f)
+			}
 			live := make(map[string]bool, len(vs))
 			for _, v := range vs {
 				live[v.Table] = true
@@ -52,7 +62,7 @@ func (p *Page) refresh(read bool) {
 	sortRuns(runs)
 	tables := make([]tableRow, 0, len(p.verdicts))
 	for _, v := range p.verdicts {
-		state, why := holdsBack(v, byTable[v.Table])
+		state, why := holdsBack(v, byTable[v.Table], p.feeders[v.Table])
 		ms := p.hist.moves(v.Table)
 		r := tableRow{Table: v.Table, Until: v.FinalizedUntil, UpdatedAt: v.UpdatedAt, RunID: v.RunID, BatchID: v.BatchID,
 			State: state, HeldBy: why, RewoundAt: v.RewoundAt, Moves: len(ms)}
