@@ -157,3 +157,44 @@ func TestGuardsAreVisibleAndWarnOnce(t *testing.T) {
 		t.Errorf("finalizer_held_runs after the tracker stopped = %v, want 0", v)
 	}
 }
+
+// A progress with no usable time under the run's spec (offset:/commit_ts
+// on a Kafka source) is shown on the run, counted, and logged once at WARN
+// with the reason; Spark's "no watermark yet" stays at debug (it is how
+// every watermark query starts).
+func TestNoTimeIsShownAndWarnedOnce(t *testing.T) {
+	g := newGuardRig(t, "2026-09-28T23:56:00Z")
+	g.trackSpec(t, progress.SpecOptions{})
+	kafka := func() *progress.Event {
+		ev := cdcProgress(runA, "x")
+		ev.Sources[0].EndOffset = []byte(`{"test5":{"0":48917}}`)
+		return ev
+	}
+	g.bus.Publish(kafka())
+	eventually(t, "no_time counted", func() bool { return g.outcome("no_time") == 1 })
+	g.bus.Publish(kafka())
+	eventually(t, "no_time counted twice", func() bool { return g.outcome("no_time") == 2 })
+	st := g.reg.Status()[0]
+	if !strings.HasPrefix(st.Held, "no_time: source 0: ") || st.Guards["no_time"] != 2 {
+		t.Fatalf("status held %q guards %v", st.Held, st.Guards)
+	}
+	warns := g.logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("guard", "no_time")).All()
+	if len(warns) != 1 || !strings.Contains(warns[0].Message, "no usable time") {
+		t.Fatalf("%d no_time warnings, want 1: %v", len(warns), warns)
+	}
+
+	// A watermark query before its first watermark: counted, shown, debug.
+	w := newGuardRig(t, "2026-09-28T23:56:00Z")
+	w.trackSpec(t, progress.SpecOptions{Time: "watermark", LateRowsFiltered: true})
+	ev := cdcProgress(runA, "2026-09-28T13:10:00")
+	ev.Executed = true
+	ev.Watermark = "1970-01-01T00:00:00.000Z"
+	w.bus.Publish(ev)
+	eventually(t, "no watermark counted", func() bool { return w.outcome("no_time") == 1 })
+	if st := w.reg.Status()[0]; !strings.HasPrefix(st.Held, "no_time: no watermark yet") {
+		t.Fatalf("held %q", st.Held)
+	}
+	if n := w.logs.FilterLevelExact(zapcore.WarnLevel).Len(); n != 0 {
+		t.Fatalf("%d warnings for a query with no watermark yet, want 0: %v", n, w.logs.All())
+	}
+}

@@ -406,6 +406,12 @@ func (t *Tracker) hold(guard, why string, ev *progress.Event) {
 	case first && guard == progress.NotExecuted.String():
 		t.log.Info("a progress of a trigger that ran no batch; its watermark is not used (logged once per run)",
 			zap.String("guard", guard), zap.Int64("batch_id", ev.BatchID))
+	case first && guard == progress.NoTime.String() && why != progress.NoWatermarkYet:
+		// A progress without a usable time is most often a spec that does
+		// not fit the source (offset:/commit_ts on a Kafka source): say so
+		// once, or the run sits "running" with a verdict that never moves.
+		t.log.Warn("progress has no usable time; the verdict waits: check the tracking spec's time and source against the progress (logged once per run)",
+			zap.String("guard", guard), zap.String("reason", why), zap.String("spec", t.cfg.Spec.String()), zap.Int64("batch_id", ev.BatchID))
 	case first && guard != progress.NoTime.String():
 		t.log.Warn("progress gives no candidate; the verdict waits (logged once per run and guard)",
 			zap.String("guard", guard), zap.String("reason", why), zap.Int64("batch_id", ev.BatchID))

@@ -84,6 +84,11 @@ var boundedOperators = map[string]bool{
 	"dedupeWithinWatermark":           true, // dropDuplicatesWithinWatermark
 }
 
+// NoWatermarkYet is Evaluate's reason for a watermark that is the epoch:
+// Spark's "no watermark yet", normal at the start of a query (and so not
+// worth a warning).
+const NoWatermarkYet = "no watermark yet"
+
 // Candidate returns the candidate verdict of a progress event, and false
 // when Evaluate gives any outcome but OK. It returns false, not an
 // error, when the event has no usable time: it is not a progress; it has
@@ -162,7 +167,7 @@ func (s Spec) Evaluate(ev *Event) (Candidate, Outcome, string) {
 		}
 		t, ok := parseTimeBytes([]byte(ev.Watermark))
 		if !ok || t.Equal(epoch) {
-			return Candidate{}, NoTime, "no watermark yet"
+			return Candidate{}, NoTime, NoWatermarkYet
 		}
 		c = s.reported(ev, t)
 	case TimeTrigger:
