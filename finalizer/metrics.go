@@ -12,7 +12,10 @@ import (
 // concurrent use.
 type Metrics struct {
 	// Events counts listener events by kind and outcome (accepted,
-	// malformed, mismatch, ignored, oversized).
+	// malformed, mismatch, ignored, superseded) as the trackers' run
+	// subscriptions handle them: once per tracker of the run. Discovery's
+	// started events are not counted; bad messages of runs not tracked yet
+	// are, once.
 	Events *prometheus.CounterVec
 	// Candidates counts what trackers did with a progress: advanced (the
 	// verdict moved), unchanged (written, another writer was ahead),
@@ -67,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 	m := &Metrics{
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "finalizer_events_total",
-			Help: "Listener events received, by kind and outcome.",
+			Help: "Listener events handled by trackers, by kind and outcome: once per tracker of the event's run (a run tracked into two tables counts twice); a started event that only makes discovery track a run is not counted; a bad message of a run not tracked yet is counted once.",
 		}, []string{"kind", "outcome"}),
 		Candidates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "finalizer_candidates_total",
