@@ -32,6 +32,9 @@ type Metrics struct {
 	// operators dropped as later than the watermark, in the progresses
 	// the trackers parsed.
 	RowsDroppedByWatermark *prometheus.CounterVec
+	// QuietAdvances counts verdict moves made because a source was quiet
+	// (ADR 0013), by signal: idle_event, no_data_progress, caught_up.
+	QuietAdvances *prometheus.CounterVec
 	// Advances counts verdict moves.
 	Advances prometheus.Counter
 	// Writes counts control-table statements that succeeded.
@@ -84,6 +87,10 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 			Name: "finalizer_rows_dropped_by_watermark_total",
 			Help: "Rows Spark dropped as later than the watermark (numRowsDroppedByWatermark), by table.",
 		}, []string{"table"}),
+		QuietAdvances: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "finalizer_quiet_advances_total",
+			Help: "Verdict moves made because the source was quiet (quiet.after), by signal.",
+		}, []string{"signal"}),
 		Advances: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "finalizer_advances_total",
 			Help: "Verdict moves written to the control table.",
@@ -130,7 +137,7 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 			"The table's finalized_until as a Unix timestamp.", []string{"table"}, nil),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Candidates, m.HeldRuns, m.RowsDroppedByWatermark, m.Advances, m.Writes, m.FailedAdvances,
+		reg.MustRegister(m.Events, m.Candidates, m.HeldRuns, m.RowsDroppedByWatermark, m.QuietAdvances, m.Advances, m.Writes, m.FailedAdvances,
 			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, m.Refused, verdictCollector{m})
 	}
 	return m

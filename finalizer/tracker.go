@@ -102,6 +102,10 @@ type TrackerStatus struct {
 	// the progresses this tracker parsed (a lower bound: a progress
 	// superseded in the slot is never parsed, ADR 0011).
 	RowsDroppedByWatermark int64 `json:"rows_dropped_by_watermark,omitempty"`
+	// Quiet is the last time the verdict moved because the source was
+	// quiet (ADR 0013): by which signal, the time T the source was known
+	// caught up, and the verdict it supported; nil when never.
+	Quiet *QuietMove `json:"quiet,omitempty"`
 	// Idle is true when the run's newest event said it has no new data
 	// (an idle event, or a progress no newer than the last one), false
 	// after a new progress.
@@ -115,6 +119,17 @@ type TrackerStatus struct {
 	Stale bool `json:"stale,omitempty"`
 	// Explicit is true for tracks made with `finalizer track`.
 	Explicit bool `json:"explicit,omitempty"`
+}
+
+// QuietMove is a verdict move made because the source was quiet.
+type QuietMove struct {
+	// Signal is idle_event, no_data_progress or caught_up.
+	Signal string `json:"signal"`
+	// At is the time T the source was known caught up (capped by the
+	// service's clock).
+	At time.Time `json:"at"`
+	// Until is the verdict it supported: floor(T - quiet.after - delay).
+	Until time.Time `json:"until"`
 }
 
 // Tracker advances one table from one run. Its worker goroutine takes the
@@ -135,6 +150,9 @@ type Tracker struct {
 	lastWarn time.Time
 	warned   map[string]bool // guards already logged at WARN for this run
 	heldBy   string          // the guard holding the newest progress, "" when none
+	quietAt  time.Time       // the newest time the source was known caught up, not yet applied
+	quietSig string          // the signal of quietAt
+	last     *progress.Event // the newest progress taken: the provenance of a quiet move
 
 	mu         sync.Mutex
 	lastErr    error
@@ -146,6 +164,7 @@ type Tracker struct {
 	held       string
 	guards     map[string]int64
 	dropped    int64
+	quiet      *QuietMove
 }
 
 // newTracker fills cfg's defaults and returns a tracker whose worker is
@@ -213,6 +232,7 @@ func (t *Tracker) Status() TrackerStatus {
 		Idle:                   t.idle,
 		Terminated:             t.terminated,
 		Held:                   t.held,
+		Quiet:                  t.quiet,
 		RowsDroppedByWatermark: t.dropped,
 	}
 	if len(t.guards) > 0 {
@@ -258,7 +278,11 @@ func (t *Tracker) run(ctx context.Context) {
 		}
 		if mail.Progress != nil {
 			pending = mail.Progress
+			t.last = pending
 			t.countDropped(pending)
+			if at, sig, ok := t.cfg.Spec.QuietAt(pending); ok {
+				t.noteQuiet(at, sig)
+			}
 			if ce := t.log.Check(zap.DebugLevel, "progress taken"); ce != nil {
 				ce.Write(zap.Int64("batch_id", pending.BatchID), zap.Time("timestamp", pending.Timestamp))
 			}
@@ -266,8 +290,14 @@ func (t *Tracker) run(ctx context.Context) {
 		if mail.Idle {
 			t.log.Debug("idle event or repeated progress: a chance to retry", zap.Bool("retry", pending != nil))
 		}
+		if !mail.IdleAt.IsZero() && t.cfg.Spec.QuietAfter > 0 {
+			t.noteQuiet(mail.IdleAt, progress.SignalIdleEvent)
+		}
 		if pending != nil && t.apply(ctx, pending) {
 			pending = nil
+		}
+		if !t.quietAt.IsZero() && ctx.Err() == nil {
+			t.applyQuiet(ctx)
 		}
 		if mail.Terminated != nil {
 			t.log.Info("run terminated; tracker done",
@@ -317,6 +347,14 @@ func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 		cand.Until = limit
 	}
 	t.setHeld("")
+	return t.write(ctx, cand, ev)
+}
+
+// write advances the verdict to cand when it is later than the last one
+// written; ev gives the provenance. It reports false when the advance
+// failed after its retries.
+func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progress.Event) bool {
+	m := t.cfg.Metrics
 	if !t.written.IsZero() && !cand.Until.After(t.written) {
 		m.Candidates.WithLabelValues("same_period").Inc()
 		return true
@@ -379,6 +417,57 @@ func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 	}
 	t.succeed(verdict, moved, cand, ev)
 	return true
+}
+
+// noteQuiet records that the source was caught up at at (by signal),
+// when that is newer than what is pending.
+func (t *Tracker) noteQuiet(at time.Time, signal string) {
+	if at.After(t.quietAt) {
+		t.quietAt, t.quietSig = at, signal
+	}
+}
+
+// applyQuiet advances the verdict to floor(T - quiet.after - delay) for the
+// pending quiet time T, capped by the service's clock, when that is later
+// than what was written (ADR 0013). A failed advance stays pending for the
+// next event.
+func (t *Tracker) applyQuiet(ctx context.Context) {
+	at, sig := t.quietAt, t.quietSig
+	if t.heldBy == progress.Implausible.String() || t.heldBy == guardFuture {
+		// The newest progress's time is doubt: no quiet move on top of it.
+		t.log.Debug("quiet signal not used while the newest progress is held", zap.String("guard", t.heldBy))
+		return
+	}
+	if now := t.cfg.Clock.Now(); at.After(now) {
+		t.log.Debug("quiet signal ahead of this service's clock; capped", zap.String("signal", sig), zap.Time("at", at), zap.Time("now", now))
+		at = now
+	}
+	until := t.cfg.Spec.QuietUntil(at)
+	if until.IsZero() || until.Before(minTime) || (!t.written.IsZero() && !until.After(t.written)) {
+		t.quietAt, t.quietSig = time.Time{}, ""
+		return
+	}
+	ev := t.last
+	var end []byte
+	if ev == nil {
+		ev = &progress.Event{Kind: progress.KindIdle, QueryID: t.cfg.QueryID, RunID: t.cfg.RunID, BatchID: -1}
+	} else if c, ok := t.cfg.Spec.Candidate(ev); ok {
+		end = c.EndOffset
+	}
+	cand := progress.Candidate{Until: until, Time: at.Add(-t.cfg.Spec.QuietAfter).UTC(), Source: t.cfg.Spec.Source, EndOffset: end}
+	if !t.write(ctx, cand, ev) {
+		return
+	}
+	t.quietAt, t.quietSig = time.Time{}, ""
+	if !t.written.Equal(until) && t.written.After(until) {
+		return // another writer was already past it
+	}
+	t.cfg.Metrics.QuietAdvances.WithLabelValues(sig).Inc()
+	t.mu.Lock()
+	t.quiet = &QuietMove{Signal: sig, At: at.UTC(), Until: until}
+	t.mu.Unlock()
+	t.log.Info("verdict moved because the source was quiet",
+		zap.String("signal", sig), zap.Time("caught_up_at", at), zap.Duration("quiet_after", t.cfg.Spec.QuietAfter), zap.Time("finalized_until", until))
 }
 
 // guardFuture is the outcome of a time beyond the clock plus future_skew.

@@ -29,6 +29,7 @@ type Mailbox struct {
 	taken      mark // the newest progress already taken
 	hasTaken   bool
 	idle       bool
+	idleAt     time.Time // the newest idle event's timestamp since the last Take
 	terminated *progress.Event
 	wake       chan struct{}
 }
@@ -74,6 +75,9 @@ type Mail struct {
 	// because it was not newer (than the waiting one, or than one already
 	// taken), arrived since the last Take: a chance to retry.
 	Idle bool
+	// IdleAt is the newest timestamp of an idle event (QueryIdleEvent)
+	// since the last Take; zero when none carried one.
+	IdleAt time.Time
 	// Terminated is the run's termination event, or nil. Once set it is
 	// returned by every later Take.
 	Terminated *progress.Event
@@ -114,6 +118,9 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 		}
 	case progress.KindIdle:
 		m.idle = true
+		if ev.Timestamp.After(m.idleAt) {
+			m.idleAt = ev.Timestamp
+		}
 	case progress.KindTerminated:
 		if m.terminated == nil {
 			m.terminated = ev
@@ -230,7 +237,8 @@ func (m *Mailbox) Take() Mail {
 			}
 		}
 	}
-	mail := Mail{Progress: m.progress, Idle: m.idle, Terminated: m.terminated}
+	mail := Mail{Progress: m.progress, Idle: m.idle, IdleAt: m.idleAt, Terminated: m.terminated}
+	m.idleAt = time.Time{}
 	if m.progress != nil {
 		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: m.progress.Timestamp}, true
 	}

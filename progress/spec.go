@@ -127,6 +127,21 @@ type Spec struct {
 	// from a progress whose every tracked source had caught up (endOffset
 	// equal to latestOffset).
 	ProcessingTime bool
+	// QuietAfter, when not zero, finalizes quiet periods (ADR 0013): once
+	// the source is known to have caught up at a time T (an idle event, a
+	// progress of a trigger that ran nothing, or a progress whose every
+	// tracked source's endOffset equals its latestOffset), the candidate
+	// becomes floor(T - QuietAfter - Delay) when that is later. It is the
+	// user's word that no row the source still delivers carries a time
+	// before T - QuietAfter. TimeOffset and TimeTrigger only.
+	QuietAfter time.Duration
+}
+
+// QuietOptions is the `quiet:` option of a rule: {after: 5m}.
+type QuietOptions struct {
+	// After bounds the source's capture latency and the clock skew between
+	// the source and the Spark driver; required, no default.
+	After string `json:"after,omitempty" yaml:"after,omitempty"`
 }
 
 // TimeUnit is the unit of a time written as a JSON number.
@@ -173,6 +188,9 @@ type SpecOptions struct {
 	NaiveTimezone    string `json:"naive_timezone,omitempty" yaml:"naive_timezone,omitempty"`         // IANA zone of zone-less offset times
 	LateRowsFiltered bool   `json:"late_rows_filtered,omitempty" yaml:"late_rows_filtered,omitempty"` // watermark: the table never gets a row below it
 	ProcessingTime   bool   `json:"processing_time,omitempty" yaml:"processing_time,omitempty"`       // trigger: the column is current_timestamp()
+
+	// Quiet finalizes quiet periods (ADR 0013); nil = off.
+	Quiet *QuietOptions `json:"quiet,omitempty" yaml:"quiet,omitempty"`
 }
 
 // ParseSpec checks o and returns its Spec. The error names the first bad
@@ -229,7 +247,30 @@ func ParseSpec(o SpecOptions) (Spec, error) {
 		}
 		s.ProcessingTime = true
 	}
+	if o.Quiet != nil {
+		if s.QuietAfter, err = parseQuiet(s.Time, o.Quiet.After); err != nil {
+			return Spec{}, err
+		}
+	}
 	return s, nil
+}
+
+// parseQuiet checks the quiet option's after.
+func parseQuiet(kind TimeKind, after string) (time.Duration, error) {
+	if kind == TimeWatermark {
+		return 0, errors.New("quiet: not with time: watermark (Spark does not move a watermark without data, and a watermark says nothing about arrival); use it with offset: or trigger")
+	}
+	if after == "" {
+		return 0, errors.New("quiet.after: required, no default: how late a row may still arrive after its source was caught up (capture latency plus clock skew), e.g. quiet: {after: 5m}")
+	}
+	d, err := time.ParseDuration(after)
+	if err != nil {
+		return 0, fmt.Errorf("quiet.after %q: want a duration such as 5m", after)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("quiet.after %q: must be more than 0", after)
+	}
+	return d, nil
 }
 
 func or(s, def string) string {
@@ -334,6 +375,9 @@ func (s Spec) Options() SpecOptions {
 	if s.NaiveLocation != nil {
 		o.NaiveTimezone = s.NaiveLocation.String()
 	}
+	if s.QuietAfter > 0 {
+		o.Quiet = &QuietOptions{After: s.QuietAfter.String()}
+	}
 	return o
 }
 
@@ -355,7 +399,67 @@ func (s Spec) String() string {
 	if o.ProcessingTime {
 		out += " processing_time=true"
 	}
+	if o.Quiet != nil {
+		out += " quiet.after=" + o.Quiet.After
+	}
 	return out
+}
+
+// The signals that a source is caught up (ADR 0013), as status and
+// metrics name them.
+const (
+	SignalIdleEvent      = "idle_event"       // a QueryIdleEvent (Spark 3.5+)
+	SignalNoDataProgress = "no_data_progress" // a progress of a trigger that ran nothing (Spark 3.0-3.4)
+	SignalCaughtUp       = "caught_up"        // every tracked source's endOffset equals its latestOffset
+)
+
+// QuietAt reports whether a progress shows the rule's sources caught up,
+// at which time and by which signal: a progress of a trigger that ran no
+// batch with no input rows (every source had nothing new when Spark asked,
+// after the progress's timestamp), or one whose every tracked source (the
+// rule's, or every one under SourceAll) reports a latestOffset equal to its
+// endOffset. A source without latestOffset is never caught up this way. It
+// returns false when s has no QuietAfter or ev is not a progress with a
+// timestamp.
+func (s Spec) QuietAt(ev *Event) (time.Time, string, bool) {
+	if s.QuietAfter <= 0 || ev == nil || ev.Kind != KindProgress || ev.Timestamp.IsZero() || len(ev.Sources) == 0 {
+		return time.Time{}, "", false
+	}
+	if !ev.Executed && ev.NumInputRows == 0 && nothingRead(ev) {
+		return ev.Timestamp.UTC(), SignalNoDataProgress, true
+	}
+	if s.Source != SourceAll {
+		i, n := s.PickSource(ev)
+		if n != 1 {
+			return time.Time{}, "", false
+		}
+		s.Source = i
+	}
+	if s.behind(ev) != "" {
+		return time.Time{}, "", false
+	}
+	return ev.Timestamp.UTC(), SignalCaughtUp, true
+}
+
+// nothingRead reports whether every source's startOffset equals its
+// endOffset: the trigger read nothing (Spark records the committed offsets
+// as both when it runs no batch).
+func nothingRead(ev *Event) bool {
+	for _, src := range ev.Sources {
+		if src.StartOffset == nil || src.EndOffset == nil || !sameJSON(src.StartOffset, src.EndOffset) {
+			return false
+		}
+	}
+	return true
+}
+
+// QuietUntil is the candidate a source caught up at t supports:
+// floor(t - QuietAfter - Delay). Zero when s has no QuietAfter.
+func (s Spec) QuietUntil(t time.Time) time.Time {
+	if s.QuietAfter <= 0 {
+		return time.Time{}
+	}
+	return Floor(t.Add(-s.QuietAfter-s.Delay), s.Granularity, s.location())
 }
 
 // PickSource returns the index of the source s reads in ev and how many

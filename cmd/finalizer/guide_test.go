@@ -23,7 +23,7 @@ func TestTimeGuideExamples(t *testing.T) {
 	sections := map[string]func(t *testing.T, rules []finalizer.Rule){
 		"CDC, partitioned by commit time": func(t *testing.T, rs []finalizer.Rule) {
 			s := one(t, rs).Spec
-			if s.Time != progress.TimeOffset || s.Pointer != "/commit_ts" || s.Source != progress.SourceAll || s.NaiveLocation == nil {
+			if s.Time != progress.TimeOffset || s.Pointer != "/commit_ts" || s.Source != progress.SourceAll || s.NaiveLocation == nil || s.QuietAfter <= 0 {
 				t.Errorf("spec %s: want offset:/commit_ts over all sources with a naive_timezone", s)
 			}
 		},
@@ -127,4 +127,34 @@ func one(t *testing.T, rs []finalizer.Rule) finalizer.Rule {
 		t.Fatalf("%d rules, want 1", len(rs))
 	}
 	return rs[0]
+}
+
+// A rule with quiet and time: watermark is a config error that names the
+// field (issue 15).
+func TestQuietWithWatermarkIsAConfigError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "finalizer.yaml")
+	body := "tables:\n  - table: t\n    query: q\n    time: watermark\n    quiet: {after: 5m}\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := defaultConfig()
+	if err := loadConfigFile(path, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cfg.rules()
+	if err == nil || !strings.Contains(err.Error(), "tables[0]") || !strings.Contains(err.Error(), "quiet: not with time: watermark") {
+		t.Fatalf("rules() = %v, want an error naming tables[0] and quiet", err)
+	}
+	body = "tables:\n  - table: t\n    query: q\n    quiet: {after: 5m}\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg = defaultConfig()
+	if err := loadConfigFile(path, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := cfg.rules()
+	if err != nil || len(rules) != 1 || rules[0].Spec.QuietAfter != 5*time.Minute {
+		t.Fatalf("rules() = %+v, %v; want quiet after 5m", rules, err)
+	}
 }

@@ -345,6 +345,9 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 			state = fmt.Sprintf("FAILING (%d)", r.Failures)
 		case r.Held != "":
 			state = "HELD"
+		case r.Quiet != nil && r.Quiet.Until.Equal(r.Written):
+			// The verdict this run wrote last came from a quiet source (ADR 0013).
+			state = "running, quiet (" + r.Quiet.Signal + ")"
 		}
 		last := r.LastError
 		if last == "" && r.Held != "" {
