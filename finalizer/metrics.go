@@ -33,7 +33,7 @@ type Metrics struct {
 	// the trackers parsed.
 	RowsDroppedByWatermark *prometheus.CounterVec
 	// QuietAdvances counts verdict moves made because a source was quiet
-	// (ADR 0013), by signal: idle_event, no_data_progress, caught_up.
+	// (ADR 0014), by signal: idle_event, no_data_progress, caught_up.
 	QuietAdvances *prometheus.CounterVec
 	// Advances counts verdict moves.
 	Advances prometheus.Counter

@@ -103,7 +103,7 @@ type TrackerStatus struct {
 	// superseded in the slot is never parsed, ADR 0011).
 	RowsDroppedByWatermark int64 `json:"rows_dropped_by_watermark,omitempty"`
 	// Quiet is the last time the verdict moved because the source was
-	// quiet (ADR 0013): by which signal, the time T the source was known
+	// quiet (ADR 0014): by which signal, the time T the source was known
 	// caught up, and the verdict it supported; nil when never.
 	Quiet *QuietMove `json:"quiet,omitempty"`
 	// Idle is true when the run's newest event said it has no new data
@@ -429,7 +429,7 @@ func (t *Tracker) noteQuiet(at time.Time, signal string) {
 
 // applyQuiet advances the verdict to floor(T - quiet.after - delay) for the
 // pending quiet time T, capped by the service's clock, when that is later
-// than what was written (ADR 0013). A failed advance stays pending for the
+// than what was written (ADR 0014). A failed advance stays pending for the
 // next event.
 func (t *Tracker) applyQuiet(ctx context.Context) {
 	at, sig := t.quietAt, t.quietSig

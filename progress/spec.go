@@ -127,7 +127,7 @@ type Spec struct {
 	// from a progress whose every tracked source had caught up (endOffset
 	// equal to latestOffset).
 	ProcessingTime bool
-	// QuietAfter, when not zero, finalizes quiet periods (ADR 0013): once
+	// QuietAfter, when not zero, finalizes quiet periods (ADR 0014): once
 	// the source is known to have caught up at a time T (an idle event, a
 	// progress of a trigger that ran nothing, or a progress whose every
 	// tracked source's endOffset equals its latestOffset), the candidate
@@ -189,7 +189,7 @@ type SpecOptions struct {
 	LateRowsFiltered bool   `json:"late_rows_filtered,omitempty" yaml:"late_rows_filtered,omitempty"` // watermark: the table never gets a row below it
 	ProcessingTime   bool   `json:"processing_time,omitempty" yaml:"processing_time,omitempty"`       // trigger: the column is current_timestamp()
 
-	// Quiet finalizes quiet periods (ADR 0013); nil = off.
+	// Quiet finalizes quiet periods (ADR 0014); nil = off.
 	Quiet *QuietOptions `json:"quiet,omitempty" yaml:"quiet,omitempty"`
 }
 
@@ -405,7 +405,7 @@ func (s Spec) String() string {
 	return out
 }
 
-// The signals that a source is caught up (ADR 0013), as status and
+// The signals that a source is caught up (ADR 0014), as status and
 // metrics name them.
 const (
 	SignalIdleEvent      = "idle_event"       // a QueryIdleEvent (Spark 3.5+)

@@ -112,7 +112,7 @@ func addSpecFlags(fs *pflag.FlagSet, s *progress.SpecOptions) {
 	fs.StringVar(&s.NaiveTimezone, "naive-timezone", "", "IANA zone of offset times written without a zone; empty means UTC")
 	fs.BoolVar(&s.LateRowsFiltered, "late-rows-filtered", false, "time watermark: the table never receives a row older than the watermark, whatever the query's stateful operators")
 	fs.BoolVar(&s.ProcessingTime, "processing-time", false, "time trigger: the table's time column is current_timestamp(), so sources need not have caught up")
-	fs.Var(quietFlag{s}, "quiet-after", "finalize quiet periods: no row arrives later than this after its source caught up (offset and trigger times; ADR 0013)")
+	fs.Var(quietFlag{s}, "quiet-after", "finalize quiet periods: no row arrives later than this after its source caught up (offset and trigger times; ADR 0014)")
 }
 
 // quietFlag sets SpecOptions.Quiet from --quiet-after.

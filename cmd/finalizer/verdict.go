@@ -346,7 +346,7 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 		case r.Held != "":
 			state = "HELD"
 		case r.Quiet != nil && r.Quiet.Until.Equal(r.Written):
-			// The verdict this run wrote last came from a quiet source (ADR 0013).
+			// The verdict this run wrote last came from a quiet source (ADR 0014).
 			state = "running, quiet (" + r.Quiet.Signal + ")"
 		}
 		last := r.LastError
