@@ -201,7 +201,6 @@ func TestQuietOptionErrors(t *testing.T) {
 	}
 }
 
-
 // A randomized history of data, idle signals and replays, checked against
 // an oracle: the verdict never goes back, never passes what the events
 // delivered so far assert (floor of a data time, floor(min(T, now) - L)),
