@@ -10,7 +10,7 @@ import (
 )
 
 // Feeder is one query that writes a table, as the feeders table holds it
-// (ADR 0012). A table's verdict is the lowest watermark of its feeders
+// (ADR 0013). A table's verdict is the lowest watermark of its feeders
 // that are not retired, and never moves back.
 type Feeder struct {
 	Table string
@@ -226,4 +226,24 @@ func scanFeeder(row pgx.CollectableRow) (Feeder, error) {
 	}
 	f.JoinedAt, f.UpdatedAt = f.JoinedAt.UTC(), f.UpdatedAt.UTC()
 	return f, nil
+}
+
+// HeldBy returns the feeder that holds a table back: of feeders (one
+// table's), the holder (see Holder) when it has not reported yet or
+// another active feeder is ahead of it. A table with one feeder, or whose
+// feeders stand at the same point, is held by none.
+func HeldBy(feeders []Feeder) (Feeder, bool) {
+	h, ok := Holder(feeders)
+	if !ok {
+		return Feeder{}, false
+	}
+	if h.FinalizedUntil.IsZero() {
+		return h, true
+	}
+	for _, f := range feeders {
+		if !f.Retired() && f.FinalizedUntil.After(h.FinalizedUntil) {
+			return h, true
+		}
+	}
+	return Feeder{}, false
 }

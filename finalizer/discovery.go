@@ -84,7 +84,8 @@ func (r *Registry) consider(ctx context.Context, run listener.Run, supersede boo
 			continue
 		}
 		matched = true
-		req := Request{QueryID: run.QueryID, RunID: run.RunID, Table: table, Spec: rule.Spec, Supersede: supersede}
+		req := Request{QueryID: run.QueryID, RunID: run.RunID, Table: table, Spec: rule.Spec, Supersede: supersede,
+			QueryName: name, RetireOnCleanTermination: rule.Retire == RetireOnCleanTermination}
 		_, err := r.Track(ctx, req)
 		switch {
 		case err == nil:

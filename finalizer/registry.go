@@ -66,6 +66,13 @@ var (
 	ErrClosed = errors.New("registry closed")
 )
 
+// FeederStore is what the registry needs of the control table's feeders
+// (ADR 0013). *control.Store implements it; a Store without it retires
+// nothing.
+type FeederStore interface {
+	RetireFeeder(ctx context.Context, table, query, why string) ([]control.Feeder, control.Verdict, bool, error)
+}
+
 // TrackStore persists explicit tracks so that they survive a restart.
 // *control.Store implements it.
 type TrackStore interface {
@@ -113,6 +120,11 @@ type Request struct {
 	// Supersede stops the trackers of this query's other runs on the same
 	// table: a new run means the old one's driver is gone.
 	Supersede bool
+	// QueryName is the query's name, "" when it has none or is unknown.
+	QueryName string
+	// RetireOnCleanTermination retires the query from the table's feeders
+	// when the run terminates without an exception (Rule.Retire).
+	RetireOnCleanTermination bool
 
 	// resumed marks an explicit track read back from the TrackStore by
 	// Recover: it is persisted already.
@@ -318,6 +330,16 @@ func (r *Registry) start(ctx context.Context, e *entry) error {
 		QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: req.Spec, Box: box, Store: r.store,
 		Clock: r.cfg.Clock, Logger: r.cfg.Logger, Metrics: r.cfg.Metrics,
 		RetryDelay: o.RetryDelay, Retries: o.Retries, WarnEvery: o.WarnEvery, FutureSkew: o.FutureSkew, AdvanceTimeout: o.AdvanceTimeout,
+		QueryName: req.QueryName,
+	}
+	if fs, ok := r.cfg.Store.(FeederStore); ok && req.RetireOnCleanTermination {
+		tc.Retire = func(ctx context.Context, why string) error {
+			_, _, _, err := fs.RetireFeeder(ctx, req.Table, req.QueryID, why)
+			if errors.Is(err, control.ErrNoFeeder) {
+				return nil // never reported, or retired already
+			}
+			return err
+		}
 	}
 	e.sub, e.box = sub, box
 	r.wg.Add(1)

@@ -55,6 +55,14 @@ type TrackerConfig struct {
 	Box     *listener.Mailbox
 	Store   Store
 
+	// QueryName is the query's name ("" when it has none): it resolves an
+	// expected feeder of that name (ADR 0013).
+	QueryName string
+	// Retire, when set, retires the query from the table's feeders once
+	// the run terminates without an exception, after its last progress was
+	// applied (Rule.Retire). A run that fails is never retired.
+	Retire func(ctx context.Context, why string) error
+
 	Clock          Clock         // nil = SystemClock
 	Logger         *zap.Logger   // nil = no logs
 	Metrics        *Metrics      // nil = unregistered collectors
@@ -119,6 +127,13 @@ type TrackerStatus struct {
 	Stale bool `json:"stale,omitempty"`
 	// Explicit is true for tracks made with `finalizer track`.
 	Explicit bool `json:"explicit,omitempty"`
+	// QueryName is the query's name, "" when it has none.
+	QueryName string `json:"query_name,omitempty"`
+	// Failed is true when the run terminated with an exception.
+	Failed bool `json:"failed,omitempty"`
+	// Retired is true once the run's clean termination retired its query
+	// from the table's feeders (Rule.Retire).
+	Retired bool `json:"retired,omitempty"`
 }
 
 // QuietMove is a verdict move made because the source was quiet.
@@ -160,6 +175,8 @@ type Tracker struct {
 	lastEvent  time.Time
 	idle       bool
 	terminated bool
+	failed     bool
+	retired    bool
 	shownWrite time.Time
 	held       string
 	guards     map[string]int64
@@ -234,6 +251,9 @@ func (t *Tracker) Status() TrackerStatus {
 		Held:                   t.held,
 		Quiet:                  t.quiet,
 		RowsDroppedByWatermark: t.dropped,
+		QueryName:              t.cfg.QueryName,
+		Failed:                 t.failed,
+		Retired:                t.retired,
 	}
 	if len(t.guards) > 0 {
 		s.Guards = make(map[string]int64, len(t.guards))
@@ -274,6 +294,7 @@ func (t *Tracker) run(ctx context.Context) {
 			t.lastEvent = t.cfg.Clock.Now()
 			t.idle = mail.Progress == nil && mail.Idle
 			t.terminated = mail.Terminated != nil
+			t.failed = mail.Terminated != nil && mail.Terminated.Exception != ""
 			t.mu.Unlock()
 		}
 		if mail.Progress != nil {
@@ -304,6 +325,7 @@ func (t *Tracker) run(ctx context.Context) {
 				zap.Bool("pending_failed", pending != nil),
 				zap.String("error_class", mail.Terminated.ErrorClass),
 				zap.Bool("with_exception", mail.Terminated.Exception != ""))
+			t.retireOnTermination(ctx, mail.Terminated.Exception != "")
 			return
 		}
 		if stopping || ctx.Err() != nil {
@@ -311,6 +333,39 @@ func (t *Tracker) run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// retireOnTermination retires the query from the table's feeders when the
+// rule says so and the run ended cleanly; a failed run keeps holding the
+// table (ADR 0013). A retirement that still fails after the tracker's
+// retries is logged with what the operator does instead.
+func (t *Tracker) retireOnTermination(ctx context.Context, failed bool) {
+	if t.cfg.Retire == nil {
+		return
+	}
+	if failed {
+		t.log.Warn("run failed; its query stays a feeder of the table and holds it until it runs again or an operator retires it (finalizer feeders retire)")
+		return
+	}
+	op := func() error {
+		rctx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
+		defer cancel()
+		err := t.cfg.Retire(rctx, "clean termination of run "+t.cfg.RunID)
+		if err != nil && ctx.Err() != nil {
+			return backoff.Permanent(err)
+		}
+		return err
+	}
+	err := backoff.RetryNotifyWithTimer(op, backoff.WithContext(t.backoff(), ctx), nil, t.cfg.Clock.NewTimer())
+	if err != nil {
+		t.log.Error("could not retire the query from the table's feeders after its clean termination; it holds the table until retired with finalizer feeders retire",
+			zap.Error(err))
+		return
+	}
+	t.mu.Lock()
+	t.retired = true
+	t.mu.Unlock()
+	t.log.Info("run terminated cleanly; its query is retired from the table's feeders")
 }
 
 // apply advances the verdict from ev when its candidate is later than the
@@ -365,6 +420,7 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 		EndTime:        cand.Time,
 		EndOffset:      cand.EndOffset,
 		QueryID:        ev.QueryID,
+		QueryName:      t.cfg.QueryName,
 		RunID:          ev.RunID,
 		BatchID:        ev.BatchID,
 	}
@@ -387,20 +443,7 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 		verdict, moved = v, mv
 		return nil
 	}
-	var b backoff.BackOff = &backoff.ZeroBackOff{}
-	if t.cfg.Retries > 0 {
-		exp := backoff.NewExponentialBackOff(
-			backoff.WithInitialInterval(t.cfg.RetryDelay),
-			backoff.WithMultiplier(2),
-			backoff.WithRandomizationFactor(0),
-			backoff.WithMaxInterval(time.Hour),
-			backoff.WithMaxElapsedTime(0),
-			backoff.WithClockProvider(t.cfg.Clock),
-		)
-		b = backoff.WithMaxRetries(exp, uint64(t.cfg.Retries))
-	} else {
-		b = &backoff.StopBackOff{}
-	}
+	b := t.backoff()
 	notify := func(err error, next time.Duration) {
 		m.Retries.Inc()
 		t.log.Debug("advance failed; retrying", zap.Error(err), zap.Duration("in", next))
@@ -543,6 +586,23 @@ func (t *Tracker) countDropped(ev *progress.Event) {
 	t.cfg.Metrics.RowsDroppedByWatermark.WithLabelValues(t.cfg.Table).Add(float64(n))
 }
 
+// backoff is the tracker's retry schedule: RetryDelay, then twice as
+// long, Retries times.
+func (t *Tracker) backoff() backoff.BackOff {
+	if t.cfg.Retries <= 0 {
+		return &backoff.StopBackOff{}
+	}
+	exp := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(t.cfg.RetryDelay),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0),
+		backoff.WithMaxInterval(time.Hour),
+		backoff.WithMaxElapsedTime(0),
+		backoff.WithClockProvider(t.cfg.Clock),
+	)
+	return backoff.WithMaxRetries(exp, uint64(t.cfg.Retries))
+}
+
 func (t *Tracker) fail(err error, cand progress.Candidate) {
 	m := t.cfg.Metrics
 	m.FailedAdvances.Inc()
@@ -567,10 +627,11 @@ func (t *Tracker) fail(err error, cand progress.Candidate) {
 func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate, ev *progress.Event) {
 	m := t.cfg.Metrics
 	m.Writes.Inc()
+	// The feeder's own watermark is at or past cand.Until now. The
+	// table's verdict says nothing about it: another feeder may hold the
+	// table behind, or this query may have joined behind the table; its
+	// next periods are written all the same (ADR 0013).
 	t.written = cand.Until
-	if v.FinalizedUntil.After(t.written) {
-		t.written = v.FinalizedUntil // another writer is ahead: no need to write below it
-	}
 	t.mu.Lock()
 	failures := t.failures
 	t.failures, t.lastErr = 0, nil

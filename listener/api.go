@@ -240,3 +240,57 @@ func (l *Listener) request(ctx context.Context, subject string, req, reply any) 
 	}
 	return nil
 }
+
+// RetireRequest asks the service to retire a query from a table's feeders
+// (ADR 0013; `finalizer feeders retire` does it in PostgreSQL directly).
+// Query is the query's name or id; Reason is kept with the feeder.
+type RetireRequest struct {
+	Table  string `json:"table"`
+	Query  string `json:"query"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// RetireReply answers a RetireRequest: the feeders retired, the table's
+// verdict afterwards ("" when it has none) and whether the retirement
+// moved it. Error says why nothing was retired.
+type RetireReply struct {
+	OK             bool     `json:"ok"`
+	Error          string   `json:"error,omitempty"`
+	Retired        []string `json:"retired,omitempty"`
+	FinalizedUntil string   `json:"finalized_until,omitempty"`
+	Moved          bool     `json:"moved,omitempty"`
+}
+
+// RetireSubject is the subject of RetireRequests under an API prefix.
+func RetireSubject(apiPrefix string) string { return apiPrefix + ".feeders.retire" }
+
+// ServeRetire answers RetireRequests on RetireSubject with retire, each in
+// a goroutine the Listener owns, until the returned Subscription is
+// unsubscribed.
+func (l *Listener) ServeRetire(retire func(context.Context, RetireRequest) RetireReply) (*Subscription, error) {
+	if retire == nil {
+		return nil, errors.New("serve retire: nil handler")
+	}
+	if l.isClosed() {
+		return nil, ErrClosed
+	}
+	s := &Subscription{l: l}
+	sub, err := l.subscribe(RetireSubject(l.opts.APIPrefix), func(m *nats.Msg) {
+		l.handle(m, func(ctx context.Context) any {
+			var req RetireRequest
+			if err := json.Unmarshal(m.Data, &req); err != nil {
+				return RetireReply{Error: "bad retire request: " + err.Error()}
+			}
+			return retire(ctx, req)
+		}, func(msg string) any { return RetireReply{Error: msg} })
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.subs = append(s.subs, sub)
+	if err := l.register(l.api, s); err != nil {
+		_ = s.Unsubscribe()
+		return nil, err
+	}
+	return s, nil
+}

@@ -133,6 +133,7 @@ Exit codes: 0 success (final, done), 1 not final or timed out, 2 usage or connec
 		newRewindCmd(stdout),
 		newAcknowledgeCmd(stdout),
 		newAuditCmd(stdout),
+		newFeedersCmd(stdout),
 		newPublishCmd(stdin, stdout, stderr),
 		newBenchCmd(stdout, stderr),
 		newVersionCmd(stdout),

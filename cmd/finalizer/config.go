@@ -150,6 +150,10 @@ type TableConfig struct {
 	Table                string `yaml:"table"`
 	Query                string `yaml:"query"`
 	progress.SpecOptions `yaml:",inline"`
+	// Feeders are the queries (names or ids) expected to write the table
+	// (ADR 0013); Retire is never (default) or on_clean_termination.
+	Feeders []string `yaml:"feeders"`
+	Retire  string   `yaml:"retire"`
 }
 
 // Duration is a time.Duration written as "10m" in YAML.
@@ -230,7 +234,7 @@ func (c Config) rules() ([]finalizer.Rule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("config tables[%d] (%s): %w", i, t.Table, err)
 		}
-		r := finalizer.Rule{Table: t.Table, Query: t.Query, Spec: spec}
+		r := finalizer.Rule{Table: t.Table, Query: t.Query, Spec: spec, Feeders: t.Feeders, Retire: t.Retire}
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("config tables[%d]: %w", i, err)
 		}

@@ -56,20 +56,69 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			httpError(w, err)
 			return
 		}
-		runs, now := reg.Status(), time.Now().UTC()
-		out := make([]tableStatus, 0, len(vs))
-		for _, v := range vs {
-			out = append(out, toTableStatus(v, now, runs))
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"tables": out})
-	})
-	mux.HandleFunc("GET /v1/tables/{table}", func(w http.ResponseWriter, r *http.Request) {
-		v, err := store.Get(r.Context(), r.PathValue("table"))
+		fs, err := store.Feeders(r.Context(), "")
 		if err != nil {
 			httpError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, toTableStatus(v, time.Now().UTC(), reg.Status()))
+		writeJSON(w, http.StatusOK, map[string]any{"tables": tableStatuses(vs, fs, reg.Status(), time.Now().UTC(), "")})
+	})
+	mux.HandleFunc("GET /v1/tables/{table}", func(w http.ResponseWriter, r *http.Request) {
+		table := r.PathValue("table")
+		v, err := store.Get(r.Context(), table)
+		if err != nil && !errors.Is(err, control.ErrNotFound) {
+			httpError(w, err)
+			return
+		}
+		fs, ferr := store.Feeders(r.Context(), table)
+		if ferr != nil {
+			httpError(w, ferr)
+			return
+		}
+		if err != nil && len(fs) == 0 {
+			httpError(w, err) // no verdict, no feeder: 404
+			return
+		}
+		if err != nil {
+			v = control.Verdict{Table: table} // held before its first verdict
+		}
+		writeJSON(w, http.StatusOK, toTableStatus(v, time.Now().UTC(), reg.Status(), fs))
+	})
+	mux.HandleFunc("POST /v1/tables/{table}/feeders/{query}/retire", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Reason string `json:"reason"`
+		}
+		if r.ContentLength != 0 {
+			if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&body); err != nil {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body: want {\"reason\": \"...\"}: " + err.Error()})
+				return
+			}
+		}
+		why := strings.TrimSpace(body.Reason)
+		if why == "" {
+			why = "retired over HTTP"
+		}
+		table, query := r.PathValue("table"), r.PathValue("query")
+		retired, v, moved, err := store.RetireFeeder(r.Context(), table, query, why)
+		if errors.Is(err, control.ErrNoFeeder) {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+			return
+		}
+		if err != nil {
+			httpError(w, err)
+			return
+		}
+		ids := make([]string, 0, len(retired))
+		for _, f := range retired {
+			ids = append(ids, f.Feeder)
+		}
+		log.Info("feeder retired", zap.String("table", table), zap.String("query", query),
+			zap.Strings("feeders", ids), zap.String("reason", why), zap.Bool("moved", moved))
+		resp := map[string]any{"table": table, "retired": ids, "moved": moved}
+		if !v.FinalizedUntil.IsZero() {
+			resp["finalized_until"] = v.FinalizedUntil
+		}
+		writeJSON(w, http.StatusOK, resp)
 	})
 	mux.HandleFunc("GET /v1/tables/{table}/final", func(w http.ResponseWriter, r *http.Request) {
 		table := r.PathValue("table")

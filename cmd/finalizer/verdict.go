@@ -172,38 +172,153 @@ func addMissingFlags(fs *pflag.FlagSet, allow *bool, httpURL, httpToken *string)
 // tableStatus is one table in `status --json` and GET /v1/tables.
 type tableStatus struct {
 	Table          string          `json:"table"`
-	FinalizedUntil time.Time       `json:"finalized_until"`
-	LagSeconds     float64         `json:"lag_seconds"`
+	FinalizedUntil time.Time       `json:"finalized_until,omitzero"`
+	LagSeconds     float64         `json:"lag_seconds,omitempty"`
 	EndTime        time.Time       `json:"end_time,omitzero"`
 	EndOffset      json.RawMessage `json:"end_offset,omitempty"`
 	QueryID        string          `json:"query_id,omitempty"`
 	RunID          string          `json:"run_id,omitempty"`
 	BatchID        int64           `json:"batch_id"`
 	Sources        []string        `json:"sources,omitempty"`
-	UpdatedAt      time.Time       `json:"updated_at"`
+	UpdatedAt      time.Time       `json:"updated_at,omitzero"`
 	// Mark is the first sign, since the last rewind or acknowledgement,
 	// that the table's history changed under the verdict; Marks counts
 	// them (finalizer rewind, finalizer acknowledge).
-	Mark      string                    `json:"mark,omitempty"`
-	MarkedAt  time.Time                 `json:"marked_at,omitzero"`
-	Marks     int64                     `json:"marks,omitempty"`
-	RewoundAt time.Time                 `json:"rewound_at,omitzero"`
-	Runs      []finalizer.TrackerStatus `json:"runs"`
+	Mark      string    `json:"mark,omitempty"`
+	MarkedAt  time.Time `json:"marked_at,omitzero"`
+	Marks     int64     `json:"marks,omitempty"`
+	RewoundAt time.Time `json:"rewound_at,omitzero"`
+	// Feeders are the queries writing the table (ADR 0013); HeldBy says
+	// which one holds it back, "" when none does.
+	Feeders []feederStatus            `json:"feeders"`
+	HeldBy  string                    `json:"held_by,omitempty"`
+	Runs    []finalizer.TrackerStatus `json:"runs"`
 }
 
-func toTableStatus(v control.Verdict, now time.Time, runs []finalizer.TrackerStatus) tableStatus {
+// feederStatus is one feeder of a table in tableStatus.
+type feederStatus struct {
+	Feeder         string    `json:"feeder"`
+	QueryName      string    `json:"query_name,omitempty"`
+	FinalizedUntil time.Time `json:"finalized_until,omitzero"`
+	LagSeconds     float64   `json:"lag_seconds,omitempty"`
+	Expected       bool      `json:"expected,omitempty"`
+	JoinedAt       time.Time `json:"joined_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	RetiredAt      time.Time `json:"retired_at,omitzero"`
+	RetiredWhy     string    `json:"retired_why,omitempty"`
+	// State is what the service knows of the feeder's runs: reporting,
+	// idle, stale (silent longer than stale_after), failed (terminated with
+	// an exception), terminated, no tracked run (expired, or not tracked
+	// by this service), never reported (expected), retired; "unknown"
+	// without the service's runs.
+	State string `json:"state"`
+	Holds bool   `json:"holds,omitempty"`
+}
+
+// feederState is what runs (nil: unknown) say of feeder f.
+func feederState(f control.Feeder, runs []finalizer.TrackerStatus) string {
+	switch {
+	case f.Retired():
+		return "retired"
+	case f.FinalizedUntil.IsZero() && f.Expected:
+		return "never reported"
+	case runs == nil:
+		return "unknown"
+	}
+	state := "no tracked run"
+	rank := map[string]int{"no tracked run": 0, "terminated": 1, "failed": 2, "stale": 3, "idle": 4, "reporting": 5}
+	for _, r := range runs {
+		if r.Table != f.Table || r.QueryID != f.Feeder {
+			continue
+		}
+		s := "reporting"
+		switch {
+		case r.Failed:
+			s = "failed"
+		case r.Done || r.Terminated:
+			s = "terminated"
+		case r.Stale:
+			s = "stale"
+		case r.Idle:
+			s = "idle"
+		}
+		if rank[s] > rank[state] {
+			state = s
+		}
+	}
+	return state
+}
+
+// toTableStatus is v with its feeders (one table's, as control.Feeders
+// returns them) and tracked runs (nil: unknown). A table held before its
+// first verdict has a zero v with only Table set.
+func toTableStatus(v control.Verdict, now time.Time, runs []finalizer.TrackerStatus, feeders []control.Feeder) tableStatus {
 	ts := tableStatus{
-		Table: v.Table, FinalizedUntil: v.FinalizedUntil, LagSeconds: now.Sub(v.FinalizedUntil).Seconds(),
+		Table: v.Table, FinalizedUntil: v.FinalizedUntil,
 		EndTime: v.EndTime, EndOffset: v.EndOffset, QueryID: v.QueryID, RunID: v.RunID, BatchID: v.BatchID,
 		UpdatedAt: v.UpdatedAt, Sources: v.Sources, Mark: v.Mark, MarkedAt: v.MarkedAt, Marks: v.Marks,
-		RewoundAt: v.RewoundAt, Runs: []finalizer.TrackerStatus{},
+		RewoundAt: v.RewoundAt, Feeders: []feederStatus{}, Runs: []finalizer.TrackerStatus{},
+	}
+	if !v.FinalizedUntil.IsZero() {
+		ts.LagSeconds = now.Sub(v.FinalizedUntil).Seconds()
 	}
 	for _, r := range runs {
 		if r.Table == v.Table {
 			ts.Runs = append(ts.Runs, r)
 		}
 	}
+	holder, held := control.HeldBy(feeders)
+	for _, f := range feeders {
+		fs := feederStatus{
+			Feeder: f.Feeder, QueryName: f.QueryName, FinalizedUntil: f.FinalizedUntil, Expected: f.Expected,
+			JoinedAt: f.JoinedAt, UpdatedAt: f.UpdatedAt, RetiredAt: f.RetiredAt, RetiredWhy: f.RetiredWhy,
+			State: feederState(f, runs),
+			Holds: held && f.Feeder == holder.Feeder,
+		}
+		if !f.FinalizedUntil.IsZero() && !f.Retired() {
+			fs.LagSeconds = now.Sub(f.FinalizedUntil).Seconds()
+		}
+		ts.Feeders = append(ts.Feeders, fs)
+		if fs.Holds {
+			ts.HeldBy = heldBy(f, fs.State)
+		}
+	}
 	return ts
+}
+
+// heldBy says which feeder holds a table and, when it is not reporting,
+// why it is silent: "held by region-us at 2026-09-28T12:00:00Z (stale)".
+func heldBy(f control.Feeder, state string) string {
+	if f.FinalizedUntil.IsZero() {
+		return fmt.Sprintf("held by %s: expected, never reported", f.Name())
+	}
+	s := fmt.Sprintf("held by %s at %s", f.Name(), f.FinalizedUntil.Format(time.RFC3339))
+	if state != "reporting" && state != "idle" {
+		s += " (" + state + ")"
+	}
+	return s
+}
+
+// tableStatuses joins verdicts, feeders (every table's) and runs: a table
+// with feeders and no verdict yet is listed too.
+func tableStatuses(verdicts []control.Verdict, feeders []control.Feeder, runs []finalizer.TrackerStatus, now time.Time, only string) []tableStatus {
+	byTable := map[string][]control.Feeder{}
+	for _, f := range feeders {
+		byTable[f.Table] = append(byTable[f.Table], f)
+	}
+	seen := map[string]bool{}
+	out := make([]tableStatus, 0, len(verdicts))
+	for _, v := range verdicts {
+		seen[v.Table] = true
+		out = append(out, toTableStatus(v, now, runs, byTable[v.Table]))
+	}
+	for t, fs := range byTable {
+		if !seen[t] && (only == "" || only == t) {
+			out = append(out, toTableStatus(control.Verdict{Table: t}, now, runs, fs))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Table < out[j].Table })
+	return out
 }
 
 func newStatusCmd(stdout io.Writer) *cobra.Command {
@@ -228,22 +343,39 @@ Exit codes: 0 shown, 2 usage or connection error (or --table without a verdict).
 				return err
 			}
 			defer s.Close()
-			var verdicts []control.Verdict
+			var (
+				verdicts []control.Verdict
+				feeders  []control.Feeder
+			)
 			if table != "" {
 				v, err := s.Get(ctx, table)
-				if err != nil {
+				if err != nil && !errors.Is(err, control.ErrNotFound) {
 					return usageError(err)
 				}
-				verdicts = []control.Verdict{v}
-			} else if verdicts, err = s.List(ctx); err != nil {
-				return usageError(err)
+				if feeders, err = s.Feeders(ctx, table); err != nil {
+					return usageError(err)
+				}
+				switch {
+				case v.Table != "":
+					verdicts = []control.Verdict{v}
+				case len(feeders) == 0:
+					return usageError(fmt.Errorf("%s: %w", table, control.ErrNotFound))
+				}
+			} else {
+				if verdicts, err = s.List(ctx); err != nil {
+					return usageError(err)
+				}
+				if feeders, err = s.Feeders(ctx, ""); err != nil {
+					return usageError(err)
+				}
 			}
 			runs, runsErr := fetchRuns(ctx, httpURL, httpToken)
 			now := time.Now().UTC()
-			out := make([]tableStatus, 0, len(verdicts))
-			for _, v := range verdicts {
-				out = append(out, toTableStatus(v, now, runs))
+			known := runs
+			if runsErr != nil || httpURL == "" {
+				known = nil
 			}
+			out := tableStatuses(verdicts, feeders, known, now, table)
 			if asJSON {
 				doc := map[string]any{"tables": out, "runs": runs}
 				if runsErr != nil {
@@ -305,6 +437,10 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TABLE\tFINALIZED_UNTIL\tLAG\tLAST MOVE\tBY RUN\tBATCH")
 	for _, t := range tables {
+		if t.FinalizedUntil.IsZero() {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\n", t.Table)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", t.Table, t.FinalizedUntil.Format(time.RFC3339),
 			fmtLag(t.LagSeconds), t.UpdatedAt.Format(time.RFC3339), short(t.RunID), t.BatchID)
 	}
@@ -312,6 +448,7 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 		fmt.Fprintln(tw, "(no verdicts yet)")
 	}
 	tw.Flush()
+	printFeeders(w, tables)
 	for _, t := range tables {
 		if t.Mark != "" {
 			fmt.Fprintf(w, "\nMARKED %s since %s (%d signs): %s\n  its history may have changed under the verdict: look, then `finalizer rewind --table %s --to TS --reason ...` or `finalizer acknowledge --table %s --reason ...`\n",
@@ -359,6 +496,48 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 		fmt.Fprintln(tw, "(none)")
 	}
 	tw.Flush()
+}
+
+// printFeeders lists the feeders of the tables that have several, or one
+// that holds them, and says which one holds each table back.
+func printFeeders(w io.Writer, tables []tableStatus) {
+	var shown []tableStatus
+	for _, t := range tables {
+		if len(t.Feeders) > 1 || t.HeldBy != "" {
+			shown = append(shown, t)
+		}
+	}
+	if len(shown) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tFEEDER\tQUERY\tWATERMARK\tLAG\tSTATE")
+	for _, t := range shown {
+		for _, f := range t.Feeders {
+			mark, until, lag := "", "-", "-"
+			if f.Holds {
+				mark = "  <- holds the table"
+			}
+			if !f.FinalizedUntil.IsZero() {
+				until = f.FinalizedUntil.Format(time.RFC3339)
+				if f.RetiredAt.IsZero() {
+					lag = fmtLag(f.LagSeconds)
+				}
+			}
+			state := f.State
+			if !f.RetiredAt.IsZero() && f.RetiredWhy != "" {
+				state += ": " + f.RetiredWhy
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\n", t.Table, short(f.Feeder), f.QueryName, until, lag, state, mark)
+		}
+	}
+	tw.Flush()
+	for _, t := range shown {
+		if t.HeldBy != "" {
+			fmt.Fprintf(w, "%s is %s\n", t.Table, t.HeldBy)
+		}
+	}
 }
 
 // fmtLag prints a lag the way an operator reads it: 42s, 1h5m0s, 3d4h.

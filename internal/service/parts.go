@@ -148,6 +148,9 @@ func (s *Service) openStore(ctx context.Context) error {
 			s.metrics.ObserveVerdict(v.Table, v.FinalizedUntil)
 		}
 	}
+	if err := s.prom.Register(newFeederCollector(store, time.Now)); err != nil {
+		return fmt.Errorf("feeder metrics: %w", err)
+	}
 	return nil
 }
 
@@ -228,6 +231,11 @@ func (s *Service) serveAPI(context.Context) error {
 		return fmt.Errorf("nats api: %w", err)
 	}
 	s.started("nats api", func(context.Context) { _ = api.Unsubscribe() })
+	retire, err := s.bus.ServeRetire(s.handleRetire)
+	if err != nil {
+		return fmt.Errorf("nats api: %w", err)
+	}
+	s.started("nats retire api", func(context.Context) { _ = retire.Unsubscribe() })
 	return nil
 }
 

@@ -158,6 +158,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		s.startNATS,
 		s.startPostgres,
 		s.openStore,
+		s.expectFeeders,
 		s.dialBus,
 		s.startRegistry,
 		s.serveAPI,

@@ -1,0 +1,398 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
+)
+
+// Tables written by several queries (ADR 0013).
+
+// tableDoc is GET /v1/tables/{table} as the feeder tests read it.
+type tableDoc struct {
+	Table          string    `json:"table"`
+	FinalizedUntil time.Time `json:"finalized_until"`
+	HeldBy         string    `json:"held_by"`
+	Feeders        []struct {
+		Feeder         string    `json:"feeder"`
+		QueryName      string    `json:"query_name"`
+		FinalizedUntil time.Time `json:"finalized_until"`
+		Expected       bool      `json:"expected"`
+		RetiredAt      time.Time `json:"retired_at"`
+		State          string    `json:"state"`
+		Holds          bool      `json:"holds"`
+	} `json:"feeders"`
+}
+
+// holdsAt waits a moment for anything in flight, then checks that the
+// table's verdict is still want ("" = no row).
+func holdsAt(t *testing.T, pgURL, table, want string) {
+	t.Helper()
+	time.Sleep(700 * time.Millisecond)
+	r, ok := readRow(t, pgURL, table)
+	switch {
+	case want == "" && ok:
+		t.Fatalf("%s final until %v, want no verdict yet", table, r.FinalizedUntil)
+	case want != "" && (!ok || !r.FinalizedUntil.Equal(utc(want))):
+		t.Fatalf("%s at %v (row %v), want held at %s", table, r.FinalizedUntil, ok, want)
+	}
+}
+
+// The issue's scenario: region-us has committed up to 12:30, region-eu up
+// to 14:05, hourly periods, one rule writing both into silver.all. The
+// table stays at 12:00 until region-us passes 14:00, then moves; the API,
+// the status and the metrics say who holds it.
+func TestSeveralQueriesIntoOneTable(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL, config: `
+tables:
+  - table: silver.all
+    query: "region-*"
+`})
+	pub := connect(t, s.natsURL)
+	us, usRun, eu, euRun := id(0x1001), id(0x1002), id(0x1003), id(0x1004)
+	watch := watchVerdict(t, pgURL, "silver.all")
+	pub.publish("progress", us, usRun, progressAt(us, usRun, "region-us", 1, "2026-09-28T12:30:00"))
+	waitVerdict(t, pgURL, "silver.all", "2026-09-28T12:00:00Z")
+	pub.publish("progress", eu, euRun, progressAt(eu, euRun, "region-eu", 1, "2026-09-28T14:05:00"))
+	eventually(t, "region-eu to be a feeder", func() bool {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.all", &doc)
+		return len(doc.Feeders) == 2
+	})
+	holdsAt(t, pgURL, "silver.all", "2026-09-28T12:00:00Z")
+
+	var doc tableDoc
+	if code := getJSON(t, s.httpURL+"/v1/tables/silver.all", &doc); code != http.StatusOK {
+		t.Fatalf("GET /v1/tables/silver.all: %d", code)
+	}
+	if doc.HeldBy != "held by region-us at 2026-09-28T12:00:00Z" {
+		t.Errorf("held_by = %q", doc.HeldBy)
+	}
+	for _, f := range doc.Feeders {
+		if f.Holds != (f.QueryName == "region-us") || f.State != "reporting" {
+			t.Errorf("feeder %+v", f)
+		}
+	}
+	if v := sample(t, s.httpURL, fmt.Sprintf(`finalizer_table_held{feeder=%q,query_name="region-us",table="silver.all"}`, us)); v != 1 {
+		t.Errorf("finalizer_table_held of region-us = %v, want 1", v)
+	}
+	if v := sample(t, s.httpURL, fmt.Sprintf(`finalizer_feeder_watermark_timestamp_seconds{feeder=%q,query_name="region-eu",table="silver.all"}`, eu)); v != float64(utc("2026-09-28T14:00:00Z").Unix()) {
+		t.Errorf("region-eu's watermark metric = %v", v)
+	}
+	code, out, _ := cli(t, nil, "status", "--postgres-url", pgURL, "--http-url", s.httpURL, "--table", "silver.all")
+	if code != 0 || !strings.Contains(out, "silver.all is held by region-us at 2026-09-28T12:00:00Z") || !strings.Contains(out, "region-eu") {
+		t.Errorf("status: %d\n%s", code, out)
+	}
+	if code, _, _ := cli(t, nil, "is-final", "--postgres-url", pgURL, "--table", "silver.all", "--period-end", "2026-09-28T13:00:00Z"); code != 1 {
+		t.Errorf("is-final 13:00 while region-us is at 12:30: exit %d, want 1", code)
+	}
+
+	// region-us catches up: 13:10 moves the table to 13:00, 14:10 to
+	// 14:00 (region-eu's), not 14:00 on region-us's word alone.
+	pub.publish("progress", us, usRun, progressAt(us, usRun, "region-us", 2, "2026-09-28T13:10:00"))
+	waitVerdict(t, pgURL, "silver.all", "2026-09-28T13:00:00Z")
+	pub.publish("progress", us, usRun, progressAt(us, usRun, "region-us", 3, "2026-09-28T15:10:00"))
+	waitVerdict(t, pgURL, "silver.all", "2026-09-28T14:00:00Z")
+	holdsAt(t, pgURL, "silver.all", "2026-09-28T14:00:00Z")
+	if code, _, _ := cli(t, nil, "is-final", "--postgres-url", pgURL, "--table", "silver.all", "--period-end", "2026-09-28T14:00:00Z"); code != 0 {
+		t.Errorf("is-final 14:00: exit %d, want 0", code)
+	}
+	getJSON(t, s.httpURL+"/v1/tables/silver.all", &doc)
+	if doc.HeldBy != "held by region-eu at 2026-09-28T14:00:00Z" {
+		t.Errorf("held_by = %q, want region-eu", doc.HeldBy)
+	}
+	if seen := watch.check(t, "2026-09-28T14:00:00Z"); len(seen) != 3 {
+		t.Errorf("the table went through %v, want 12:00, 13:00, 14:00", seen)
+	}
+}
+
+// An expected feeder that never reported holds its table from the start,
+// and still does after a restart of the service; once it reports, the
+// table follows the slowest.
+func TestExpectedFeederHoldsFromTheStart(t *testing.T) {
+	ns, err := embeddednats.Start(embeddednats.Options{Port: embeddednats.RandomPort, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	pgURL := pgtest.URL(t)
+	config := `
+tables:
+  - table: silver.all
+    query: "region-*"
+    feeders: [region-us, region-eu]
+`
+	s := startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: config})
+	pub := connect(t, ns.ClientURL())
+	us, usRun, eu, euRun := id(0x1101), id(0x1102), id(0x1103), id(0x1104)
+	pub.publish("progress", eu, euRun, progressAt(eu, euRun, "region-eu", 1, "2026-09-28T14:05:00"))
+	eventually(t, "region-eu to report", func() bool {
+		var doc tableDoc
+		return getJSON(t, s.httpURL+"/v1/tables/silver.all", &doc) == http.StatusOK && strings.Contains(doc.HeldBy, "region-us: expected, never reported")
+	})
+	holdsAt(t, pgURL, "silver.all", "")
+
+	s.stop()
+	s = startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: config})
+	pub.publish("progress", eu, euRun, progressAt(eu, euRun, "region-eu", 2, "2026-09-28T15:05:00"))
+	eventually(t, "region-eu at 15:00 after the restart", func() bool {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.all", &doc)
+		for _, f := range doc.Feeders {
+			if f.QueryName == "region-eu" && f.FinalizedUntil.Equal(utc("2026-09-28T15:00:00Z")) {
+				return strings.Contains(doc.HeldBy, "region-us: expected, never reported")
+			}
+		}
+		return false
+	})
+	holdsAt(t, pgURL, "silver.all", "")
+
+	pub.publish("progress", us, usRun, progressAt(us, usRun, "region-us", 1, "2026-09-28T12:30:00"))
+	waitVerdict(t, pgURL, "silver.all", "2026-09-28T12:00:00Z")
+	pub.publish("progress", us, usRun, progressAt(us, usRun, "region-us", 2, "2026-09-28T16:10:00"))
+	waitVerdict(t, pgURL, "silver.all", "2026-09-28T15:00:00Z")
+	code, out, _ := cli(t, nil, "feeders", "list", "--postgres-url", pgURL, "--table", "silver.all")
+	if code != 0 || !strings.Contains(out, "reported as query "+us) || !strings.Contains(out, "silver.all is held by region-eu") {
+		t.Errorf("feeders list: %d\n%s", code, out)
+	}
+}
+
+// A backfill next to the live query: the table follows the slower, the
+// backfill's clean termination retires it by rule and the table follows
+// the live query alone; a new backfill joining behind holds the table
+// without moving it back; one that fails is never retired automatically,
+// and the CLI, HTTP and NATS retire it.
+func TestBackfillLiveAndRetirement(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL, config: `
+tables:
+  - table: silver.orders
+    query: orders-live
+  - table: silver.orders
+    query: "orders-backfill*"
+    retire: on_clean_termination
+`})
+	pub := connect(t, s.natsURL)
+	watch := watchVerdict(t, pgURL, "silver.orders")
+	live, liveRun, bf, bfRun := id(0x1201), id(0x1202), id(0x1203), id(0x1204)
+	pub.publish("progress", live, liveRun, progressAt(live, liveRun, "orders-live", 1, "2026-09-28T14:05:00"))
+	waitVerdict(t, pgURL, "silver.orders", "2026-09-28T14:00:00Z")
+	// The backfill joins behind: the table does not move back, and holds.
+	pub.publish("progress", bf, bfRun, progressAt(bf, bfRun, "orders-backfill", 1, "2026-09-28T09:30:00"))
+	eventually(t, "the backfill to be a feeder", func() bool {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.orders", &doc)
+		return strings.HasPrefix(doc.HeldBy, "held by orders-backfill at 2026-09-28T09:00:00Z")
+	})
+	pub.publish("progress", live, liveRun, progressAt(live, liveRun, "orders-live", 2, "2026-09-28T16:05:00"))
+	pub.publish("progress", bf, bfRun, progressAt(bf, bfRun, "orders-backfill", 2, "2026-09-28T15:20:00"))
+	waitVerdict(t, pgURL, "silver.orders", "2026-09-28T15:00:00Z")
+	// Its clean end retires it: the table follows the live query alone.
+	pub.publish("terminated", bf, bfRun, terminatedJSON(bf, bfRun))
+	waitVerdict(t, pgURL, "silver.orders", "2026-09-28T16:00:00Z")
+
+	// A second backfill (a new checkpoint: a new query id) joins behind
+	// and fails: it is not retired, and holds the table; the status says
+	// it has no tracked run.
+	bf2, bf2Run := id(0x1205), id(0x1206)
+	pub.publish("progress", bf2, bf2Run, progressAt(bf2, bf2Run, "orders-backfill-2", 1, "2026-09-28T10:30:00"))
+	pub.publish("terminated", bf2, bf2Run, terminatedWithException(bf2, bf2Run))
+	eventually(t, "the failed backfill to show", func() bool {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.orders", &doc)
+		// Its tracker is gone with the run: the query is silent.
+		return doc.HeldBy == "held by orders-backfill-2 at 2026-09-28T10:00:00Z (no tracked run)"
+	})
+	pub.publish("progress", live, liveRun, progressAt(live, liveRun, "orders-live", 3, "2026-09-28T17:05:00"))
+	holdsAt(t, pgURL, "silver.orders", "2026-09-28T16:00:00Z")
+
+	// Retired by the CLI: the table moves to the live query's 17:00.
+	code, out, e := cli(t, nil, "feeders", "retire", "--postgres-url", pgURL, "--table", "silver.orders", "--query", "orders-backfill-2", "--reason", "failed backfill, rerun later")
+	if code != 0 || !strings.Contains(out, "retired feeder "+bf2) || !strings.Contains(out, "final until 2026-09-28T17:00:00Z (moved)") {
+		t.Fatalf("feeders retire: %d\n%s\n%s", code, out, e)
+	}
+	if code, _, _ := cli(t, nil, "feeders", "retire", "--postgres-url", pgURL, "--table", "silver.orders", "--query", "orders-backfill-2"); code != 2 {
+		t.Errorf("retiring it again: exit %d, want 2", code)
+	}
+	if seen := watch.check(t, "2026-09-28T17:00:00Z"); len(seen) != 4 {
+		t.Errorf("the table went through %v, want 14:00, 15:00, 16:00, 17:00", seen)
+	}
+
+	// The HTTP and NATS twins: a third and a fourth backfill, retired.
+	bf3, bf3Run, bf4, bf4Run := id(0x1207), id(0x1208), id(0x1209), id(0x120a)
+	pub.publish("progress", bf3, bf3Run, progressAt(bf3, bf3Run, "orders-backfill-3", 1, "2026-09-28T11:30:00"))
+	pub.publish("progress", bf4, bf4Run, progressAt(bf4, bf4Run, "orders-backfill-4", 1, "2026-09-28T12:30:00"))
+	eventually(t, "both to be feeders", func() bool {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.orders", &doc)
+		return len(doc.Feeders) == 5
+	})
+	resp, err := http.Post(s.httpURL+"/v1/tables/silver.orders/feeders/orders-backfill-3/retire", "application/json", strings.NewReader(`{"reason":"done"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("POST retire: %s", resp.Status)
+	}
+	nc, err := nats.Connect(s.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	msg, err := nc.Request("finalizer.api.feeders.retire", []byte(`{"table":"silver.orders","query":"orders-backfill-4","reason":"done"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply struct {
+		OK             bool     `json:"ok"`
+		Error          string   `json:"error"`
+		Retired        []string `json:"retired"`
+		FinalizedUntil string   `json:"finalized_until"`
+	}
+	if err := json.Unmarshal(msg.Data, &reply); err != nil || !reply.OK || len(reply.Retired) != 1 || reply.Retired[0] != bf4 {
+		t.Errorf("NATS retire reply %s: %+v, %v", msg.Data, reply, err)
+	}
+	holdsAt(t, pgURL, "silver.orders", "2026-09-28T17:00:00Z")
+	pub.publish("progress", live, liveRun, progressAt(live, liveRun, "orders-live", 4, "2026-09-28T18:05:00"))
+	waitVerdict(t, pgURL, "silver.orders", "2026-09-28T18:00:00Z")
+}
+
+// Two replicas and a kill -9 with several feeders of one table, progress
+// replayed and out of order: both replicas reach the same verdict, which
+// never moves back and never runs ahead of the slowest query's published
+// (so committed) data.
+func TestSeveralFeedersTwoReplicasKill9(t *testing.T) {
+	ns, err := embeddednats.Start(embeddednats.Options{Port: embeddednats.RandomPort, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	pgURL := pgtest.URL(t)
+	config := `
+tables:
+  - table: silver.all
+    query: "region-*"
+    granularity: minute
+    feeders: [region-a, region-b, region-c]
+`
+	s1 := startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: config})
+	s2 := startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: config})
+	pub := connect(t, ns.ClientURL())
+
+	type region struct {
+		name, q, r string
+		published  atomic.Int64 // the highest minute published (Unix seconds), set before publishing
+	}
+	regions := []*region{{name: "region-a", q: id(0x1301), r: id(0x1302)}, {name: "region-b", q: id(0x1303), r: id(0x1304)}, {name: "region-c", q: id(0x1305), r: id(0x1306)}}
+	slowest := func() time.Time {
+		m := int64(1 << 62)
+		for _, g := range regions {
+			m = min(m, g.published.Load())
+		}
+		return time.Unix(m, 0).UTC()
+	}
+
+	// The checker: reads the control table throughout.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var checkErr atomic.Value
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, pgURL)
+		if err != nil {
+			checkErr.Store(err.Error())
+			return
+		}
+		defer conn.Close(ctx)
+		var last time.Time
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			var until time.Time
+			err := conn.QueryRow(ctx, `SELECT finalized_until FROM public.table_finalization WHERE table_name = 'silver.all'`).Scan(&until)
+			if err == pgx.ErrNoRows {
+				continue
+			}
+			if err != nil {
+				checkErr.Store(err.Error())
+				return
+			}
+			until = until.UTC()
+			bound := slowest() // read after the row: published only grows
+			switch {
+			case until.Before(last):
+				checkErr.Store(fmt.Sprintf("moved back from %v to %v", last, until))
+				return
+			case until.After(bound):
+				checkErr.Store(fmt.Sprintf("final until %v, ahead of the slowest region's data (%v)", until, bound))
+				return
+			}
+			last = until
+		}
+	}()
+
+	rnd := rand.New(rand.NewPCG(3, 5))
+	publish := func(g *region, b int64, minute int) {
+		ts := fmt.Sprintf("2026-09-28T13:%02d:30", minute)
+		floor := utc(fmt.Sprintf("2026-09-28T13:%02d:00Z", minute)).Unix()
+		if floor > g.published.Load() {
+			g.published.Store(floor)
+		}
+		pub.publish("progress", g.q, g.r, progressAt(g.q, g.r, g.name, b, ts))
+	}
+	minute := map[*region]int{}
+	for b := int64(1); b <= 30; b++ {
+		g := regions[rnd.IntN(len(regions))]
+		if b <= 3 {
+			g = regions[b-1] // each region reports once early
+		}
+		minute[g] += 1 + rnd.IntN(3)
+		publish(g, b, min(minute[g], 59))
+		if rnd.IntN(4) == 0 && minute[g] > 2 { // a replay of an older progress
+			pub.publish("progress", g.q, g.r, progressAt(g.q, g.r, g.name, b-1, fmt.Sprintf("2026-09-28T13:%02d:10", minute[g]-2)))
+		}
+		if b == 15 {
+			s1.kill()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Every region ends at the same minute.
+	for i, g := range regions {
+		publish(g, 100+int64(i), 59)
+	}
+	final := "2026-09-28T13:59:00Z"
+	waitVerdict(t, pgURL, "silver.all", final)
+	s1 = startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: config})
+	for _, s := range []*proc{s1, s2} {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.all", &doc)
+		if !doc.FinalizedUntil.Equal(utc(final)) || doc.HeldBy != "" || len(doc.Feeders) != 6 {
+			t.Errorf("%s: %+v", s.httpURL, doc)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if e := checkErr.Load(); e != nil {
+		t.Fatal(e)
+	}
+}
