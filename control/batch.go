@@ -36,7 +36,7 @@ type feederKey struct{ table, feeder string }
 // feeder, or read from a snapshot that missed a concurrent writer) is
 // settled by a second statement, which sees every commit before it began:
 // so whichever of two concurrent feeders commits last moves the table to
-// where both allow (ADR 0013). A table with one feeder never needs it.
+// where both allow (ADR 0014). A table with one feeder never needs it.
 //
 // An invalid advance gets ErrInvalidAdvance in its result and is not sent.
 // One advance the database refuses never fails the others, whatever the
@@ -291,7 +291,12 @@ func (s *Store) advance(ctx context.Context, as []Advance, rows map[feederKey]*b
 			runs[j] = &a.RunID
 		}
 	}
-	return scanMoves(s.pool.Query(ctx, s.sql.advance, tables, feeders, names, untils, ends, offsets, runs, batches, sources, payloads))
+	verdicts, moved, err := scanMoves(s.pool.Query(ctx, s.sql.advance, tables, feeders, names, untils, ends, offsets, runs, batches, sources, payloads))
+	if err == nil {
+		s.stats.advanceStatements.Add(1)
+		s.stats.advanced.Add(int64(n))
+	}
+	return verdicts, moved, err
 }
 
 // settle moves each of tables to the lowest watermark of its feeders as
@@ -305,7 +310,12 @@ func (s *Store) settle(ctx context.Context, tables []string) (map[string]Verdict
 		}
 		payloads[i] = p
 	}
-	return scanMoves(s.pool.Query(ctx, s.sql.settle, tables, payloads))
+	verdicts, moved, err := scanMoves(s.pool.Query(ctx, s.sql.settle, tables, payloads))
+	if err == nil {
+		s.stats.settleStatements.Add(1)
+		s.stats.settled.Add(int64(len(tables)))
+	}
+	return verdicts, moved, err
 }
 
 // scanMoves reads what moveToLowest returns.

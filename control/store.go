@@ -57,6 +57,7 @@ type Store struct {
 	sql  statements
 
 	lis       *listener
+	stats     storeStats
 	closed    atomic.Bool
 	closeOnce sync.Once
 }
@@ -113,6 +114,29 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		return pgx.ConnectConfig(ctx, listenCfg)
 	}, s.log)
 	return s, nil
+}
+
+// StoreStats counts the statements of a Store's advances since Open
+// (ADR 0014): what a table with several feeders costs beyond one feeder.
+type StoreStats struct {
+	AdvanceStatements int64 // advance statements that succeeded
+	Advanced          int64 // feeder rows they offered
+	SettleStatements  int64 // settle statements that succeeded
+	Settled           int64 // tables they settled
+}
+
+type storeStats struct {
+	advanceStatements, advanced, settleStatements, settled atomic.Int64
+}
+
+// Stats returns the counts of the Store's statements so far.
+func (s *Store) Stats() StoreStats {
+	return StoreStats{
+		AdvanceStatements: s.stats.advanceStatements.Load(),
+		Advanced:          s.stats.advanced.Load(),
+		SettleStatements:  s.stats.settleStatements.Load(),
+		Settled:           s.stats.settled.Load(),
+	}
 }
 
 // Table returns the control table's name as "schema.name".

@@ -50,3 +50,25 @@ func TestRuleValidate(t *testing.T) {
 		t.Errorf("valid rule rejected: %v", err)
 	}
 }
+
+// The feeders of a rule (ADR 0014): expected feeders need one table, and
+// retire takes one of its two values.
+func TestRuleFeedersValidate(t *testing.T) {
+	for name, tc := range map[string]struct {
+		rule finalizer.Rule
+		ok   bool
+	}{
+		"feeders of one table":   {finalizer.Rule{Table: "silver.all", Query: "region-*", Feeders: []string{"region-us", "region-eu"}}, true},
+		"feeders of a template":  {finalizer.Rule{Table: "silver.{name}", Query: "region-*", Feeders: []string{"region-us"}}, false},
+		"an empty feeder":        {finalizer.Rule{Table: "silver.all", Query: "region-*", Feeders: []string{" "}}, false},
+		"retire on a clean end":  {finalizer.Rule{Table: "t", Query: "backfill", Retire: finalizer.RetireOnCleanTermination}, true},
+		"retire never":           {finalizer.Rule{Table: "t", Query: "backfill", Retire: finalizer.RetireNever}, true},
+		"retire on failure, too": {finalizer.Rule{Table: "t", Query: "backfill", Retire: "always"}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := tc.rule.Validate(); (err == nil) != tc.ok {
+				t.Errorf("Validate = %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}

@@ -85,6 +85,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"subject_prefix: \"spark.>\"\n", "subject_prefix"},
 		{"tracking: {stale_after: soon}\n", "not a duration"},
 		{"log: {format: xml}\n", "log.format"},
+		{"tables:\n  - table: t\n    query: q\n    retire: always\n", `retire "always"`},
+		{"tables:\n  - table: \"s.{name}\"\n    query: q\n    feeders: [a]\n", "feeders need one table"},
 	}
 	for _, c := range cases {
 		t.Run(c.want, func(t *testing.T) {
@@ -213,5 +215,17 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 	if len(cfg.Tables) != 2 || cfg.Tables[0].Time != "offset:/commit_ts" || cfg.Tables[1].Delay != "10m" {
 		t.Fatalf("tables = %+v", cfg.Tables)
+	}
+}
+
+// A rule's feeders and lifecycle (ADR 0014) reach the rule.
+func TestConfigFeeders(t *testing.T) {
+	cfg, err := resolveServe(t, "--config", writeConfig(t, "tables:\n  - table: silver.all\n    query: \"region-*\"\n    feeders: [region-us, region-eu]\n    retire: on_clean_termination\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := cfg.rules()
+	if err != nil || len(rules) != 1 || len(rules[0].Feeders) != 2 || rules[0].Feeders[1] != "region-eu" || rules[0].Retire != "on_clean_termination" {
+		t.Fatalf("rules = %+v, %v", rules, err)
 	}
 }

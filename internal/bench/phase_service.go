@@ -89,6 +89,17 @@ func (r *runner) runService(ctx context.Context) error {
 	if svc.dropped.Load() != 0 {
 		return fmt.Errorf("the service dropped %d events", svc.dropped.Load())
 	}
+	// Tables of one and of three feeders (ADR 0014), on control tables of
+	// their own.
+	for _, k := range []int{1, 3} {
+		if err := r.profile(fmt.Sprintf("feeders-%d", k), func() error {
+			f, err := r.feeders(ctx, min(len(r.sims), 1000), k, 5)
+			r.res.Feeders = append(r.res.Feeders, f)
+			return err
+		}); err != nil {
+			return fmt.Errorf("feeders: %w", err)
+		}
+	}
 
 	// Restart: stop, publish one crossing per run while down, start.
 	stop()

@@ -67,6 +67,9 @@ type Result struct {
 
 	Latency      Latency `json:"latency"`
 	BurstSeconds float64 `json:"burst_s"`
+	// Feeders is the cost of tables of one and of several feeders on the
+	// control table (ADR 0014).
+	Feeders []Feeders `json:"feeders,omitempty"`
 
 	MemPerRunKiB     float64 `json:"mem_per_run_kib"` // RSS growth / N
 	HeapPerRunKiB    float64 `json:"heap_per_run_kib"`
@@ -149,6 +152,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 		naive(func(b *Baseline) string { return fmt.Sprintf("%.2f", b.Latency.WritesPerPeriod) }), "1.00")
 	row(fmt.Sprintf("burst: %d tables committed (s)", r.Runs), fmt.Sprintf("%.3f", r.BurstSeconds),
 		naive(func(b *Baseline) string { return fmt.Sprintf("%.3f", b.BurstSeconds) }), "< 1")
+	for _, f := range r.Feeders {
+		row(fmt.Sprintf("%d feeder(s) per table: advances / settles", f.FeedersPerTable),
+			fmt.Sprintf("%.2f / %.2f", f.AdvancesPerPeriod, f.SettlesPerPeriod), "", fmt.Sprintf("<= %d / -", f.FeedersPerTable))
+		row("  moves of the table", fmt.Sprintf("%.2f", f.MovesPerPeriod), "", "1.00")
+		row(fmt.Sprintf("  %d tables, one period (ms)", f.Tables), fmt.Sprintf("%.1f", f.MsPerPeriod), "", "")
+	}
 	row("memory per tracked run (KiB RSS)", fmt.Sprintf("%.1f", r.MemPerRunKiB), "", "< 16")
 	row("  heap / stacks (KiB), goroutines", fmt.Sprintf("%.1f / %.1f, %.1f", r.HeapPerRunKiB, r.StackPerRunKiB, r.GoroutinesPerRun), "", "")
 	row(fmt.Sprintf("recovery of %d runs (s)", r.Runs), fmt.Sprintf("%.3f", r.RecoverySeconds), "", "< 5")
