@@ -212,7 +212,7 @@ func (a Advance) check() (time.Time, string, error) {
 // Advance moves the watermark of a.Table's feeder a.QueryID (the query
 // that wrote the data) forward to a.FinalizedUntil, and the table's
 // verdict forward to the lowest watermark of the table's feeders that are
-// not retired (ADR 0014), in one statement, so in one transaction and one
+// not retired (ADR 0015), in one statement, so in one transaction and one
 // round trip. A table with one feeder moves with it, as before feeders
 // existed: the row is inserted when the table has none, and updated only
 // when its finalized_until is NULL or earlier than the candidate, with the

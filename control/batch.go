@@ -36,7 +36,7 @@ type feederKey struct{ table, feeder string }
 // feeder, or read from a snapshot that missed a concurrent writer) is
 // settled by a second statement, which sees every commit before it began:
 // so whichever of two concurrent feeders commits last moves the table to
-// where both allow (ADR 0014). A table with one feeder never needs it.
+// where both allow (ADR 0015). A table with one feeder never needs it.
 //
 // An invalid advance gets ErrInvalidAdvance in its result and is not sent.
 // One advance the database refuses never fails the others, whatever the

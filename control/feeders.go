@@ -10,7 +10,7 @@ import (
 )
 
 // Feeder is one query that writes a table, as the feeders table holds it
-// (ADR 0014). A table's verdict is the lowest watermark of its feeders
+// (ADR 0015). A table's verdict is the lowest watermark of its feeders
 // that are not retired, and never moves back.
 type Feeder struct {
 	Table string

@@ -82,7 +82,7 @@ CREATE INDEX ON ` + n.audit + ` (table_name, at);
 COMMENT ON TABLE ` + n.audit + ` IS 'finalizer: every operator action on a verdict (rewind: the one backward move; acknowledge: a mark cleared), who, when, from, to and why.';
 `
 	}},
-	{3, "feeders: each query writing a table, with its own watermark (ADR 0014)", func(n names) string {
+	{3, "feeders: each query writing a table, with its own watermark (ADR 0015)", func(n names) string {
 		return `
 CREATE TABLE ` + n.feeds + ` (
 	table_name      text NOT NULL,

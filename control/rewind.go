@@ -87,7 +87,7 @@ type rewindNotification struct {
 // provenance and mark it replaces), clears the table's mark and the
 // provenance of the last move (they described a history that no longer
 // holds), moves the watermarks of the table's feeders that are ahead of
-// r.To back to it (ADR 0014), sets rewound_at, and sends a notification on NotifyChannel with
+// r.To back to it (ADR 0015), sets rewound_at, and sends a notification on NotifyChannel with
 // "rewound": true. Readers of the verdict (is-final, wait, SQL) see the new
 // value once it commits; the service's trackers learn of it through the
 // notification (Notification.Rewound, see Store.Watch).
@@ -132,7 +132,7 @@ UPDATE `+s.n.table+` SET finalized_until = $2, end_time = NULL, end_offset = NUL
 WHERE table_name = $1`, r.Table, to); err != nil {
 			return err
 		}
-		// The feeders' watermarks go back with the table (ADR 0014):
+		// The feeders' watermarks go back with the table (ADR 0015):
 		// otherwise the next advance would move it forward again to the
 		// lowest of them, undoing the rewind.
 		if _, err := tx.Exec(ctx, `

@@ -96,7 +96,7 @@ func TestRewind(t *testing.T) {
 
 	// The rewind took q1's watermark back with the table: q1 (the old
 	// checkpoint's query) still feeds the table and holds it at 12:00
-	// until it is retired (ADR 0014).
+	// until it is retired (ADR 0015).
 	if _, moved, err := s.Advance(ctx, Advance{Table: "bronze.orders", FinalizedUntil: at(13, 0), QueryID: "q2"}); err != nil || moved {
 		t.Fatalf("advance of q2 while q1 holds the table: moved %v, %v", moved, err)
 	}

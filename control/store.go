@@ -117,7 +117,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 }
 
 // StoreStats counts the statements of a Store's advances since Open
-// (ADR 0014): what a table with several feeders costs beyond one feeder.
+// (ADR 0015): what a table with several feeders costs beyond one feeder.
 type StoreStats struct {
 	AdvanceStatements int64 // advance statements that succeeded
 	Advanced          int64 // feeder rows they offered

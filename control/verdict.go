@@ -14,7 +14,7 @@ type Advance struct {
 	EndTime        time.Time       // the time read from the progress
 	EndOffset      json.RawMessage // that source's endOffset; nil is stored as SQL NULL
 	// QueryID is the query that wrote the data: the feeder whose watermark
-	// moves (ADR 0014). Advances without one share the feeder "".
+	// moves (ADR 0015). Advances without one share the feeder "".
 	QueryID   string
 	QueryName string // the query's name, "" when it has none; resolves an expected feeder of that name
 	RunID     string // provenance

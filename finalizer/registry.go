@@ -67,7 +67,7 @@ var (
 )
 
 // FeederStore is what the registry needs of the control table's feeders
-// (ADR 0014). *control.Store implements it; a Store without it retires
+// (ADR 0015). *control.Store implements it; a Store without it retires
 // nothing.
 type FeederStore interface {
 	RetireFeeder(ctx context.Context, table, query, why string) ([]control.Feeder, control.Verdict, bool, error)

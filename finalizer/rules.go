@@ -20,7 +20,7 @@ type Rule struct {
 	// Spec says how a progress becomes a candidate.
 	Spec progress.Spec
 	// Feeders are the queries (names or ids) expected to write Table
-	// (ADR 0014): one that has not reported yet holds the table. Only for
+	// (ADR 0015): one that has not reported yet holds the table. Only for
 	// a table without {name} or {id}.
 	Feeders []string
 	// Retire is what ends a matched query's place among the table's

@@ -51,7 +51,7 @@ func TestRuleValidate(t *testing.T) {
 	}
 }
 
-// The feeders of a rule (ADR 0014): expected feeders need one table, and
+// The feeders of a rule (ADR 0015): expected feeders need one table, and
 // retire takes one of its two values.
 func TestRuleFeedersValidate(t *testing.T) {
 	for name, tc := range map[string]struct {

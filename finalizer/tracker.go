@@ -56,7 +56,7 @@ type TrackerConfig struct {
 	Store   Store
 
 	// QueryName is the query's name ("" when it has none): it resolves an
-	// expected feeder of that name (ADR 0014).
+	// expected feeder of that name (ADR 0015).
 	QueryName string
 	// Retire, when set, retires the query from the table's feeders once
 	// the run terminates without an exception, after its last progress was
@@ -337,7 +337,7 @@ func (t *Tracker) run(ctx context.Context) {
 
 // retireOnTermination retires the query from the table's feeders when the
 // rule says so and the run ended cleanly; a failed run keeps holding the
-// table (ADR 0014). A retirement that still fails after the tracker's
+// table (ADR 0015). A retirement that still fails after the tracker's
 // retries is logged with what the operator does instead.
 func (t *Tracker) retireOnTermination(ctx context.Context, failed bool) {
 	if t.cfg.Retire == nil {
@@ -630,7 +630,7 @@ func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate
 	// The feeder's own watermark is at or past cand.Until now. The
 	// table's verdict says nothing about it: another feeder may hold the
 	// table behind, or this query may have joined behind the table; its
-	// next periods are written all the same (ADR 0014).
+	// next periods are written all the same (ADR 0015).
 	t.written = cand.Until
 	t.mu.Lock()
 	failures := t.failures

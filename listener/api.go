@@ -242,7 +242,7 @@ func (l *Listener) request(ctx context.Context, subject string, req, reply any) 
 }
 
 // RetireRequest asks the service to retire a query from a table's feeders
-// (ADR 0014; `finalizer feeders retire` does it in PostgreSQL directly).
+// (ADR 0015; `finalizer feeders retire` does it in PostgreSQL directly).
 // Query is the query's name or id; Reason is kept with the feeder.
 type RetireRequest struct {
 	Table  string `json:"table"`

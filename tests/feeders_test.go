@@ -19,7 +19,7 @@ import (
 	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 )
 
-// Tables written by several queries (ADR 0014).
+// Tables written by several queries (ADR 0015).
 
 // tableDoc is GET /v1/tables/{table} as the feeder tests read it.
 type tableDoc struct {

@@ -151,7 +151,7 @@ type TableConfig struct {
 	Query                string `yaml:"query"`
 	progress.SpecOptions `yaml:",inline"`
 	// Feeders are the queries (names or ids) expected to write the table
-	// (ADR 0014); Retire is never (default) or on_clean_termination.
+	// (ADR 0015); Retire is never (default) or on_clean_termination.
 	Feeders []string `yaml:"feeders"`
 	Retire  string   `yaml:"retire"`
 }

@@ -218,7 +218,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 }
 
-// A rule's feeders and lifecycle (ADR 0014) reach the rule.
+// A rule's feeders and lifecycle (ADR 0015) reach the rule.
 func TestConfigFeeders(t *testing.T) {
 	cfg, err := resolveServe(t, "--config", writeConfig(t, "tables:\n  - table: silver.all\n    query: \"region-*\"\n    feeders: [region-us, region-eu]\n    retire: on_clean_termination\n"))
 	if err != nil {

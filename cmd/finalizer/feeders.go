@@ -16,7 +16,7 @@ func newFeedersCmd(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "feeders",
 		Short: "List or retire the queries that write a table (its feeders)",
-		Long: `A table written by several queries is final only as far as the slowest of them (ADR 0014):
+		Long: `A table written by several queries is final only as far as the slowest of them (ADR 0015):
 each query (by its id, stable across restarts from the same checkpoint) is a feeder with its
 own watermark, and the table's finalized_until is the lowest watermark of its feeders that
 are not retired. A query that stopped for good (a finished backfill, the old query of a

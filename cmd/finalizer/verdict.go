@@ -188,7 +188,7 @@ type tableStatus struct {
 	MarkedAt  time.Time `json:"marked_at,omitzero"`
 	Marks     int64     `json:"marks,omitempty"`
 	RewoundAt time.Time `json:"rewound_at,omitzero"`
-	// Feeders are the queries writing the table (ADR 0014); HeldBy says
+	// Feeders are the queries writing the table (ADR 0015); HeldBy says
 	// which one holds it back, "" when none does.
 	Feeders []feederStatus            `json:"feeders"`
 	HeldBy  string                    `json:"held_by,omitempty"`

@@ -11,7 +11,7 @@ import (
 	"github.com/finalizer-dev/finalizer/control"
 )
 
-// Feeders is the cost of tables written by several queries (ADR 0014),
+// Feeders is the cost of tables written by several queries (ADR 0015),
 // measured on the control table itself: Tables tables, each fed by
 // FeedersPerTable queries, each query advancing each of its tables once
 // per period, Periods periods, from one goroutine per query in group

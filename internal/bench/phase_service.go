@@ -89,7 +89,7 @@ func (r *runner) runService(ctx context.Context) error {
 	if svc.dropped.Load() != 0 {
 		return fmt.Errorf("the service dropped %d events", svc.dropped.Load())
 	}
-	// Tables of one and of three feeders (ADR 0014), on control tables of
+	// Tables of one and of three feeders (ADR 0015), on control tables of
 	// their own.
 	for _, k := range []int{1, 3} {
 		if err := r.profile(fmt.Sprintf("feeders-%d", k), func() error {

@@ -68,7 +68,7 @@ type Result struct {
 	Latency      Latency `json:"latency"`
 	BurstSeconds float64 `json:"burst_s"`
 	// Feeders is the cost of tables of one and of several feeders on the
-	// control table (ADR 0014).
+	// control table (ADR 0015).
 	Feeders []Feeders `json:"feeders,omitempty"`
 
 	MemPerRunKiB     float64 `json:"mem_per_run_kib"` // RSS growth / N

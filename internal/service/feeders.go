@@ -92,7 +92,7 @@ func newFeederCollector(store *control.Store, now func() time.Time) *feederColle
 		store: store,
 		now:   now,
 		watermark: prometheus.NewDesc("finalizer_feeder_watermark_timestamp_seconds",
-			"Each active feeder's own watermark (ADR 0014) as a Unix time.", labels, nil),
+			"Each active feeder's own watermark (ADR 0015) as a Unix time.", labels, nil),
 		lag: prometheus.NewDesc("finalizer_feeder_lag_seconds",
 			"now - each active feeder's watermark.", labels, nil),
 		held: prometheus.NewDesc("finalizer_table_held",
