@@ -177,3 +177,28 @@ func TestMailboxConcurrentTakeSeesIncreasingBatches(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// The newest idle event's timestamp reaches the worker (quiet sources, ADR
+// 0014), once: an older one arriving later does not replace it.
+func TestMailboxIdleAt(t *testing.T) {
+	m := listener.NewMailbox()
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	idle := func(ts string) *progress.Event {
+		return &progress.Event{Kind: progress.KindIdle, BatchID: -1, Timestamp: at(ts)}
+	}
+	m.Offer(idle("2026-09-28T15:30:00Z"))
+	m.Offer(idle("2026-09-28T16:10:00Z"))
+	m.Offer(idle("2026-09-28T15:50:00Z"))
+	if mail := m.Take(); !mail.Idle || !mail.IdleAt.Equal(at("2026-09-28T16:10:00Z")) {
+		t.Fatalf("Take = %+v, want idle at 16:10", mail)
+	}
+	if mail := m.Take(); mail.Idle || !mail.IdleAt.IsZero() {
+		t.Fatalf("second Take = %+v, want nothing", mail)
+	}
+}
