@@ -89,7 +89,6 @@ type Page struct {
 	epoch   string
 	assets  http.Handler
 	unwatch func()
-	history string // o.History, printed
 
 	wake    chan struct{} // capacity 1: announcements are waiting
 	closing chan struct{}
@@ -160,8 +159,7 @@ func New(o Options) (*Page, error) {
 		o: o, log: o.Logger, epoch: hex.EncodeToString(b),
 		assets: http.StripPrefix("/status/assets/", http.FileServerFS(sub)),
 		wake:   make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
-		history: fmtDuration(o.History),
-		hist:    newHistory(o.History, o.HistoryMoves), moves: map[string][]move{}, streams: map[*stream]struct{}{},
+		hist: newHistory(o.History, o.HistoryMoves), moves: map[string][]move{}, streams: map[*stream]struct{}{},
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	unwatch, err := o.Verdicts.Watch(p.announce)
