@@ -53,6 +53,11 @@ type Metrics struct {
 	// AdvanceBatchSize is the number of advances each group commit applied
 	// in one statement (ADR 0008).
 	AdvanceBatchSize prometheus.Histogram
+	// Reasserts counts re-asserts of a tracker's last written verdict
+	// after the control database's LISTEN connection was re-established
+	// (a failover), by outcome: restored (the verdict had been lost and was
+	// written again), unchanged (it was there), failed.
+	Reasserts *prometheus.CounterVec
 	// Refused counts runs the registry refused to track, by reason
 	// (RefusedTableName, RefusedQueryName, RefusedRunCap).
 	Refused *prometheus.CounterVec
@@ -125,6 +130,10 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 			Help:    "Advances applied by one group-commit statement.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 7),
 		}),
+		Reasserts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "finalizer_reasserts_total",
+			Help: "Re-asserts of a tracker's last written verdict after a reconnect to the control database, by outcome: restored (it had been lost, e.g. to a failover), unchanged, failed.",
+		}, []string{"outcome"}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "finalizer_refused_total",
 			Help: "Runs refused tracking, by reason: table_name (invalid or too long), query_name (too long), run_cap (too many tracked runs).",
@@ -138,7 +147,7 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Events, m.Candidates, m.HeldRuns, m.RowsDroppedByWatermark, m.QuietAdvances, m.Advances, m.Writes, m.FailedAdvances,
-			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, m.Refused, verdictCollector{m})
+			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, m.Reasserts, m.Refused, verdictCollector{m})
 	}
 	return m
 }

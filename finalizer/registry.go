@@ -451,6 +451,30 @@ func (r *Registry) Join(ctx context.Context, runID string) (JoinResult, error) {
 	return res, nil
 }
 
+// Reassert asks every live tracker to write its last advance again
+// (Tracker.Reassert) and returns how many were asked. The service calls it
+// when its connection to the control database is re-established: after a
+// failover to a standby that asynchronous replication left behind, the
+// newest verdicts come back at once instead of at the next period. It
+// does not block.
+func (r *Registry) Reassert() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := 0
+	for _, e := range r.trackers {
+		select {
+		case <-e.ready:
+		default:
+			continue
+		}
+		if e.t != nil {
+			e.t.Reassert()
+			n++
+		}
+	}
+	return n
+}
+
 // Status returns a snapshot of every live tracker, sorted by table and run.
 func (r *Registry) Status() []TrackerStatus {
 	now := r.cfg.Clock.Now()

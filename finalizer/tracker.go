@@ -160,8 +160,11 @@ type Tracker struct {
 	once  sync.Once
 	start time.Time
 
+	reassert chan struct{} // Reassert's signal, buffered 1
+
 	// Owned by the worker goroutine.
 	written  time.Time
+	lastAdv  *control.Advance // the last advance this tracker wrote, for Reassert
 	lastWarn time.Time
 	warned   map[string]bool // guards already logged at WARN for this run
 	heldBy   string          // the guard holding the newest progress, "" when none
@@ -212,14 +215,28 @@ func newTracker(cfg TrackerConfig) *Tracker {
 		cfg.AdvanceTimeout = DefaultAdvanceTimeout
 	}
 	t := &Tracker{
-		cfg:   cfg,
-		log:   cfg.Logger.With(zap.String("table", cfg.Table), zap.String("query_id", cfg.QueryID), zap.String("run_id", cfg.RunID)),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		start: cfg.Clock.Now(),
+		cfg:      cfg,
+		log:      cfg.Logger.With(zap.String("table", cfg.Table), zap.String("query_id", cfg.QueryID), zap.String("run_id", cfg.RunID)),
+		stop:     make(chan struct{}),
+		reassert: make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		start:    cfg.Clock.Now(),
 	}
 	t.lastEvent = t.start
 	return t
+}
+
+// Reassert asks the worker to write again the last advance it wrote
+// (forward-only, so it never moves a verdict back): after a failover to a
+// standby that asynchronous replication left behind, the verdict it wrote
+// is restored without waiting for the next period. It does not block;
+// several calls before the worker gets to it make one re-assert. A failed
+// re-assert is tried again at the worker's next wake.
+func (t *Tracker) Reassert() {
+	select {
+	case t.reassert <- struct{}{}:
+	default:
+	}
 }
 
 // Stop asks the worker to apply what is pending and exit. It does not wait;
@@ -278,10 +295,13 @@ func (t *Tracker) run(ctx context.Context) {
 	t.log.Debug("tracker started", zap.String("spec", t.cfg.Spec.String()))
 	box := t.cfg.Box
 	var pending *progress.Event // newest progress not yet applied
+	reassert := false           // a re-assert is asked for and not done yet
 	for {
 		stopping := false
 		select {
 		case <-box.Wake():
+		case <-t.reassert:
+			reassert = true
 		case <-t.stop:
 			stopping = true
 		case <-ctx.Done():
@@ -314,11 +334,20 @@ func (t *Tracker) run(ctx context.Context) {
 		if !mail.IdleAt.IsZero() && t.cfg.Spec.QuietAfter > 0 {
 			t.noteQuiet(mail.IdleAt, progress.SignalIdleEvent)
 		}
-		if pending != nil && t.apply(ctx, pending) {
-			pending = nil
+		if pending != nil {
+			before := t.lastAdv
+			if t.apply(ctx, pending) {
+				pending = nil
+			}
+			if t.lastAdv != before {
+				reassert = false // it just wrote, beyond the last advance
+			}
 		}
 		if !t.quietAt.IsZero() && ctx.Err() == nil {
 			t.applyQuiet(ctx)
+		}
+		if reassert && pending == nil && ctx.Err() == nil {
+			reassert = !t.reassertLast(ctx)
 		}
 		if mail.Terminated != nil {
 			t.log.Info("run terminated; tracker done",
@@ -424,6 +453,24 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 		RunID:          ev.RunID,
 		BatchID:        ev.BatchID,
 	}
+	verdict, moved, err := t.advance(ctx, adv)
+	if err != nil {
+		if ctx.Err() != nil {
+			t.log.Warn("advance abandoned at shutdown; the run's retained progress re-applies it on the next start",
+				zap.Time("candidate", cand.Until))
+			return false
+		}
+		t.fail(err, cand)
+		return false
+	}
+	t.lastAdv = &adv
+	t.succeed(verdict, moved, cand, ev)
+	return true
+}
+
+// advance runs one advance statement with the tracker's in-place retries.
+func (t *Tracker) advance(ctx context.Context, adv control.Advance) (control.Verdict, bool, error) {
+	m := t.cfg.Metrics
 	var (
 		verdict control.Verdict
 		moved   bool
@@ -449,16 +496,38 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 		t.log.Debug("advance failed; retrying", zap.Error(err), zap.Duration("in", next))
 	}
 	err := backoff.RetryNotifyWithTimer(op, backoff.WithContext(b, ctx), notify, t.cfg.Clock.NewTimer())
-	if err != nil {
-		if ctx.Err() != nil {
-			t.log.Warn("advance abandoned at shutdown; the run's retained progress re-applies it on the next start",
-				zap.Time("candidate", cand.Until))
-			return false
-		}
-		t.fail(err, cand)
-		return false
+	return verdict, moved, err
+}
+
+// reassertLast writes the last advance again and reports whether that is
+// done with (written, or nothing to re-assert).
+func (t *Tracker) reassertLast(ctx context.Context) bool {
+	if t.lastAdv == nil {
+		return true
 	}
-	t.succeed(verdict, moved, cand, ev)
+	m := t.cfg.Metrics
+	v, moved, err := t.advance(ctx, *t.lastAdv)
+	switch {
+	case err != nil:
+		m.Reasserts.WithLabelValues("failed").Inc()
+		if ctx.Err() == nil {
+			t.log.Warn("re-assert of the last verdict failed; tried again at the next event",
+				zap.Time("finalized_until", t.lastAdv.FinalizedUntil), zap.Error(err))
+		}
+		return false
+	case moved:
+		m.Reasserts.WithLabelValues("restored").Inc()
+		m.Writes.Inc()
+		m.Advances.Inc()
+		m.ObserveVerdict(t.cfg.Table, v.FinalizedUntil)
+		t.log.Warn("verdict restored: the control database had lost this tracker's last write (a failover from a standby that was behind?)",
+			zap.Time("finalized_until", v.FinalizedUntil), zap.Int64("batch_id", t.lastAdv.BatchID))
+	default:
+		m.Reasserts.WithLabelValues("unchanged").Inc()
+		m.Writes.Inc()
+		t.log.Debug("re-assert: verdict already at or past the last write",
+			zap.Time("finalized_until", v.FinalizedUntil), zap.Time("last_write", t.lastAdv.FinalizedUntil))
+	}
 	return true
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -307,4 +308,76 @@ func observerCore(r *rig) zapcore.Core {
 	core, logs := observer.New(zapcore.DebugLevel)
 	r.logs = logs
 	return core
+}
+
+// A failover to a standby that asynchronous replication left behind loses
+// the last verdict a tracker wrote; Reassert writes it again at once, with
+// the provenance of the progress that justified it, and never moves a
+// verdict back: a verdict another writer moved further is left alone. A
+// failed re-assert is tried again at the next wake, even when that wake's
+// progress is in the same period (which alone would write nothing).
+func TestReassertRestoresALostVerdict(t *testing.T) {
+	r := newRig(t)
+	r.reg.Close(context.Background()) // use a tracker directly
+	box := newBox()
+	m := finalizer.NewMetrics(nil, r.clock.Now)
+	tr := finalizer.StartTracker(context.Background(), finalizer.TrackerConfig{
+		QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t), Box: box, Store: r.store,
+		Clock: r.clock, Logger: zap.New(observerCore(r)), Retries: -1, Metrics: m,
+	})
+	defer func() { tr.Stop(); <-tr.Done() }()
+
+	box.Offer(cdcProgress(runA, "2026-09-28T14:05:00"))
+	eventually(t, "first write", func() bool { return r.store.Verdict("t").Equal(utc("2026-09-28T14:00:00Z")) })
+
+	// The failover: the promoted standby has the row one period behind.
+	r.store.mu.Lock()
+	v := r.store.rows["t"]
+	v.FinalizedUntil, v.BatchID = utc("2026-09-28T13:00:00Z"), 0
+	r.store.rows["t"] = v
+	r.store.mu.Unlock()
+
+	// The first re-assert fails (the new primary is not answering yet); a
+	// same-period progress wakes the tracker, which tries it again.
+	r.store.setFailing(1, nil)
+	tr.Reassert()
+	eventually(t, "failed re-assert", func() bool { return testutil.ToFloat64(m.Reasserts.WithLabelValues("failed")) == 1 })
+	box.Offer(cdcProgress(runA, "2026-09-28T14:30:00"))
+	eventually(t, "restored", func() bool { return r.store.Verdict("t").Equal(utc("2026-09-28T14:00:00Z")) })
+	last := r.store.Calls()[len(r.store.Calls())-1]
+	if last.EndTime.IsZero() || last.RunID != runA || !last.EndTime.Equal(utc("2026-09-28T14:05:00Z")) {
+		t.Fatalf("re-assert wrote %+v, want the provenance of the 14:05 progress", last)
+	}
+	if got := testutil.ToFloat64(m.Reasserts.WithLabelValues("restored")); got != 1 {
+		t.Fatalf("restored = %v, want 1", got)
+	}
+	if r.logs.FilterMessageSnippet("verdict restored").Len() != 1 {
+		t.Fatalf("no warning about the restored verdict: %v", r.logs.All())
+	}
+
+	// Another writer is further: the re-assert changes nothing.
+	r.store.mu.Lock()
+	v = r.store.rows["t"]
+	v.FinalizedUntil = utc("2026-09-28T16:00:00Z")
+	r.store.rows["t"] = v
+	r.store.mu.Unlock()
+	tr.Reassert()
+	eventually(t, "unchanged", func() bool { return testutil.ToFloat64(m.Reasserts.WithLabelValues("unchanged")) == 1 })
+	if got := r.store.Verdict("t"); !got.Equal(utc("2026-09-28T16:00:00Z")) {
+		t.Fatalf("verdict = %v after a re-assert, want it left at 16:00", got)
+	}
+
+	// A tracker that wrote nothing has nothing to re-assert.
+	other := finalizer.StartTracker(context.Background(), finalizer.TrackerConfig{
+		QueryID: queryA, RunID: runB, Table: "u", Spec: hourSpec(t), Box: newBox(), Store: r.store,
+		Clock: r.clock, Retries: -1,
+	})
+	other.Reassert()
+	other.Stop()
+	<-other.Done()
+	for _, c := range r.store.Calls() {
+		if c.Table == "u" {
+			t.Fatalf("a tracker that wrote nothing re-asserted %+v", c)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -221,6 +222,28 @@ func (s *Service) startRegistry(context.Context) error {
 			s.log.Warn("shutdown deadline passed with advances pending; their runs' retained progress re-applies them on the next start", zap.Error(err))
 		}
 	})
+	return s.watchReconnects()
+}
+
+// watchReconnects makes every tracker re-assert its last verdict each time
+// the control database's LISTEN connection is re-established (not at its
+// first connect): after a failover to a standby that asynchronous
+// replication left behind, the newest verdicts are written again at once
+// (forward-only: a re-assert never moves a verdict back).
+func (s *Service) watchReconnects() error {
+	var connects atomic.Int64
+	reg := s.registry
+	stop, err := s.store.Watch(func(n control.Notification) {
+		if n.Table != "" || connects.Add(1) == 1 {
+			return
+		}
+		s.log.Info("control database connection re-established; every tracker re-asserts its last verdict",
+			zap.Int("trackers", reg.Reassert()))
+	})
+	if err != nil {
+		return fmt.Errorf("watch the control database: %w", err)
+	}
+	s.started("reconnect watch", func(context.Context) { stop() })
 	return nil
 }
 
