@@ -202,6 +202,17 @@ func (c *Cluster) WaitStreamLeader(stream string, timeout time.Duration) (int, e
 	}
 }
 
+// HasMetaLeader reports whether a running node is the JetStream meta
+// leader at this moment.
+func (c *Cluster) HasMetaLeader() bool {
+	for i := range c.client {
+		if ns := c.Node(i); ns != nil && ns.JetStreamIsLeader() {
+			return true
+		}
+	}
+	return false
+}
+
 // WaitJetStream waits until a running node is the JetStream meta leader
 // and knows every running node as a peer, so a stream of as many replicas
 // as nodes can be placed.
