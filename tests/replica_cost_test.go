@@ -1,0 +1,177 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster"
+)
+
+// replicaCost is what one replica count cost in PostgreSQL.
+type replicaCost struct {
+	replicas         int
+	events, periods  int
+	writes           int64 // rows inserted or updated in the control table
+	advanceStmts     int64 // advance statements (single and group commit)
+	allStmts         int64 // every statement the replicas ran on the database
+	xacts            int64 // committed transactions of the database
+	writesPerPeriod  float64
+	advancesPerEvent float64
+	stmtsPerEvent    float64
+}
+
+// TestReplicaCost measures what a second and a third active replica cost
+// the control database under one load: rows written per (table, period)
+// and statements per event, from pg_stat_statements and pg_stat_user_tables
+// on a dedicated cluster. The writes must not grow with the replicas (the
+// forward-only upsert turns a replica's late advance into a read); the
+// statements do, one advance per replica per (table, period). The figures
+// are in BENCHMARKS.md.
+func TestReplicaCost(t *testing.T) {
+	dir := filepath.Join(openDir(t), "pg")
+	settings := map[string]string{"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "all"}
+	for k, v := range fastPG {
+		settings[k] = v
+	}
+	pg := startCluster(t, dir, 0, settings)
+	const nRuns, batches = 20, 24 // 13:05 to 15:00 in 5-minute steps: 3 hourly periods per table
+	var costs []replicaCost
+	for n := 1; n <= 3; n++ {
+		costs = append(costs, measureReplicas(t, pg, n, nRuns, batches))
+	}
+	t.Log("replicas  events  (table,period)  writes  writes/period  advance stmts  advances/event  all stmts/event  xacts")
+	for _, c := range costs {
+		t.Logf("%8d  %6d  %14d  %6d  %13.2f  %13d  %14.2f  %15.2f  %5d",
+			c.replicas, c.events, c.periods, c.writes, c.writesPerPeriod, c.advanceStmts, c.advancesPerEvent, c.stmtsPerEvent, c.xacts)
+	}
+	for _, c := range costs {
+		if c.writesPerPeriod > 1.05 {
+			t.Errorf("%d replicas: %.2f control-table writes per (table, period), want 1: a replica's late advance must be a read",
+				c.replicas, c.writesPerPeriod)
+		}
+	}
+}
+
+func measureReplicas(t *testing.T, pg *pgcluster.Cluster, n, nRuns, batches int) replicaCost {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	db := fmt.Sprintf("cost_%d", n)
+	admin, err := pgx.Connect(ctx, pg.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	url := strings.Replace(pg.URL(), "/finalizer?", "/"+db+"?", 1)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		t.Fatal(err)
+	}
+
+	ns, err := embeddednats.Start(embeddednats.Options{Port: embeddednats.RandomPort, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	config := `
+tables:
+  - table: "cost.{name}"
+    query: "cost_*"
+    granularity: hour
+`
+	var procs []*proc
+	for range n {
+		procs = append(procs, startServe(t, serveOpts{pgURL: url, natsURL: ns.ClientURL(), config: config, args: []string{"--log-level", "info"}}))
+	}
+	pub := connect(t, ns.ClientURL())
+	type run struct{ q, r, name string }
+	var rs []run
+	for i := range nRuns {
+		x := run{id(0xc000 + 2*i + 100*n), id(0xc001 + 2*i + 100*n), fmt.Sprintf("cost_%d", i)}
+		pub.publish("started", x.q, x.r, startedJSON(x.q, x.r, x.name))
+		rs = append(rs, x)
+	}
+	for _, p := range procs {
+		eventually(t, "every replica tracks every run", func() bool { return len(liveRuns(t, p.httpURL)) == nRuns })
+	}
+	// Count from here: the load only.
+	if _, err := conn.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+		t.Fatal(err)
+	}
+	before := dbCounters(t, ctx, conn, db)
+	base := time.Date(2026, 9, 28, 13, 0, 0, 0, time.UTC)
+	for b := 1; b <= batches; b++ {
+		ts := base.Add(time.Duration(b) * 5 * time.Minute).Format("2006-01-02T15:04:05")
+		for _, x := range rs {
+			pub.publish("progress", x.q, x.r, progressAt(x.q, x.r, x.name, int64(b), ts))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	final := base.Add(time.Duration(batches) * 5 * time.Minute).Truncate(time.Hour).Format(time.RFC3339)
+	for _, x := range rs {
+		waitVerdict(t, url, "cost."+x.name, final)
+	}
+	time.Sleep(200 * time.Millisecond) // the slower replicas' last reads
+	for _, p := range procs {
+		p.stop() // a backend flushes its statistics when it exits
+	}
+	var after [2]int64
+	eventually(t, "the statistics of the replicas' sessions", func() bool {
+		after = dbCounters(t, ctx, conn, db)
+		return after[0] > before[0]
+	})
+	c := replicaCost{replicas: n, events: nRuns * batches, periods: nRuns * 3}
+	c.writes = after[0] - before[0]
+	c.xacts = after[1] - before[1]
+	if err := conn.QueryRow(ctx, `SELECT
+		coalesce(sum(calls) FILTER (WHERE query ILIKE '%INSERT INTO%table_finalization%'), 0),
+		coalesce(sum(calls) FILTER (WHERE query NOT ILIKE '%pg_stat%'), 0)
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)`, db).Scan(&c.advanceStmts, &c.allStmts); err != nil {
+		t.Fatal(err)
+	}
+	c.writesPerPeriod = float64(c.writes) / float64(c.periods)
+	c.advancesPerEvent = float64(c.advanceStmts) / float64(c.events)
+	c.stmtsPerEvent = float64(c.allStmts) / float64(c.events)
+	return c
+}
+
+// dbCounters returns the control table's inserted plus updated rows and
+// the database's committed transactions.
+func dbCounters(t *testing.T, ctx context.Context, conn *pgx.Conn, db string) [2]int64 {
+	t.Helper()
+	var w, x int64
+	if _, err := conn.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT
+		coalesce((SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables WHERE relname = 'table_finalization'), 0),
+		(SELECT xact_commit FROM pg_stat_database WHERE datname = $1)`, db).Scan(&w, &x); err != nil {
+		t.Fatal(err)
+	}
+	return [2]int64{w, x}
+}
+
+// liveRuns lists the runs a replica tracks and has not finished.
+func liveRuns(t *testing.T, httpURL string) []runStatus {
+	var live []runStatus
+	for _, r := range runs(t, httpURL) {
+		if !r.Done {
+			live = append(live, r)
+		}
+	}
+	return live
+}
