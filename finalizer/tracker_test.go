@@ -381,3 +381,28 @@ func TestReassertRestoresALostVerdict(t *testing.T) {
 		}
 	}
 }
+
+// Registry.Reassert asks every live tracker: the one whose write was lost
+// writes it again, the others find theirs there.
+func TestRegistryReassertsEveryTracker(t *testing.T) {
+	r := newRig(t)
+	r.track(t, runA, "ra")
+	r.track(t, runB, "rb")
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+	r.bus.Publish(cdcProgress(runB, "2026-09-28T15:05:00"))
+	eventually(t, "both written", func() bool {
+		return r.store.Verdict("ra").Equal(utc("2026-09-28T14:00:00Z")) && r.store.Verdict("rb").Equal(utc("2026-09-28T15:00:00Z"))
+	})
+	r.store.mu.Lock()
+	delete(r.store.rows, "ra") // lost in a failover
+	r.store.mu.Unlock()
+	before := len(r.store.Calls())
+	if n := r.reg.Reassert(); n != 2 {
+		t.Fatalf("Reassert asked %d trackers, want 2", n)
+	}
+	eventually(t, "ra restored", func() bool { return r.store.Verdict("ra").Equal(utc("2026-09-28T14:00:00Z")) })
+	eventually(t, "both re-asserted", func() bool { return len(r.store.Calls()) == before+2 })
+	if got := r.store.Verdict("rb"); !got.Equal(utc("2026-09-28T15:00:00Z")) {
+		t.Fatalf("rb = %v", got)
+	}
+}

@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -46,8 +48,8 @@ func multiHostURL(primary, standby *pgcluster.Cluster) string {
 // replication can lose it; the primary dies and the standby is promoted.
 // The service reconnects to the new primary, every tracker re-asserts the
 // verdict it last wrote (the lost one comes back with no new event), the
-// verdicts keep moving, and a `finalizer wait` blocked since before the
-// failover is released by the next move.
+// verdicts keep moving, and a `finalizer wait` and an HTTP long-poll
+// blocked since before the failover are released by the next move.
 func TestPostgresFailover(t *testing.T) {
 	began := time.Now()
 	root := openDir(t)
@@ -84,6 +86,25 @@ tables:
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- waiter.Wait() }()
+	// And the service's HTTP long-poll, on the LISTEN connection it shares.
+	type finalDoc struct {
+		Status int
+		Final  bool `json:"final"`
+		Err    error
+	}
+	polled := make(chan finalDoc, 1)
+	go func() {
+		var doc finalDoc
+		resp, err := http.Get(s.httpURL + "/v1/tables/" + table + "/final?period_end=2026-09-28T17:00:00Z&wait=90s")
+		if err != nil {
+			doc.Err = err
+		} else {
+			doc.Status = resp.StatusCode
+			doc.Err = json.NewDecoder(resp.Body).Decode(&doc)
+			resp.Body.Close()
+		}
+		polled <- doc
+	}()
 
 	// The standby stops receiving WAL: 15:00 reaches the primary only.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -121,6 +142,8 @@ tables:
 	select {
 	case err := <-waited:
 		t.Fatalf("wait returned before 17:00 was final: %v\n%s%s", err, waitOut.String(), waitErr.String())
+	case doc := <-polled:
+		t.Fatalf("the HTTP long-poll returned before 17:00 was final: %+v", doc)
 	default:
 	}
 
@@ -138,6 +161,14 @@ tables:
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("wait still blocked after the verdict reached 17:00\n%s%s", waitOut.String(), waitErr.String())
+	}
+	select {
+	case doc := <-polled:
+		if doc.Err != nil || doc.Status != http.StatusOK || !doc.Final {
+			t.Errorf("the HTTP long-poll across the failover: %+v, want 200 and final", doc)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the HTTP long-poll still blocked after the verdict reached 17:00")
 	}
 	if !strings.Contains(waitOut.String(), "final until 2026-09-28T17:00:00Z") {
 		t.Errorf("wait printed %q", waitOut.String())
