@@ -79,6 +79,8 @@ func (p *Page) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	defer p.unsubscribe(st)
 	rc := http.NewResponseController(w)
+	// A connection the server keeps must not keep this stream's deadline.
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
