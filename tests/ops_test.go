@@ -83,6 +83,11 @@ tables:
 	pub.publish("started", queryC, runC, startedJSON(queryC, runC, "orders-v1"))
 	pub.publish("progress", queryC, runC, progressWithOffset(queryC, runC, 1, `{"lsn":"0x27"}`))
 	eventually(t, "the held series", func() bool { return strings.Contains(metricText(t, s.httpURL), "finalizer_held_runs{") })
+	// A second query into the same table: a table of two feeders, one holding it.
+	queryD, runD := id(901), id(902)
+	pub.publish("started", queryD, runD, startedJSON(queryD, runD, "orders-v1"))
+	pub.publish("progress", queryD, runD, cdcProgressJSON(queryD, runD, "orders-v1", "2026-09-28T12:10:00"))
+	eventually(t, "the feeder series", func() bool { return strings.Contains(metricText(t, s.httpURL), "finalizer_table_held{") })
 	// The lag is exported once the tracker has observed the move.
 	eventually(t, "the lag series", func() bool { return strings.Contains(metricText(t, s.httpURL), "finalizer_verdict_lag_seconds{") })
 
@@ -100,7 +105,7 @@ tables:
 	for file, must := range map[string][]string{
 		dashboardFile: {"finalizer_verdict_lag_seconds", "finalizer_advances_total", "finalizer_advance_failures_total",
 			"finalizer_events_total", "finalizer_candidates_total", "finalizer_tracked_runs", "finalizer_stale_runs",
-			"finalizer_postgres_up", "finalizer_nats_up", "finalizer_held_runs"},
+			"finalizer_postgres_up", "finalizer_nats_up", "finalizer_held_runs", "finalizer_feeder_lag_seconds"},
 		rulesFile: {"finalizer_verdict_lag_seconds", "finalizer_advance_failures_total", "finalizer_stale_runs", "finalizer_ready",
 			"finalizer_held_runs"},
 	} {
