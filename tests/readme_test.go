@@ -56,7 +56,7 @@ func TestREADMEWalkThrough(t *testing.T) {
 	}
 	must(2, append([]string{"is-final", "--table", "bronze.orders"}, read...)...)
 	must(3, append([]string{"wait", "--table", "bronze.nope", "--until", "2026-09-28T15:00:00Z", "--timeout", "10m"}, read...)...)
-	must(1, append([]string{"wait", "--allow-missing", "--table", "bronze.nope", "--until", "2026-09-28T15:00:00Z", "--timeout", "300ms"}, read...)...)
+	must(1, append([]string{"wait", "--allow-missing", "--table", "bronze.nope", "--until", "2026-09-28T15:00:00Z", "--timeout", "2s"}, read...)...)
 
 	// Tracking explicitly: the same run into a daily table.
 	must(0, append([]string{"track", "--query-id", "6f1c1a1e-2b3c-4d5e-8f90-a1b2c3d4e5f6", "--run-id", "0b7e5a52-9c1d-4e2f-a3b4-c5d6e7f8a9b0",

@@ -184,7 +184,7 @@ func checkMissingTables(t *testing.T, s *proc, pgURL string) {
 	if code != 3 || !strings.Contains(e, `unknown table "bronze.nope"`) || time.Since(began) > 10*time.Second {
 		t.Errorf("wait on a misspelled table: exit %d after %s, want 3 at once\n%s%s", code, time.Since(began), out, e)
 	}
-	if code, out, e := cli(t, nil, append([]string{"wait", "--allow-missing", "--table", "bronze.nope", "--until", "2026-09-28T14:00:00Z", "--timeout", "300ms"}, pg...)...); code != 1 {
+	if code, out, e := cli(t, nil, append([]string{"wait", "--allow-missing", "--table", "bronze.nope", "--until", "2026-09-28T14:00:00Z", "--timeout", "2s"}, pg...)...); code != 1 {
 		t.Errorf("wait --allow-missing: exit %d, want 1 (timed out)\n%s%s", code, out, e)
 	}
 	if code, out, e := cli(t, nil, append(append([]string{"is-final", "--allow-missing", "--table", "bronze.nope"}, end...), pg...)...); code != 1 {
