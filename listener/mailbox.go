@@ -22,10 +22,11 @@ type Mailbox struct {
 	progress *progress.Event // waiting, parsed; nil when raw waits or none
 	raw      *rawProgress    // waiting, not parsed yet; nil when progress waits or none
 	// The waiting progress that raw replaced, kept until Take so that a
-	// raw one that peeked well but fails its parse does not lose it: at
-	// most one of the two is set.
+	// raw one that peeked well but fails its parse does not lose it: the
+	// newest parsed one, and the unparsed ones raw replaced since (oldest
+	// first, at most maxFallbacks), which are newer than it.
 	fbEvent    *progress.Event
-	fbRaw      *rawProgress
+	fbRaws     []*rawProgress
 	taken      mark // the newest progress already taken
 	hasTaken   bool
 	idle       bool
@@ -33,6 +34,11 @@ type Mailbox struct {
 	terminated *progress.Event
 	wake       chan struct{}
 }
+
+// maxFallbacks is how many unparsed progress messages, replaced by newer
+// ones before a Take, the slot keeps in case the newer ones fail their
+// parse. Beyond it the oldest is dropped; the parsed fallback is kept.
+const maxFallbacks = 8
 
 // mark is what the slot remembers of a progress already taken: enough to
 // order a later one (progress.Event.Newer reads only these).
@@ -108,7 +114,7 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 			} else {
 				m.raw = nil
 				r.superseded()
-				m.keepFallback(nil, nil)
+				m.dropFallbacks()
 			}
 		}
 		if ev.Newer(m.progress) && m.admit(ev) != nil {
@@ -147,7 +153,8 @@ func (m *Mailbox) offerRaw(r *rawProgress) {
 		r.superseded()
 	case m.progress != nil:
 		if r.batch >= m.progress.BatchID {
-			m.keepFallback(m.progress, nil)
+			m.dropFallbacks()
+			m.fbEvent = m.progress
 			m.progress, m.raw = nil, r
 		} else {
 			m.idle = true
@@ -155,7 +162,7 @@ func (m *Mailbox) offerRaw(r *rawProgress) {
 		}
 	case m.raw != nil:
 		if r.batch >= m.raw.batch {
-			m.keepFallback(nil, m.raw)
+			m.keepRaw(m.raw)
 			m.raw = r
 			break
 		}
@@ -174,31 +181,41 @@ func (m *Mailbox) offerRaw(r *rawProgress) {
 
 // parseRaw takes the waiting raw progress out of the slot and parses it;
 // when it fails its parse (it peeked well but is malformed elsewhere), the
-// progress it replaced is used instead, so a bad message loses no good
-// one. It returns nil when neither is usable. m.mu held; m.raw set.
+// progress it replaced is used instead, the newest usable fallback first,
+// so bad messages lose no good one. It returns nil when none is usable.
+// m.mu held; m.raw set.
 func (m *Mailbox) parseRaw() *progress.Event {
 	r := m.raw
 	m.raw = nil
 	ev := r.parse()
-	switch {
-	case ev != nil:
-		m.keepFallback(nil, nil)
-	case m.fbRaw != nil:
-		ev = m.fbRaw.parse()
-	default:
+	for i := len(m.fbRaws) - 1; ev == nil && i >= 0; i-- {
+		ev = m.fbRaws[i].parse()
+		m.fbRaws = m.fbRaws[:i]
+	}
+	if ev == nil {
 		ev = m.fbEvent
 	}
-	m.fbEvent, m.fbRaw = nil, nil
+	m.dropFallbacks()
 	return ev
 }
 
-// keepFallback makes the waiting progress that a raw one replaces (parsed
-// ev or unparsed r) the fallback, dropping an older fallback. m.mu held.
-func (m *Mailbox) keepFallback(ev *progress.Event, r *rawProgress) {
-	if m.fbRaw != nil {
-		m.fbRaw.superseded()
+// keepRaw keeps r, replaced by a newer unparsed progress, as a fallback,
+// dropping the oldest unparsed fallback beyond maxFallbacks. m.mu held.
+func (m *Mailbox) keepRaw(r *rawProgress) {
+	if len(m.fbRaws) == maxFallbacks {
+		m.fbRaws[0].superseded()
+		m.fbRaws = append(m.fbRaws[:0], m.fbRaws[1:]...)
 	}
-	m.fbEvent, m.fbRaw = ev, r
+	m.fbRaws = append(m.fbRaws, r)
+}
+
+// dropFallbacks forgets every fallback: a usable progress newer than all
+// of them is in hand. m.mu held.
+func (m *Mailbox) dropFallbacks() {
+	for _, r := range m.fbRaws {
+		r.superseded()
+	}
+	m.fbEvent, m.fbRaws = nil, nil
 }
 
 // admit returns ev when it may go into the slot: strictly newer than the

@@ -88,6 +88,7 @@ func TestMailboxRawSlot(t *testing.T) {
 		return e
 	}
 	badRun := "00000000-0000-4000-8000-000000000000"
+	bad := func(b int64) []byte { return fmt.Appendf(nil, `{"batchId":%d,"runId":"%s","id":"nope"`, b, rawRun) }
 	tests := []struct {
 		name       string
 		steps      []step
@@ -108,6 +109,13 @@ func TestMailboxRawSlot(t *testing.T) {
 			map[string]int{"progress/accepted": 1, "progress/malformed": 1}},
 		{"a bad newest falls back to a parsed one it replaced", []step{{parsed: ev(5)}, {live: []byte(`{"batchId":9,"runId":"` + rawRun + `","id":"nope"`)}}, 5, false, 1,
 			map[string]int{"progress/malformed": 1}},
+		// Issue 18, bug 6: two bad messages in a row after a good one.
+		{"two bad newest fall back to the good one", []step{{live: doc(5, "")}, {live: bad(9)}, {live: bad(10)}}, 5, false, 3,
+			map[string]int{"progress/accepted": 1, "progress/malformed": 2}},
+		{"two bad newest fall back to a parsed one", []step{{parsed: ev(5)}, {live: bad(9)}, {live: bad(10)}}, 5, false, 2,
+			map[string]int{"progress/malformed": 2}},
+		{"bad, good, bad: the good one between", []step{{parsed: ev(5)}, {live: bad(9)}, {live: doc(10, "")}, {live: bad(11)}}, 10, false, 2,
+			map[string]int{"progress/accepted": 1, "progress/malformed": 1, "progress/superseded": 1}},
 		{"a good newest drops the fallback unparsed", []step{{live: doc(5, "")}, {live: doc(6, "")}, {live: doc(7, "")}}, 7, false, 1,
 			map[string]int{"progress/accepted": 1, "progress/superseded": 2}},
 		{"older than taken", []step{{live: doc(5, "")}, {take: true}, {live: doc(4, "")}}, -100, true, 1,
