@@ -23,3 +23,6 @@ func Deliver(s *Subscription, subject string, data []byte) { s.deliver(subject, 
 func DiscoverMsg(s *Subscription, subject string, data []byte) {
 	s.onDiscover(&nats.Msg{Subject: subject, Data: data})
 }
+
+// MaxFallbacks is maxFallbacks, for tests.
+const MaxFallbacks = maxFallbacks
