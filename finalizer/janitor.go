@@ -21,24 +21,27 @@ func (r *Registry) janitorLoop() {
 	}
 }
 
+// sweep counts the stale trackers and stops the expired ones. It acts on
+// the trackers it saw: one that replaced an expired tracker since (the same
+// run and table tracked anew) is not touched, and a tracker still starting
+// is left for the next sweep.
 func (r *Registry) sweep() {
 	stale := 0
 	now := r.cfg.Clock.Now()
-	for _, s := range r.Status() {
-		silent := now.Sub(s.LastEvent)
-		if s.Stale {
+	for _, x := range r.snapshot() {
+		if x.status.Done {
+			continue
+		}
+		silent := now.Sub(x.status.LastEvent)
+		if silent > r.cfg.StaleAfter {
 			stale++
 		}
 		if r.cfg.ExpireAfter > 0 && silent > r.cfg.ExpireAfter {
-			r.mu.RLock()
-			e := r.trackers[trackKey{s.RunID, s.Table}]
-			r.mu.RUnlock()
-			if e != nil && e.t != nil {
-				r.log.Warn("run silent for too long; stopping its tracker (a driver that died without a termination?)",
-					zap.String("table", s.Table), zap.String("query_id", s.QueryID), zap.String("run_id", s.RunID),
-					zap.Duration("silent", silent))
-				e.t.Stop()
-			}
+			s := x.status
+			r.log.Warn("run silent for too long; stopping its tracker (a driver that died without a termination?)",
+				zap.String("table", s.Table), zap.String("query_id", s.QueryID), zap.String("run_id", s.RunID),
+				zap.Duration("silent", silent))
+			x.e.t.Stop()
 		}
 	}
 	r.cfg.Metrics.StaleRuns.Set(float64(stale))

@@ -477,12 +477,29 @@ func (r *Registry) Reassert() int {
 
 // Status returns a snapshot of every live tracker, sorted by table and run.
 func (r *Registry) Status() []TrackerStatus {
+	seen := r.snapshot()
+	out := make([]TrackerStatus, len(seen))
+	for i, x := range seen {
+		out[i] = x.status
+	}
+	return out
+}
+
+// seenTracker is one tracker and its status at one moment.
+type seenTracker struct {
+	e      *entry
+	status TrackerStatus
+}
+
+// snapshot returns every tracker that has started, with its status, sorted
+// by table and run. Trackers still starting are left out.
+func (r *Registry) snapshot() []seenTracker {
 	now := r.cfg.Clock.Now()
 	r.mu.RLock()
-	out := make([]TrackerStatus, 0, len(r.trackers))
+	out := make([]seenTracker, 0, len(r.trackers))
 	for _, e := range r.trackers {
 		select {
-		case <-e.ready:
+		case <-e.ready: // e.t is set, or nil when the start failed
 		default:
 			continue
 		}
@@ -492,14 +509,15 @@ func (r *Registry) Status() []TrackerStatus {
 		s := e.t.Status()
 		s.Explicit = e.req.Explicit
 		s.Stale = !s.Done && now.Sub(s.LastEvent) > r.cfg.StaleAfter
-		out = append(out, s)
+		out = append(out, seenTracker{e: e, status: s})
 	}
 	r.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {
-		if out[i].Table != out[j].Table {
-			return out[i].Table < out[j].Table
+		a, b := out[i].status, out[j].status
+		if a.Table != b.Table {
+			return a.Table < b.Table
 		}
-		return out[i].RunID < out[j].RunID
+		return a.RunID < b.RunID
 	})
 	return out
 }

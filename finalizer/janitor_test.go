@@ -1,0 +1,79 @@
+package finalizer_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/finalizer-dev/finalizer/finalizer"
+)
+
+// hookCore calls on for every log entry, synchronously, on the logging
+// goroutine: a test runs its step at an exact point of the code it logs.
+type hookCore struct {
+	on func(zapcore.Entry, []zapcore.Field)
+}
+
+func (h hookCore) Enabled(zapcore.Level) bool       { return true }
+func (h hookCore) With([]zapcore.Field) zapcore.Core { return h }
+func (h hookCore) Sync() error                       { return nil }
+func (h hookCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	return ce.AddCore(e, h)
+}
+func (h hookCore) Write(e zapcore.Entry, f []zapcore.Field) error {
+	h.on(e, f)
+	return nil
+}
+
+func field(fs []zapcore.Field, key string) string {
+	for _, f := range fs {
+		if f.Key == key {
+			return f.String
+		}
+	}
+	return ""
+}
+
+// Issue 18, bug 5: the janitor stops the tracker it saw expired, never one
+// that replaced it in between. Two trackers expire; while the janitor
+// stops the first (table a), the second's run terminates and is tracked
+// anew (a retried `finalizer track`). The fresh tracker must keep working.
+func TestJanitorStopsOnlyTheTrackerItSaw(t *testing.T) {
+	clock := newFakeClock(utc("2026-09-28T15:00:00Z"))
+	store, bus := newFakeStore(), newFakeBus()
+	var reg *finalizer.Registry
+	replaced := make(chan struct{})
+	hook := func(e zapcore.Entry, fs []zapcore.Field) {
+		if !strings.Contains(e.Message, "silent for too long") || field(fs, "run_id") != runA {
+			return
+		}
+		defer close(replaced)
+		bus.Publish(terminated(runB))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := reg.Join(ctx, runB); err != nil {
+			t.Errorf("join the old tracker of run B: %v", err)
+		}
+		if ok, err := reg.Track(ctx, finalizer.Request{QueryID: queryA, RunID: runB, Table: "b", Spec: hourSpec(t)}); err != nil || !ok {
+			t.Errorf("track run B anew: %v %v", ok, err)
+		}
+	}
+	reg = finalizer.NewRegistry(finalizer.RegistryConfig{Events: bus, Store: store, Clock: clock,
+		StaleAfter: time.Minute, ExpireAfter: time.Hour, Logger: zap.New(hookCore{on: hook})})
+	defer reg.Close(context.Background())
+	for _, x := range []struct{ run, table string }{{runA, "a"}, {runB, "b"}} {
+		if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: x.run, Table: x.table, Spec: hourSpec(t)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "janitor armed", func() bool { return clock.Waiting() == 1 })
+	clock.Advance(2 * time.Hour)
+	<-replaced
+	eventually(t, "janitor re-armed", func() bool { return clock.Waiting() == 1 })
+	bus.Publish(cdcProgress(runB, "2026-09-28T14:05:00"))
+	eventually(t, "the fresh tracker of run B writes", func() bool { return store.Verdict("b").Equal(utc("2026-09-28T14:00:00Z")) })
+}
