@@ -18,7 +18,7 @@ type hookCore struct {
 	on func(zapcore.Entry, []zapcore.Field)
 }
 
-func (h hookCore) Enabled(zapcore.Level) bool       { return true }
+func (h hookCore) Enabled(zapcore.Level) bool        { return true }
 func (h hookCore) With([]zapcore.Field) zapcore.Core { return h }
 func (h hookCore) Sync() error                       { return nil }
 func (h hookCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
