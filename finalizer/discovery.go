@@ -1,6 +1,7 @@
 package finalizer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,14 +13,67 @@ import (
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
-// Known reports whether runID is tracked (and subscribed), finished or
-// ignored, so that discovery can drop its events without parsing them. It
-// is cheap. While a run's subscription is being made it is not known, so
-// discovery hands its events over (see Discovered) instead of losing them.
+// DefaultMaxPending is how many discovered runs may wait for a decision
+// (name lookup, rules, subscription) at once. Beyond it a newly seen run
+// is dropped, counted and logged; its next event finds it again.
+const DefaultMaxPending = 10_000
+
+// pendingRun is a run discovery found and the registry has not decided on
+// yet: what its events said so far. Every later event of the run is merged
+// into it, so that nothing is lost between discovery and the trackers'
+// subscriptions.
+type pendingRun struct {
+	run     listener.Run
+	claimed bool // a consider is deciding it
+
+	started, progress, terminated *progress.Event
+	idle                          bool
+}
+
+// merge takes in one more discovered event of the run.
+func (p *pendingRun) merge(run listener.Run) {
+	if p.run.Name == "" {
+		p.run.Name = run.Name
+	}
+	ev := run.Event
+	if ev == nil {
+		return
+	}
+	switch ev.Kind {
+	case progress.KindStarted:
+		p.started = ev
+	case progress.KindProgress:
+		if ev.Newer(p.progress) {
+			p.progress = ev
+		}
+	case progress.KindIdle:
+		p.idle = true
+	case progress.KindTerminated:
+		if p.terminated == nil {
+			p.terminated = ev
+		}
+	}
+}
+
+// fill offers what the run's events said so far to a new tracker's box.
+func (p *pendingRun) fill(box *listener.Mailbox) {
+	box.Offer(p.started)
+	box.Offer(p.progress)
+	if p.idle && p.progress == nil {
+		box.Offer(&progress.Event{Kind: progress.KindIdle, QueryID: p.run.QueryID, RunID: p.run.RunID})
+	}
+	box.Offer(p.terminated)
+}
+
+// Known reports whether runID is tracked (and subscribed), finished,
+// ignored or refused, so that discovery can drop its events without
+// parsing them. It is cheap. While a run's subscriptions are being made,
+// and while it waits for a decision, it is not known, so that discovery
+// hands its events over (see Discovered) instead of losing them.
 func (r *Registry) Known(runID string) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if r.starting[runID] > 0 {
+	if r.starting[runID] > 0 || r.pending[runID] != nil {
 		return false
 	}
 	if len(r.runs[runID]) > 0 {
@@ -32,37 +86,96 @@ func (r *Registry) Known(runID string) bool {
 	return ok
 }
 
-// Discovered hands a newly seen run to the registry, which tracks it when a
-// rule matches. It blocks while the queue is full and returns at once
-// once the registry is closed. Safe to call from a NATS callback.
+// Discovered hands a run's event that discovery saw to the registry. It
+// never blocks on I/O nor on a full queue, so it is safe to call from the
+// NATS callback that delivers every run's events:
+//   - a run with trackers (still subscribing, or not) gets the event in
+//     their mailboxes at once;
+//   - a run waiting for a decision merges the event into what it has;
+//   - a run without a name that the registry could not decide on yet
+//     (undecided) is left alone until an event carries its name;
+//   - any other run is queued for a decision, unless DefaultMaxPending runs
+//     wait already (then it is dropped and counted; its next event finds
+//     it again).
 func (r *Registry) Discovered(run listener.Run) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	if es := r.runs[run.RunID]; len(es) > 0 {
+		for _, e := range es {
+			e.box.Offer(run.Event)
+		}
+		return
+	}
+	if p := r.pending[run.RunID]; p != nil {
+		p.merge(run)
+		return
+	}
+	if _, ok := r.undecided.get(run.RunID); ok && run.Name == "" {
+		return
+	}
+	if len(r.pending) >= r.maxPending {
+		r.cfg.Metrics.Refused.WithLabelValues(RefusedBusy).Inc()
+		if ok, n := r.refuseLog.Allow(RefusedBusy); ok {
+			r.log.Warn("too many discovered runs wait for a decision; this one is found again on its next event",
+				zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID), zap.Int("waiting", len(r.pending)),
+				zap.Int("suppressed", n))
+		}
+		return
+	}
+	p := &pendingRun{run: run}
+	p.run.Event = nil
+	p.merge(run)
+	r.pending[run.RunID] = p
+	r.queue = append(r.queue, run.RunID)
 	select {
-	case r.found <- run:
-	case <-r.stop:
+	case r.queued <- struct{}{}:
+	default:
 	}
 }
 
+// discoverLoop decides on the queued runs, one at a time.
 func (r *Registry) discoverLoop() {
 	defer r.wg.Done()
 	for {
 		select {
 		case <-r.stop:
 			return
-		case run := <-r.found:
-			r.consider(r.ctx, run, run.Kind == progress.KindStarted)
+		case <-r.queued:
+		}
+		for {
+			r.mu.Lock()
+			if len(r.queue) == 0 || r.closed {
+				r.queue = nil
+				r.mu.Unlock()
+				break
+			}
+			runID := r.queue[0]
+			r.queue = r.queue[1:]
+			r.mu.Unlock()
+			r.consider(r.ctx, runID)
 		}
 	}
 }
 
-// consider tracks run into every table whose rule matches it, and hands
-// the event it was discovered through to the run's trackers.
-func (r *Registry) consider(ctx context.Context, run listener.Run, supersede bool) {
-	if r.deliver(run) {
+// consider decides on a pending run: it looks its name up when no event
+// carried one (once, here, off the NATS callback), and tracks it into
+// every table whose rule matches. A run without a name that no rule
+// matches by id stays undecided, never ignored: a later event that carries
+// the name decides it. A named run that no rule matches is ignored.
+func (r *Registry) consider(ctx context.Context, runID string) {
+	r.mu.Lock()
+	p := r.pending[runID]
+	if p == nil || p.claimed {
+		r.mu.Unlock()
 		return
 	}
-	if len(r.cfg.Rules) == 0 || r.Known(run.RunID) {
-		return
-	}
+	p.claimed = true
+	run := p.run
+	r.mu.Unlock()
+
 	name := run.Name
 	if name == "" {
 		if n, ok := r.cfg.Events.(Namer); ok {
@@ -74,39 +187,66 @@ func (r *Registry) consider(ctx context.Context, run listener.Run, supersede boo
 		}
 	}
 	if len(name) > MaxQueryNameLen {
+		r.mu.Lock()
+		delete(r.pending, runID)
+		r.mu.Unlock()
 		r.refuse(RefusedQueryName, run, fmt.Errorf("query name of %d bytes, at most %d", len(name), MaxQueryNameLen))
 		return
 	}
-	matched := false
+	var reqs []Request
 	for _, rule := range r.cfg.Rules {
-		table, ok := rule.Match(run.QueryID, name)
-		if !ok {
+		if table, ok := rule.Match(run.QueryID, name); ok {
+			reqs = append(reqs, Request{QueryID: run.QueryID, RunID: run.RunID, Table: table, Spec: rule.Spec,
+				QueryName: name, RetireOnCleanTermination: rule.Retire == RetireOnCleanTermination})
+		}
+	}
+	if len(reqs) == 0 {
+		r.mu.Lock()
+		delete(r.pending, runID)
+		if len(r.runs[runID]) == 0 {
+			if name == "" {
+				r.undecided.put(runID, JoinResult{})
+			} else {
+				r.ignored.put(runID, JoinResult{})
+			}
+		}
+		r.mu.Unlock()
+		if name == "" {
+			r.log.Info("run seen without a query name and no rule matches its id; not decided until an event carries its name",
+				zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID))
+		} else {
+			r.log.Debug("run matches no table; ignored", zap.String("query_id", run.QueryID),
+				zap.String("run_id", run.RunID), zap.String("name", name))
+		}
+		return
+	}
+	valid := reqs[:0]
+	for _, req := range reqs {
+		if err := control.CheckTableName(req.Table); err != nil {
+			r.cfg.Metrics.Refused.WithLabelValues(RefusedTableName).Inc()
+			r.refuse("", run, fmt.Errorf("track run %s: %w", run.RunID, err))
 			continue
 		}
-		matched = true
-		req := Request{QueryID: run.QueryID, RunID: run.RunID, Table: table, Spec: rule.Spec, Supersede: supersede,
-			QueryName: name, RetireOnCleanTermination: rule.Retire == RetireOnCleanTermination}
-		_, err := r.Track(ctx, req)
-		switch {
-		case err == nil:
-		case errors.Is(err, control.ErrInvalidTable):
-			r.refuse("", run, err) // counted by Track
-		case !errors.Is(err, ErrClosed):
-			r.log.Error("could not track run", zap.String("table", table), zap.String("query_id", run.QueryID),
+		valid = append(valid, req)
+	}
+	// Every tracker of the run is registered, its mailbox filled with what
+	// the run's events said so far, before any subscribes: from here on
+	// Discovered offers the run's events to their mailboxes directly.
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	p.run.Name = cmp.Or(p.run.Name, name)
+	es := r.register(valid, p)
+	delete(r.pending, runID)
+	r.mu.Unlock()
+	for _, e := range es {
+		if err := r.launch(ctx, e); err != nil && !errors.Is(err, ErrClosed) {
+			r.log.Error("could not track run", zap.String("table", e.req.Table), zap.String("query_id", run.QueryID),
 				zap.String("run_id", run.RunID), zap.Error(err))
 		}
 	}
-	if !matched {
-		r.mu.Lock()
-		if len(r.runs[run.RunID]) == 0 {
-			r.ignored.put(run.RunID, JoinResult{})
-		}
-		r.mu.Unlock()
-		r.log.Debug("run matches no table; ignored", zap.String("query_id", run.QueryID),
-			zap.String("run_id", run.RunID), zap.String("name", name))
-		return
-	}
-	r.deliver(run)
 }
 
 // refuse records that run will not be tracked (a name the service does
@@ -129,21 +269,4 @@ func (r *Registry) refuse(reason string, run listener.Run, err error) {
 			zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID), zap.Error(err),
 			zap.Int("suppressed", n))
 	}
-}
-
-// deliver offers the event a run was discovered through to the mailboxes
-// of its trackers, once they are subscribed. The event may also arrive
-// through the subscription or the JetStream catch-up; the mailbox keeps
-// only the newest. It reports whether the run has trackers.
-func (r *Registry) deliver(run listener.Run) bool {
-	r.mu.RLock()
-	es := append([]*entry(nil), r.runs[run.RunID]...)
-	r.mu.RUnlock()
-	for _, e := range es {
-		<-e.ready
-		if e.box != nil && run.Event != nil {
-			e.box.Offer(run.Event)
-		}
-	}
-	return len(es) > 0
 }

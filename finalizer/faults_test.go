@@ -2,6 +2,7 @@ package finalizer_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,8 +73,8 @@ func TestShortStaleAndExpireThresholds(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if res, err := r.Join(ctx, runA); err != nil || !res.Done {
-		t.Fatalf("join = %+v, %v; want the expired tracker done", res, err)
+	if res, err := r.Join(ctx, runA); err != nil || res.Done || !strings.Contains(res.Stopped, "expired") {
+		t.Fatalf("join = %+v, %v; want the expired tracker stopped, not done", res, err)
 	}
 	eventually(t, "tracked runs gauge back to 0", func() bool { return gauge(t, reg, "finalizer_tracked_runs") == 0 })
 }

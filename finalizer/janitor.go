@@ -1,6 +1,9 @@
 package finalizer
 
 import (
+	"fmt"
+	"time"
+
 	"go.uber.org/zap"
 )
 
@@ -41,7 +44,7 @@ func (r *Registry) sweep() {
 			r.log.Warn("run silent for too long; stopping its tracker (a driver that died without a termination?)",
 				zap.String("table", s.Table), zap.String("query_id", s.QueryID), zap.String("run_id", s.RunID),
 				zap.Duration("silent", silent))
-			x.e.t.Stop()
+			r.stopEntry(x.e, fmt.Sprintf("expired: the run sent no event for %s", silent.Round(time.Second)), true)
 		}
 	}
 	r.cfg.Metrics.StaleRuns.Set(float64(stale))

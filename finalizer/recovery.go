@@ -56,11 +56,14 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 		}()
 	}
 	for _, run := range runs {
+		if !r.recoverPending(run) {
+			continue
+		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r.consider(ctx, run, false)
+			r.consider(ctx, run.RunID)
 		}()
 	}
 	wg.Wait()
@@ -68,4 +71,24 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 		r.log.Error("some runs could not be recovered", zap.Error(first))
 	}
 	return first
+}
+
+// recoverPending makes a retained run pending, as discovery would, unless
+// it is known already; it reports whether the run needs a decision. The
+// pending cap does not apply: recovery waits for its decisions.
+func (r *Registry) recoverPending(run listener.Run) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || len(r.runs[run.RunID]) > 0 {
+		return false
+	}
+	if p := r.pending[run.RunID]; p != nil {
+		p.merge(run)
+		return true
+	}
+	p := &pendingRun{run: run}
+	p.run.Event = nil
+	p.merge(run)
+	r.pending[run.RunID] = p
+	return true
 }

@@ -1,6 +1,7 @@
 package finalizer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,6 +54,9 @@ const (
 	RefusedTableName = "table_name"
 	// RefusedQueryName: the query's name is longer than MaxQueryNameLen.
 	RefusedQueryName = "query_name"
+	// RefusedBusy: too many discovered runs wait for a decision
+	// (DefaultMaxPending); the run is found again on its next event.
+	RefusedBusy = "busy"
 	// RefusedRunCap: the registry tracks RegistryConfig.MaxRuns runs
 	// already.
 	RefusedRunCap = "run_cap"
@@ -117,9 +121,6 @@ type Request struct {
 	// Explicit marks a `finalizer track` request: it is persisted (when the
 	// registry has a TrackStore) and survives a restart.
 	Explicit bool
-	// Supersede stops the trackers of this query's other runs on the same
-	// table: a new run means the old one's driver is gone.
-	Supersede bool
 	// QueryName is the query's name, "" when it has none or is unknown.
 	QueryName string
 	// RetireOnCleanTermination retires the query from the table's feeders
@@ -133,8 +134,14 @@ type Request struct {
 
 // JoinResult is the outcome of a Join.
 type JoinResult struct {
-	// Done is true when every tracker of the run has finished.
+	// Done is true when every tracker of the run has finished because the
+	// run terminated and its last progress was applied.
 	Done bool
+	// Stopped says why a tracker of the run finished without that (it was
+	// superseded by a run that started later, expired, stopped by a
+	// shutdown, or its last advance failed); "" when Done, and when the
+	// trackers are still running.
+	Stopped string
 	// LastError is the last failed advance of a finished tracker, "" when
 	// its last advance succeeded.
 	LastError string
@@ -142,14 +149,25 @@ type JoinResult struct {
 
 type trackKey struct{ runID, table string }
 
+// entry is one tracker of the registry, from its registration (mailbox
+// made, events handed over into it) to its reaping.
 type entry struct {
-	req     Request
-	ready   chan struct{} // closed once t is set or the start failed
-	reaped  chan struct{} // closed once the finished tracker is unsubscribed and recorded
-	t       *Tracker
-	box     *listener.Mailbox
-	sub     Subscription
-	lastErr string
+	req    Request
+	box    *listener.Mailbox // set at registration, before the subscription
+	ready  chan struct{}     // closed once t is set or the start failed
+	reaped chan struct{}     // closed once the finished tracker is unsubscribed and recorded
+
+	// Guarded by Registry.mu; t and sub are set before ready is closed.
+	t   *Tracker
+	sub Subscription
+	// stopReason is why the registry stopped the tracker, "" when it did
+	// not; finish says whether an explicit track is then done for good.
+	stopReason string
+	finish     bool
+	// start is when the run started (exact: from its started event) or, not
+	// exact, an upper bound of it (the time of a progress of the run).
+	start time.Time
+	exact bool
 }
 
 // Registry owns every tracker of the service: it starts them (explicitly,
@@ -161,7 +179,7 @@ type Registry struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the registry started
-	found  chan listener.Run
+	queued chan struct{}  // a run was queued for a decision
 	stop   chan struct{}
 	every  time.Duration // janitor interval
 	store  Store         // what trackers advance through: cfg.Store, or its group commit
@@ -175,6 +193,12 @@ type Registry struct {
 	starting map[string]int      // runID -> trackers not yet subscribed
 	finished *memo               // runID -> last JoinResult
 	ignored  *memo               // runs no rule matches, or refused
+	// undecided holds runs seen without a name that no rule matches by
+	// id: an event that carries the name decides them.
+	undecided  *memo
+	pending    map[string]*pendingRun // runs waiting for a decision
+	queue      []string               // pending runs in arrival order
+	maxPending int
 
 	refuseLog *lograte.Limiter
 }
@@ -221,7 +245,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		log:      cfg.Logger,
 		ctx:      ctx,
 		cancel:   cancel,
-		found:    make(chan listener.Run, 1024),
+		queued:   make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		trackers: make(map[trackKey]*entry),
 		runs:     make(map[string][]*entry),
@@ -229,6 +253,10 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		starting: make(map[string]int),
 		finished: newMemo(cfg.Remember),
 		ignored:  newMemo(cfg.Remember),
+
+		undecided:  newMemo(cfg.Remember),
+		pending:    make(map[string]*pendingRun),
+		maxPending: DefaultMaxPending,
 
 		refuseLog: lograte.New(cfg.Clock.Now, refuseLogEvery),
 	}
@@ -251,85 +279,119 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 // exists. It reports whether it started one. Explicit requests are
 // persisted before the tracker starts. A table name the control table
 // cannot hold (control.CheckTableName) is refused with
-// control.ErrInvalidTable and counted in Metrics.Refused.
+// control.ErrInvalidTable and counted in Metrics.Refused. Of two runs of
+// one query tracked into one table, the one that started later supersedes
+// the other, whichever was tracked first (see noteStart).
 func (r *Registry) Track(ctx context.Context, req Request) (bool, error) {
 	if err := control.CheckTableName(req.Table); err != nil {
 		r.cfg.Metrics.Refused.WithLabelValues(RefusedTableName).Inc()
 		return false, fmt.Errorf("track run %s: %w", req.RunID, err)
 	}
-	key := trackKey{req.RunID, req.Table}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return false, ErrClosed
 	}
-	if _, ok := r.trackers[key]; ok {
-		r.mu.Unlock()
+	es := r.register([]Request{req}, r.pending[req.RunID])
+	r.mu.Unlock()
+	if len(es) == 0 {
 		return false, nil
 	}
-	e := &entry{req: req, ready: make(chan struct{}), reaped: make(chan struct{})}
-	r.add(e)
-	r.starting[req.RunID]++
-	r.finished.del(req.RunID)
-	r.ignored.del(req.RunID)
-	var superseded []*entry
-	if req.Supersede {
-		for _, o := range r.queries[req.QueryID] {
-			if o.req.Table == req.Table && o.req.RunID != req.RunID {
-				superseded = append(superseded, o)
-			}
-		}
-	}
-	r.mu.Unlock()
-
-	err := r.start(ctx, e)
-	r.mu.Lock()
-	if r.starting[req.RunID]--; r.starting[req.RunID] <= 0 {
-		delete(r.starting, req.RunID)
-	}
-	if err != nil {
-		r.remove(e)
-	}
-	r.mu.Unlock()
-	close(e.ready)
-	if err != nil {
+	if err := r.launch(ctx, es[0]); err != nil {
 		return false, err
-	}
-	for _, o := range superseded {
-		<-o.ready
-		if o.t != nil {
-			r.log.Info("run superseded by a new run of the same query; stopping its tracker",
-				zap.String("table", req.Table), zap.String("query_id", req.QueryID),
-				zap.String("run_id", o.req.RunID), zap.String("new_run_id", req.RunID))
-			o.t.Stop()
-		}
 	}
 	return true, nil
 }
 
-// start persists (when explicit), subscribes and starts e's tracker.
-func (r *Registry) start(ctx context.Context, e *entry) error {
+// register makes an entry, with its mailbox, for every request whose run
+// and table are not tracked yet, fills each mailbox with what p (the run's
+// pending discovery, or nil) holds, and indexes them as starting. From here
+// on Discovered offers the run's events to these mailboxes. r.mu held.
+func (r *Registry) register(reqs []Request, p *pendingRun) []*entry {
+	var es []*entry
+	for _, req := range reqs {
+		if _, ok := r.trackers[trackKey{req.RunID, req.Table}]; ok {
+			continue
+		}
+		e := &entry{req: req, box: listener.NewMailbox(), ready: make(chan struct{}), reaped: make(chan struct{})}
+		if p != nil {
+			p.fill(e.box)
+		}
+		r.add(e)
+		r.starting[req.RunID]++
+		r.finished.del(req.RunID)
+		r.ignored.del(req.RunID)
+		r.undecided.del(req.RunID)
+		es = append(es, e)
+	}
+	return es
+}
+
+// launch starts a registered entry's tracker: it persists the track (when
+// explicit), subscribes and starts the worker. On an error the entry is
+// dropped.
+func (r *Registry) launch(ctx context.Context, e *entry) error {
+	t, sub, err := r.start(ctx, e)
+	r.mu.Lock()
+	if r.starting[e.req.RunID]--; r.starting[e.req.RunID] <= 0 {
+		delete(r.starting, e.req.RunID)
+	}
+	if err != nil {
+		r.remove(e)
+		r.mu.Unlock()
+		close(e.ready)
+		return err
+	}
+	e.t, e.sub = t, sub
+	stop := e.stopReason != "" // superseded while subscribing
+	r.wg.Add(1)
+	r.mu.Unlock()
+	r.cfg.Metrics.TrackedRuns.Inc()
+	// One goroutine per tracker: its worker, then its reaping.
+	go func() {
+		t.run(r.ctx)
+		r.reap(e)
+	}()
+	close(e.ready)
+	if stop {
+		t.Stop()
+	}
+	req := e.req
+	r.log.Info("tracking run", zap.String("table", req.Table), zap.String("query_id", req.QueryID),
+		zap.String("run_id", req.RunID), zap.String("spec", req.Spec.String()), zap.Bool("explicit", req.Explicit))
+	return nil
+}
+
+// catchUpper is a Subscription that can read the run's retained events
+// once more (listener.Subscription can).
+type catchUpper interface {
+	CatchUp(ctx context.Context) error
+}
+
+// start persists (when explicit) and subscribes e, and returns its tracker,
+// not running yet.
+func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, Subscription, error) {
 	req := e.req
 	if req.Explicit && !req.resumed && r.cfg.Tracks != nil {
 		spec, err := json.Marshal(req.Spec.Options())
 		if err != nil {
-			return fmt.Errorf("track %s: %w", req.RunID, err)
+			return nil, nil, fmt.Errorf("track %s: %w", req.RunID, err)
 		}
 		t := control.Track{QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: spec, CreatedAt: r.cfg.Clock.Now()}
 		if err := r.cfg.Tracks.SaveTrack(ctx, t); err != nil {
-			return fmt.Errorf("persist track of run %s: %w", req.RunID, err)
+			return nil, nil, fmt.Errorf("persist track of run %s: %w", req.RunID, err)
 		}
 	}
-	box := listener.NewMailbox()
-	sub, err := r.cfg.Events.Subscribe(req.QueryID, req.RunID, box)
+	sub, err := r.cfg.Events.Subscribe(req.QueryID, req.RunID, e.box)
 	if err != nil {
-		return fmt.Errorf("subscribe to run %s: %w", req.RunID, err)
+		return nil, nil, fmt.Errorf("subscribe to run %s: %w", req.RunID, err)
 	}
 	o := r.cfg.Tracker
 	tc := TrackerConfig{
-		QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: req.Spec, Box: box, Store: r.store,
+		QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: req.Spec, Box: e.box, Store: r.store,
 		Clock: r.cfg.Clock, Logger: r.cfg.Logger, Metrics: r.cfg.Metrics,
 		RetryDelay: o.RetryDelay, Retries: o.Retries, WarnEvery: o.WarnEvery, FutureSkew: o.FutureSkew, AdvanceTimeout: o.AdvanceTimeout,
+		OnStart:   func(at time.Time, exact bool) { r.noteStart(e, at, exact) },
 		QueryName: req.QueryName,
 	}
 	if fs, ok := r.cfg.Store.(FeederStore); ok && req.RetireOnCleanTermination {
@@ -341,22 +403,79 @@ func (r *Registry) start(ctx context.Context, e *entry) error {
 			return err
 		}
 	}
-	e.sub, e.box = sub, box
-	r.wg.Add(1)
-	r.cfg.Metrics.TrackedRuns.Inc()
-	e.t = newTracker(tc)
-	// One goroutine per tracker: its worker, then its reaping.
-	go func() {
-		e.t.run(r.ctx)
-		r.reap(e)
-	}()
-	r.log.Info("tracking run", zap.String("table", req.Table), zap.String("query_id", req.QueryID),
-		zap.String("run_id", req.RunID), zap.String("spec", req.Spec.String()), zap.Bool("explicit", req.Explicit))
-	return nil
+	if c, ok := sub.(catchUpper); ok {
+		tc.CatchUp = c.CatchUp
+	}
+	return newTracker(tc), sub, nil
+}
+
+// stopEntry asks e's tracker to apply what is pending and stop, for
+// reason; finish says whether an explicit track is then done for good
+// (superseded, expired) or resumes on the next start (shutdown). The first
+// reason counts. It reports whether this call gave the reason. A tracker
+// still subscribing is stopped as soon as it starts.
+func (r *Registry) stopEntry(e *entry, reason string, finish bool) bool {
+	r.mu.Lock()
+	first := e.stopReason == ""
+	if first {
+		e.stopReason, e.finish = reason, finish
+	}
+	t := e.t
+	r.mu.Unlock()
+	if t != nil {
+		t.Stop()
+	}
+	return first
+}
+
+// noteStart records when e's run started (exact, from its started event)
+// or a time by which it had started (a progress's time), and stops every
+// tracker of the same query and table whose run started before the run
+// that started last. A run whose start is not known is not superseded: a
+// wrong stop loses a live run, a missed one only leaves a silent tracker
+// to expire. Spark may deliver a run's started event after its first
+// progress (Spark Connect), so this runs whenever a start becomes known,
+// not only when a tracker starts.
+func (r *Registry) noteStart(e *entry, at time.Time, exact bool) {
+	if at.IsZero() {
+		return
+	}
+	r.mu.Lock()
+	switch {
+	case exact && !e.exact:
+		e.start, e.exact = at, true
+	case !exact && !e.exact && (e.start.IsZero() || at.Before(e.start)):
+		e.start = at
+	}
+	var newest *entry
+	for _, o := range r.queries[e.req.QueryID] {
+		if o.req.Table == e.req.Table && o.exact && (newest == nil || o.start.After(newest.start)) {
+			newest = o
+		}
+	}
+	var older []*entry
+	if newest != nil {
+		for _, o := range r.queries[e.req.QueryID] {
+			if o.req.Table == e.req.Table && o.req.RunID != newest.req.RunID && !o.start.IsZero() && o.start.Before(newest.start) {
+				older = append(older, o)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, o := range older {
+		reason := fmt.Sprintf("superseded by run %s of the same query, which started later", newest.req.RunID)
+		if r.stopEntry(o, reason, true) {
+			r.log.Info("run superseded by a run of the same query that started later; stopping its tracker",
+				zap.String("table", o.req.Table), zap.String("query_id", o.req.QueryID),
+				zap.String("run_id", o.req.RunID), zap.String("new_run_id", newest.req.RunID),
+				zap.Time("started", o.start), zap.Bool("start_exact", o.exact), zap.Time("new_started", newest.start))
+		}
+	}
 }
 
 // reap runs on e's worker goroutine once the worker has exited: it
-// unsubscribes and records the result.
+// unsubscribes, marks an explicit track done when the run terminated or
+// was superseded or expired, and records the result for Join.
 func (r *Registry) reap(e *entry) {
 	defer r.wg.Done()
 	defer close(e.reaped)
@@ -365,7 +484,25 @@ func (r *Registry) reap(e *entry) {
 		r.log.Warn("unsubscribe failed", zap.String("run_id", e.req.RunID), zap.Error(err))
 	}
 	st := e.t.Status()
-	if e.req.Explicit && st.Terminated && r.cfg.Tracks != nil {
+	out := e.t.outcome()
+	r.mu.Lock()
+	reason, finish := e.stopReason, e.finish
+	r.mu.Unlock()
+	res := JoinResult{LastError: st.LastError}
+	switch {
+	case out.terminated && out.applied:
+		res.Done = true
+	case out.terminated:
+		res.Stopped = "the run terminated, but its last progress could not be applied"
+		if out.err != nil {
+			res.Stopped += ": " + out.err.Error()
+		}
+	case reason != "":
+		res.Stopped = reason
+	default:
+		res.Stopped = "the tracker was cancelled"
+	}
+	if e.req.Explicit && (out.terminated || finish) && r.cfg.Tracks != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), DefaultAdvanceTimeout)
 		if err := r.cfg.Tracks.FinishTrack(ctx, e.req.RunID, e.req.Table); err != nil {
 			r.log.Warn("could not mark the explicit track done; it is resumed (and finishes at once) on the next start",
@@ -375,15 +512,12 @@ func (r *Registry) reap(e *entry) {
 	}
 	r.mu.Lock()
 	r.remove(e)
-	if st.LastError != "" {
-		e.lastErr = st.LastError
+	if prev, ok := r.finished.get(e.req.RunID); ok {
+		res.Done = res.Done && prev.Done
+		res.Stopped = cmp.Or(prev.Stopped, res.Stopped)
+		res.LastError = cmp.Or(prev.LastError, res.LastError)
 	}
-	prev, _ := r.finished.get(e.req.RunID)
-	if prev.LastError == "" {
-		prev.LastError = e.lastErr
-	}
-	prev.Done = true
-	r.finished.put(e.req.RunID, prev)
+	r.finished.put(e.req.RunID, res)
 	r.mu.Unlock()
 }
 
@@ -415,8 +549,12 @@ func (r *Registry) remove(e *entry) {
 	drop(r.queries, e.req.QueryID)
 }
 
-// Join waits until every tracker of the run has finished, or ctx is done.
-// It returns ErrUnknownRun when the run is neither tracked nor remembered.
+// Join waits until every tracker of the run has finished, or ctx is done,
+// and returns the result: Done only when the run terminated and its last
+// progress was applied; otherwise Stopped says why a tracker finished
+// without that. When ctx ends first it returns a zero JoinResult (not done,
+// not stopped). It returns ErrUnknownRun when the run is neither tracked
+// nor remembered.
 func (r *Registry) Join(ctx context.Context, runID string) (JoinResult, error) {
 	r.mu.RLock()
 	live := append([]*entry(nil), r.runs[runID]...)
@@ -428,27 +566,25 @@ func (r *Registry) Join(ctx context.Context, runID string) (JoinResult, error) {
 		}
 		return JoinResult{}, fmt.Errorf("join %s: %w", runID, ErrUnknownRun)
 	}
-	var res JoinResult
 	for _, e := range live {
 		select {
 		case <-e.ready:
 		case <-ctx.Done():
 			return JoinResult{}, nil
 		}
-		if e.t == nil {
-			continue
-		}
 		select {
 		case <-e.reaped:
 		case <-ctx.Done():
 			return JoinResult{}, nil
 		}
-		if _, err := e.t.Failures(); err != nil && res.LastError == "" {
-			res.LastError = err.Error()
-		}
 	}
-	res.Done = true
-	return res, nil
+	r.mu.RLock()
+	fin, ok = r.finished.get(runID)
+	r.mu.RUnlock()
+	if !ok { // the start failed, or the result was forgotten at once
+		return JoinResult{Stopped: "the run's trackers could not start"}, nil
+	}
+	return fin, nil
 }
 
 // Reassert asks every live tracker to write its last advance again
@@ -540,10 +676,7 @@ func (r *Registry) Close(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	for _, e := range all {
-		<-e.ready
-		if e.t != nil {
-			e.t.Stop()
-		}
+		r.stopEntry(e, "the service is shutting down (the track resumes when it starts again)", false)
 	}
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()

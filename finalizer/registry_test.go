@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,21 +67,74 @@ func TestJoinTimesOutWhileRunIsLive(t *testing.T) {
 }
 
 // A new run of the same query supersedes the old run's tracker: it applies
-// what is pending and stops.
+// what is pending and stops; join says why it stopped.
 func TestNewRunSupersedesOldRun(t *testing.T) {
 	r := newRig(t, finalizer.Rule{Table: "t", Query: "orders", Spec: hourSpec(t)})
-	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindStarted})
+	r.reg.Discovered(started(runA, "orders", "2026-09-28T12:00:00Z"))
 	eventually(t, "tracked", func() bool { return len(r.reg.Status()) == 1 })
 	r.bus.Publish(cdcProgress(runA, "2026-09-28T13:05:00"))
 	eventually(t, "first write", func() bool { return len(r.store.Calls()) == 1 })
-	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runB, Name: "orders", Kind: progress.KindStarted})
-	if res := r.join(t, runA); !res.Done {
-		t.Fatal("old run not stopped")
+	r.reg.Discovered(started(runB, "orders", "2026-09-28T13:30:00Z"))
+	if res := r.join(t, runA); res.Done || !strings.Contains(res.Stopped, "superseded by run "+runB) {
+		t.Fatalf("join of the old run = %+v, want stopped as superseded, not done", res)
 	}
 	st := r.reg.Status()
 	if len(st) != 1 || st[0].RunID != runB {
 		t.Fatalf("status = %+v, want only the new run", st)
 	}
+}
+
+// Issue 18, bug 2: only a run that started later supersedes. A retried
+// track of the old run, and the old run's started event replayed after the
+// new run's (a rescan sorted by run id), stop the old run, never the new.
+func TestOnlyALaterStartSupersedes(t *testing.T) {
+	r := newRig(t)
+	r.track(t, runB, "t")
+	r.bus.Publish(started(runB, "orders", "2026-09-28T13:30:00Z").Event)
+	r.track(t, runA, "t") // the retried track of the old run
+	r.bus.Publish(started(runA, "orders", "2026-09-28T12:00:00Z").Event)
+	if res := r.join(t, runA); res.Done || !strings.Contains(res.Stopped, "superseded by run "+runB) {
+		t.Fatalf("join of the old run = %+v, want stopped as superseded", res)
+	}
+	r.bus.Publish(cdcProgress(runB, "2026-09-28T14:05:00"))
+	eventually(t, "the new run writes", func() bool { return r.store.Verdict("t").Equal(utc("2026-09-28T14:00:00Z")) })
+}
+
+// Issue 17, item 4: on Spark Connect the started event can arrive after
+// the first progress. A started event of a run already tracked still
+// supersedes an older run, and a run known only by its progress time is
+// superseded by a run that started after that time.
+func TestLateStartedEventSupersedes(t *testing.T) {
+	r := newRig(t)
+	r.track(t, runA, "t")
+	old := cdcProgress(runA, "2026-09-28T13:05:00")
+	old.Timestamp = utc("2026-09-28T13:05:10Z") // no started event for the old run
+	r.bus.Publish(old)
+	eventually(t, "old run writes", func() bool { return len(r.store.Calls()) == 1 })
+	r.track(t, runB, "t")
+	r.bus.Publish(cdcProgress(runB, "2026-09-28T14:05:00")) // the new run's first progress, before its started event
+	eventually(t, "new run writes", func() bool { return len(r.store.Calls()) == 2 })
+	if st := r.reg.Status(); len(st) != 2 {
+		t.Fatalf("status = %+v, want both runs tracked while no start is known", st)
+	}
+	r.bus.Publish(started(runB, "orders", "2026-09-28T14:00:00Z").Event)
+	if res := r.join(t, runA); res.Done || !strings.Contains(res.Stopped, "superseded") {
+		t.Fatalf("join of the old run = %+v, want stopped as superseded", res)
+	}
+}
+
+// Issue 18, bug 1: a run first seen without a name (an idle event, no
+// name retained) is undecided, not ignored: its next event that carries
+// the name is considered, and the run is tracked.
+func TestNamelessRunIsDecidedByALaterNamedEvent(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "t", Query: "orders", Spec: hourSpec(t)})
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Kind: progress.KindIdle, Event: idle(runA)})
+	eventually(t, "the nameless run decided on", func() bool { return !r.reg.Known(runA) && len(r.reg.Status()) == 0 })
+	p := cdcProgress(runA, "2026-09-28T14:05:00")
+	p.Name = "orders"
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindProgress, Event: p})
+	eventually(t, "tracked once its name is known", func() bool { return len(r.reg.Status()) == 1 })
+	eventually(t, "its progress applied", func() bool { return r.store.Verdict("t").Equal(utc("2026-09-28T14:00:00Z")) })
 }
 
 // A run silent for longer than ExpireAfter is stopped; before that it is
@@ -102,8 +156,8 @@ func TestSilentRunIsStaleThenExpired(t *testing.T) {
 	clock.Advance(65 * time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if res, err := reg.Join(ctx, runA); err != nil || !res.Done {
-		t.Fatalf("join = %+v, %v; want the expired tracker done", res, err)
+	if res, err := reg.Join(ctx, runA); err != nil || res.Done || !strings.Contains(res.Stopped, "expired") {
+		t.Fatalf("join = %+v, %v; want the expired tracker stopped, not done", res, err)
 	}
 }
 
@@ -189,4 +243,10 @@ func TestRecoverRetainedRuns(t *testing.T) {
 	if st := r.reg.Status(); len(st) != 2 {
 		t.Fatalf("status = %+v, want 2 trackers", st)
 	}
+}
+
+// started is a run's started event, found by discovery, at ts.
+func started(runID, name, ts string) listener.Run {
+	ev := &progress.Event{Kind: progress.KindStarted, QueryID: queryA, RunID: runID, Name: name, Timestamp: utc(ts), BatchID: -1}
+	return listener.Run{QueryID: queryA, RunID: runID, Name: name, Kind: progress.KindStarted, Event: ev}
 }

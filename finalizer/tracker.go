@@ -71,6 +71,17 @@ type TrackerConfig struct {
 	WarnEvery      time.Duration // 0 = DefaultWarnEvery
 	FutureSkew     time.Duration // 0 = DefaultFutureSkew
 	AdvanceTimeout time.Duration // 0 = DefaultAdvanceTimeout
+
+	// OnStart, when set, is told when the run started (exact: the time of
+	// its started event) and, before that is known, a time by which it had
+	// started (inexact: the time of its first progress taken). The
+	// registry supersedes older runs by it.
+	OnStart func(at time.Time, exact bool)
+	// CatchUp, when set, offers the run's retained progress and termination
+	// to Box once more. The worker calls it when the run terminates, so
+	// that a progress that reached the stream but not the subscription (a
+	// reconnect, a hand-over) is still applied. Bounded by AdvanceTimeout.
+	CatchUp func(ctx context.Context) error
 }
 
 // TrackerOptions are the tunables that every tracker of a registry shares;
@@ -172,6 +183,9 @@ type Tracker struct {
 	quietSig string          // the signal of quietAt
 	last     *progress.Event // the newest progress taken: the provenance of a quiet move
 
+	// Owned by the worker goroutine until done is closed.
+	out outcome
+
 	mu         sync.Mutex
 	lastErr    error
 	failures   int
@@ -243,6 +257,16 @@ func (t *Tracker) Reassert() {
 // use Done or Join. Safe to call more than once.
 func (t *Tracker) Stop() { t.once.Do(func() { close(t.stop) }) }
 
+// outcome is how a tracker's worker ended.
+type outcome struct {
+	terminated bool  // the run's termination arrived
+	applied    bool  // and the newest progress after it was applied
+	err        error // why not, when the final catch-up or advance failed
+}
+
+// outcome returns how the worker ended; call it after the worker exited.
+func (t *Tracker) outcome() outcome { return t.out }
+
 // Failures returns the number of failed advances in a row and the last
 // one's error; 0 and nil after a success.
 func (t *Tracker) Failures() (int, error) {
@@ -296,6 +320,7 @@ func (t *Tracker) run(ctx context.Context) {
 	box := t.cfg.Box
 	var pending *progress.Event // newest progress not yet applied
 	reassert := false           // a re-assert is asked for and not done yet
+	sawProgress := false
 	for {
 		stopping := false
 		select {
@@ -309,13 +334,22 @@ func (t *Tracker) run(ctx context.Context) {
 			return
 		}
 		mail := box.Take()
-		if mail.Progress != nil || mail.Idle || mail.Terminated != nil {
+		if mail.Progress != nil || mail.Idle || mail.Terminated != nil || mail.Started != nil {
 			t.mu.Lock()
 			t.lastEvent = t.cfg.Clock.Now()
 			t.idle = mail.Progress == nil && mail.Idle
 			t.terminated = mail.Terminated != nil
 			t.failed = mail.Terminated != nil && mail.Terminated.Exception != ""
 			t.mu.Unlock()
+		}
+		if mail.Started != nil && t.cfg.OnStart != nil {
+			t.cfg.OnStart(mail.Started.Timestamp, true)
+		}
+		if mail.Progress != nil && !sawProgress {
+			sawProgress = true
+			if t.cfg.OnStart != nil {
+				t.cfg.OnStart(mail.Progress.Timestamp, false)
+			}
 		}
 		if mail.Progress != nil {
 			pending = mail.Progress
@@ -350,6 +384,11 @@ func (t *Tracker) run(ctx context.Context) {
 			reassert = !t.reassertLast(ctx)
 		}
 		if mail.Terminated != nil {
+			pending = t.finalCatchUp(ctx, pending)
+			t.out = outcome{terminated: true, applied: pending == nil && t.out.err == nil, err: t.out.err}
+			if pending != nil && t.out.err == nil {
+				_, t.out.err = t.Failures()
+			}
 			t.log.Info("run terminated; tracker done",
 				zap.Bool("pending_failed", pending != nil),
 				zap.String("error_class", mail.Terminated.ErrorClass),
@@ -395,6 +434,31 @@ func (t *Tracker) retireOnTermination(ctx context.Context, failed bool) {
 	t.retired = true
 	t.mu.Unlock()
 	t.log.Info("run terminated cleanly; its query is retired from the table's feeders")
+}
+
+// finalCatchUp reads the run's retained events once more after its
+// termination and applies a newer progress it finds; it returns the
+// progress still not applied, and notes a failed catch-up in t.out.err.
+func (t *Tracker) finalCatchUp(ctx context.Context, pending *progress.Event) *progress.Event {
+	if t.cfg.CatchUp == nil {
+		return pending
+	}
+	cctx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
+	err := t.cfg.CatchUp(cctx)
+	cancel()
+	if err != nil {
+		t.out.err = fmt.Errorf("final catch-up from the stream: %w", err)
+		t.log.Warn("could not read the run's retained events after its termination; a progress posted just before it may be missing",
+			zap.Error(err))
+	}
+	if mail := t.cfg.Box.Take(); mail.Progress != nil {
+		t.log.Debug("progress taken at the final catch-up", zap.Int64("batch_id", mail.Progress.BatchID))
+		pending = mail.Progress
+		if t.apply(ctx, pending) {
+			pending = nil
+		}
+	}
+	return pending
 }
 
 // apply advances the verdict from ev when its candidate is later than the

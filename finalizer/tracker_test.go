@@ -188,7 +188,8 @@ func TestStatusShowsIdleRun(t *testing.T) {
 }
 
 // An advance that fails after the run terminated is still retried in
-// place before the worker stops; join reports the failure otherwise.
+// place before the worker stops; then join reports the run as not done,
+// with why and the last error.
 func TestTerminationAppliesPendingAndReportsLastError(t *testing.T) {
 	r := newRig(t)
 	r.store.setFailing(100, nil)
@@ -200,8 +201,8 @@ func TestTerminationAppliesPendingAndReportsLastError(t *testing.T) {
 		r.clock.Advance(time.Duration(i) * time.Second)
 	}
 	res := r.join(t, runA)
-	if !res.Done || res.LastError == "" {
-		t.Fatalf("join = %+v, want done with the last error", res)
+	if res.Done || res.Stopped == "" || res.LastError == "" {
+		t.Fatalf("join = %+v, want not done, stopped, with the last error: the last progress was not applied", res)
 	}
 	if n := len(r.store.Calls()); n != 3 {
 		t.Fatalf("%d attempts, want 3 (1 + 2 retries)", n)

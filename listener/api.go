@@ -84,8 +84,13 @@ func (r *JoinRequest) UnmarshalJSON(data []byte) error {
 
 // JoinReply answers a JoinRequest.
 type JoinReply struct {
-	// Done is true when the run's tracker has finished.
+	// Done is true when every tracker of the run has finished because the
+	// run terminated and its last progress was applied.
 	Done bool `json:"done"`
+	// Stopped says why a tracker of the run finished without that
+	// (superseded by a run that started later, expired, the service
+	// shutting down, the last advance failed); "" otherwise.
+	Stopped string `json:"stopped,omitempty"`
 	// Error says why the join could not be answered (for example an
 	// unknown run); "" otherwise.
 	Error string `json:"error,omitempty"`

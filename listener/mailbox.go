@@ -31,6 +31,7 @@ type Mailbox struct {
 	hasTaken   bool
 	idle       bool
 	idleAt     time.Time // the newest idle event's timestamp since the last Take
+	started    *progress.Event
 	terminated *progress.Event
 	wake       chan struct{}
 }
@@ -87,6 +88,9 @@ type Mail struct {
 	// Terminated is the run's termination event, or nil. Once set it is
 	// returned by every later Take.
 	Terminated *progress.Event
+	// Started is the run's started event if one arrived since the last
+	// Take, or nil. It says when the run started (ADR 0012).
+	Started *progress.Event
 }
 
 // NewMailbox returns an empty Mailbox.
@@ -99,7 +103,8 @@ func NewMailbox() *Mailbox {
 // progress.Event.Newer), and it is put in the slot only when it is strictly
 // newer than the last progress already taken; otherwise it counts as an idle
 // event. So a message recovered from JetStream, or delivered twice, never
-// replaces or repeats a newer one. Started events and nil are ignored.
+// replaces or repeats a newer one. A started event is handed out once by
+// the next Take. nil is ignored.
 func (m *Mailbox) Offer(ev *progress.Event) {
 	if ev == nil {
 		return
@@ -131,6 +136,8 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 		if m.terminated == nil {
 			m.terminated = ev
 		}
+	case progress.KindStarted:
+		m.started = ev
 	default:
 		m.mu.Unlock()
 		return
@@ -254,8 +261,8 @@ func (m *Mailbox) Take() Mail {
 			}
 		}
 	}
-	mail := Mail{Progress: m.progress, Idle: m.idle, IdleAt: m.idleAt, Terminated: m.terminated}
-	m.idleAt = time.Time{}
+	mail := Mail{Progress: m.progress, Idle: m.idle, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started}
+	m.idleAt, m.started = time.Time{}, nil
 	if m.progress != nil {
 		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: m.progress.Timestamp}, true
 	}

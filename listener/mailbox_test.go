@@ -101,8 +101,11 @@ func TestMailboxWake(t *testing.T) {
 	m.Offer(ofKind(progress.KindStarted))
 	select {
 	case <-m.Wake():
-		t.Fatal("a started event woke the worker")
+		if m.Take().Started == nil {
+			t.Fatal("a started event woke the worker without being handed out")
+		}
 	default:
+		t.Fatal("a started event did not wake the worker (it says when the run started)")
 	}
 	for i := int64(0); i < 10; i++ {
 		m.Offer(prog(i, t0))

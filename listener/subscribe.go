@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -132,6 +133,13 @@ func (l *Listener) route(m *nats.Msg) {
 		for _, s := range subs {
 			s.deliver(m.Subject, m.Data)
 		}
+		// A run whose trackers are still subscribing is not known to
+		// discovery: it hands the message over to those not subscribed yet.
+		for _, d := range disc {
+			if !d.known(runID) {
+				d.onDiscover(m)
+			}
+		}
 		return
 	}
 	for _, d := range disc {
@@ -237,7 +245,7 @@ func (l *Listener) catchUp(ctx context.Context, s *Subscription) error {
 	if err != nil {
 		return fmt.Errorf("catch up: %w", err)
 	}
-	for _, kind := range []progress.Kind{progress.KindProgress, progress.KindTerminated} {
+	for _, kind := range []progress.Kind{progress.KindStarted, progress.KindProgress, progress.KindTerminated} {
 		subj := l.subject(kind.String(), s.queryID, s.runID)
 		msg, err := st.GetLastMsgForSubject(ctx, subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -249,6 +257,46 @@ func (l *Listener) catchUp(ctx context.Context, s *Subscription) error {
 		s.deliverNow(msg.Subject, msg.Data)
 	}
 	return nil
+}
+
+// DefaultTerminationWait bounds how long CatchUp waits for the stream to
+// store the run's termination before it reads the run's last progress.
+const DefaultTerminationWait = 2 * time.Second
+
+// CatchUp offers the run's last retained started event, progress and
+// termination to the mailbox once more, as Subscribe does. It is meant for
+// the run's end: it first waits, up to DefaultTerminationWait, for the
+// stream to hold the run's termination, since the stream stores in order
+// and every progress posted before the termination is then stored too. A
+// progress that reached the stream but not this subscription (around a
+// reconnect, or before the subscription was made) is so not lost. Without
+// JetStream it returns nil at once.
+func (s *Subscription) CatchUp(ctx context.Context) error {
+	l := s.l
+	if s.box == nil {
+		return errors.New("catch up: not a run subscription")
+	}
+	wait, cancel := context.WithTimeout(ctx, DefaultTerminationWait)
+	defer cancel()
+	subj := l.subject(progress.KindTerminated.String(), s.queryID, s.runID)
+	for {
+		st, err := l.eventStream(wait)
+		if errors.Is(err, ErrNoJetStream) || errors.Is(err, ErrNoStream) {
+			return nil
+		}
+		if err == nil {
+			if _, err = st.GetLastMsgForSubject(wait, subj); err == nil {
+				break
+			}
+		}
+		select {
+		case <-wait.Done():
+		case <-time.After(20 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	return l.catchUp(ctx, s)
 }
 
 // deliver checks one live message of s's run and offers it to the run's
@@ -381,14 +429,16 @@ type Run struct {
 // Discover calls found for runs it sees that known does not know, for
 // declarative tracking. It is served by the listener's event subscription,
 // <prefix>.*.*.*, which sees every event (ADR 0009): a message of a run
-// that has a run subscription goes to that subscription only; for any other
-// message it takes the run id from the subject and returns at once,
-// without parsing, when known(runID) is true. known
-// should therefore also return true for runs already decided against, so
-// that each run is parsed once. For another run it parses the message,
-// checks its ids against the subject, and calls found; when the event
-// carries no name (idle, terminated) the name is read from the run's
-// retained progress or started event. After a reconnect, the runs the
+// that has a run subscription goes to that subscription, and to discovery
+// too while known(runID) is false (its trackers are still subscribing);
+// for any other message it takes the run id from the subject and returns
+// at once, without parsing, when known(runID) is true. known should
+// therefore also return true for runs already decided against, so that
+// each run is parsed once. For another run it parses the message, checks
+// its ids against the subject, and calls found, with the name the event
+// carries ("" for idle and terminated events): discovery does no I/O on
+// the goroutine that delivers every run's events, and the caller looks a
+// missing name up (RunName) off it. After a reconnect, the runs the
 // stream retains are offered to known and found again, so a run that began
 // while the connection was down is found too. known and found run on the
 // subscription's goroutine, one message at a time, and also on the
@@ -430,14 +480,8 @@ func (s *Subscription) onDiscover(m *nats.Msg) {
 		l.drop(es, m.Subject, outcome, err)
 		return
 	}
-	run := Run{QueryID: es.queryID, RunID: es.runID, Name: ev.Name, Kind: es.kind,
-		Terminated: es.kind == progress.KindTerminated, Event: ev}
-	if run.Name == "" && es.kind != progress.KindProgress && es.kind != progress.KindStarted {
-		ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
-		run.Name = l.retainedName(ctx, es.queryID, es.runID, true, true)
-		cancel()
-	}
-	s.found(run)
+	s.found(Run{QueryID: es.queryID, RunID: es.runID, Name: ev.Name, Kind: es.kind,
+		Terminated: es.kind == progress.KindTerminated, Event: ev})
 }
 
 // rescan offers the retained runs that s.known does not know to s.found.

@@ -167,7 +167,7 @@ func (r *runner) track(ctx context.Context, svc *benchService) error {
 			defer wg.Done()
 			for s := range work {
 				_, err := svc.tracker.Track(ctx, finalizer.Request{QueryID: s.queryID, RunID: s.runID, Table: s.table,
-					Spec: s.spec, Explicit: true, Supersede: true})
+					Spec: s.spec, Explicit: true})
 				if err != nil {
 					mu.Lock()
 					first = cmpOr(first, err)

@@ -40,7 +40,7 @@ func (s *Service) handleTrack(ctx context.Context, r listener.TrackRequest) list
 	if err := CheckIDs(r.QueryID, r.RunID); err != nil {
 		return listener.TrackReply{Error: err.Error()}
 	}
-	ok, err := s.registry.Track(ctx, finalizer.Request{QueryID: r.QueryID, RunID: r.RunID, Table: r.Table, Spec: spec, Explicit: true, Supersede: true})
+	ok, err := s.registry.Track(ctx, finalizer.Request{QueryID: r.QueryID, RunID: r.RunID, Table: r.Table, Spec: spec, Explicit: true})
 	if err != nil {
 		return listener.TrackReply{Error: err.Error()}
 	}
@@ -58,5 +58,5 @@ func (s *Service) handleJoin(ctx context.Context, r listener.JoinRequest) listen
 	if err != nil {
 		return listener.JoinReply{Error: err.Error()}
 	}
-	return listener.JoinReply{Done: res.Done, LastError: res.LastError}
+	return listener.JoinReply{Done: res.Done, Stopped: res.Stopped, LastError: res.LastError}
 }
