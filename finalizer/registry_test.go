@@ -93,6 +93,7 @@ func TestOnlyALaterStartSupersedes(t *testing.T) {
 	r.bus.Publish(started(runB, "orders", "2026-09-28T13:30:00Z").Event)
 	r.track(t, runA, "t") // the retried track of the old run
 	r.bus.Publish(started(runA, "orders", "2026-09-28T12:00:00Z").Event)
+	eventually(t, "only the new run tracked", func() bool { st := r.reg.Status(); return len(st) == 1 && st[0].RunID == runB })
 	if res := r.join(t, runA); res.Done || !strings.Contains(res.Stopped, "superseded by run "+runB) {
 		t.Fatalf("join of the old run = %+v, want stopped as superseded", res)
 	}
@@ -118,6 +119,7 @@ func TestLateStartedEventSupersedes(t *testing.T) {
 		t.Fatalf("status = %+v, want both runs tracked while no start is known", st)
 	}
 	r.bus.Publish(started(runB, "orders", "2026-09-28T14:00:00Z").Event)
+	eventually(t, "only the new run tracked", func() bool { st := r.reg.Status(); return len(st) == 1 && st[0].RunID == runB })
 	if res := r.join(t, runA); res.Done || !strings.Contains(res.Stopped, "superseded") {
 		t.Fatalf("join of the old run = %+v, want stopped as superseded", res)
 	}

@@ -17,6 +17,7 @@ const (
 	exitOK       = 0
 	exitNegative = 1 // not final, timeout
 	exitUsage    = 2 // usage or connection error
+	exitStopped  = 3 // join: the tracker stopped without the run's end applied
 )
 
 // exitError carries an exit code out of a command. A nil err prints

@@ -138,11 +138,18 @@ func newJoinCmd(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "join --run-id R [--timeout D]",
 		Short: "Wait until a run's tracker has applied its last progress after termination",
-		Long: `Waits until every tracker of the run has finished: the run terminated and its last
-progress was applied (or the tracker was stopped). If the last advance failed, join still
-reports done and prints the error on stderr.
+		Long: `Waits until the run is done: it terminated and every tracker of it applied its last
+progress. Join asks the service over NATS, so the service that tracks the run answers.
 
-Exit codes: 0 done, 1 timed out, 2 usage error, unknown run or no service reachable.`,
+Exit codes:
+  0  done: the run terminated and its last progress was applied
+  1  not done within --timeout (the run is still live)
+  2  usage error, unknown run, or no service reachable
+  3  a tracker of the run stopped without that, and join says why: the run was
+     superseded by a run of the same query that started later, it was silent
+     past tracking.expire_after, the service shut down (the track resumes when
+     it starts again: join again), or its last advance failed (the error is
+     printed)`,
 		Example: `  finalizer join --run-id e225d92f-2545-48f8-87a2-9c0309580f8a --timeout 5m`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -177,6 +184,12 @@ Exit codes: 0 done, 1 timed out, 2 usage error, unknown run or no service reacha
 				}
 				if rep.Error != "" {
 					return usageError(fmt.Errorf("join: %s", rep.Error))
+				}
+				if rep.Stopped != "" {
+					if rep.LastError != "" {
+						fmt.Fprintf(cmd.ErrOrStderr(), "finalizer: the run's last advance failed: %s\n", rep.LastError)
+					}
+					return &exitError{code: exitStopped, err: fmt.Errorf("run %s: not done: %s", runID, rep.Stopped)}
 				}
 				if rep.Done {
 					if rep.LastError != "" {
