@@ -325,6 +325,7 @@ func TestDuplicateReplayedAndOutOfOrderProgress(t *testing.T) {
 		}
 	}
 	track(r1)
+	pub.publish("started", q, r1, startedJSON(q, r1, "x"))
 	watch := watchVerdict(t, pgURL, "dup")
 	b1, b2 := progressAt(q, r1, "x", 1, "2026-09-28T13:10:00"), progressAt(q, r1, "x", 2, "2026-09-28T14:05:00")
 	pub.publish("progress", q, r1, b1)
@@ -353,8 +354,10 @@ func TestDuplicateReplayedAndOutOfOrderProgress(t *testing.T) {
 	}
 
 	// The query restarts: a new run whose first batch ends before the
-	// verdict. It supersedes the old run and moves nothing back.
+	// verdict. Started later, it supersedes the old run and moves nothing
+	// back.
 	track(r2)
+	pub.publish("started", q, r2, startedAtJSON(q, r2, "x", "2026-09-28T16:00:00"))
 	pub.publish("progress", q, r2, progressAt(q, r2, "x", 3, "2026-09-28T13:20:00"))
 	eventually(t, "the new run's first (older) batch evaluated", func() bool {
 		return sample(t, s.httpURL, `finalizer_candidates_total{outcome="unchanged"}`) == 1
@@ -532,8 +535,8 @@ tables:
 	eventually(t, "first run tracked", func() bool { return tracked(t, s.httpURL, r1) })
 	pub.publish("progress", q, r1, progressAt(q, r1, "cdc_dead", 1, "2026-09-28T13:10:00"))
 	waitVerdict(t, pgURL, "dead.cdc_dead", "2026-09-28T13:00:00Z")
-	// The driver died; the query is started again: a new run.
-	pub.publish("started", q, r2, startedJSON(q, r2, "cdc_dead"))
+	// The driver died; the query is started again: a new run, started later.
+	pub.publish("started", q, r2, startedAtJSON(q, r2, "cdc_dead", "2026-09-28T16:00:00"))
 	eventually(t, "the new run supersedes the old one", func() bool { return tracked(t, s.httpURL, r2) && !tracked(t, s.httpURL, r1) })
 	pub.publish("progress", q, r2, progressAt(q, r2, "cdc_dead", 2, "2026-09-28T14:05:00"))
 	waitVerdict(t, pgURL, "dead.cdc_dead", "2026-09-28T14:00:00Z")
@@ -585,8 +588,9 @@ tables:
 	eventually(t, "the silent run's tracker stopped", func() bool {
 		return !tracked(t, s.httpURL, rQ) && sample(t, s.httpURL, "finalizer_tracked_runs") == 1
 	})
-	if code, out, e := cli(t, nil, "join", "--nats-url", s.natsURL, "--run-id", rQ, "--timeout", "5s"); code != 0 {
-		t.Errorf("join of the expired run: %d %s %s, want done", code, out, e)
+	// Expired is not done: join exits 3 and says why (ADR 0014).
+	if code, out, e := cli(t, nil, "join", "--nats-url", s.natsURL, "--run-id", rQ, "--timeout", "5s"); code != 3 || !strings.Contains(e, "expired") {
+		t.Errorf("join of the expired run: %d %s %s, want exit 3, expired", code, out, e)
 	}
 	pub.publish("progress", q, r2, progressAt(q, r2, "cdc_dead", 3, "2026-09-28T15:05:00"))
 	waitVerdict(t, pgURL, "dead.cdc_dead", "2026-09-28T15:00:00Z")

@@ -282,11 +282,17 @@ func (p *publisher) publish(kind, queryID, runID string, payload string) {
 // Listener-form payloads, shaped as Spark's json4s output.
 
 func startedJSON(queryID, runID, name string) string {
+	return startedAtJSON(queryID, runID, name, "2026-09-28T13:00:00")
+}
+
+// startedAtJSON is a started event at ts (naive UTC): of two runs of one
+// query, the one that started later supersedes the other (ADR 0014).
+func startedAtJSON(queryID, runID, name, ts string) string {
 	n := "null"
 	if name != "" {
 		n = fmt.Sprintf("%q", name)
 	}
-	return fmt.Sprintf(`{"id":%q,"runId":%q,"name":%s,"timestamp":"2026-09-28T13:00:00.000Z"}`, queryID, runID, n)
+	return fmt.Sprintf(`{"id":%q,"runId":%q,"name":%s,"timestamp":"%s.000Z"}`, queryID, runID, n, ts)
 }
 
 var batch int64
