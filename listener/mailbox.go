@@ -89,7 +89,7 @@ type Mail struct {
 	// returned by every later Take.
 	Terminated *progress.Event
 	// Started is the run's started event if one arrived since the last
-	// Take, or nil. It says when the run started (ADR 0015).
+	// Take, or nil. It says when the run started (ADR 0017).
 	Started *progress.Event
 }
 

@@ -588,7 +588,7 @@ tables:
 	eventually(t, "the silent run's tracker stopped", func() bool {
 		return !tracked(t, s.httpURL, rQ) && sample(t, s.httpURL, "finalizer_tracked_runs") == 1
 	})
-	// Expired is not done: join exits 3 and says why (ADR 0015).
+	// Expired is not done: join exits 3 and says why (ADR 0017).
 	if code, out, e := cli(t, nil, "join", "--nats-url", s.natsURL, "--run-id", rQ, "--timeout", "5s"); code != 3 || !strings.Contains(e, "expired") {
 		t.Errorf("join of the expired run: %d %s %s, want exit 3, expired", code, out, e)
 	}

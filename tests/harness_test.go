@@ -286,7 +286,7 @@ func startedJSON(queryID, runID, name string) string {
 }
 
 // startedAtJSON is a started event at ts (naive UTC): of two runs of one
-// query, the one that started later supersedes the other (ADR 0015).
+// query, the one that started later supersedes the other (ADR 0017).
 func startedAtJSON(queryID, runID, name, ts string) string {
 	n := "null"
 	if name != "" {

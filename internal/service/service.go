@@ -3,7 +3,7 @@
 // PostgreSQL cluster or an external one, the control store, the event bus
 // (package listener), the registry of trackers, the NATS API, discovery,
 // recovery and the HTTP API. `finalizer serve`, `finalizer bench` and,
-// through the binary, the end-to-end tests run this one wiring (ADR 0016).
+// through the binary, the end-to-end tests run this one wiring (ADR 0018).
 //
 // The service is a stack of actors: Start starts them one after another,
 // each by one function that also registers how to stop it; Stop stops them
