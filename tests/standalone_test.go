@@ -32,3 +32,24 @@ func TestRepositoryStandsAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestNoConflictMarkers fails when a tracked file still holds a merge
+// conflict's markers: a rebase resolved in a hurry once landed the README
+// with both sides of a hunk and the markers between them.
+func TestNoConflictMarkers(t *testing.T) {
+	out, err := exec.Command("git", "-C", "..", "ls-files", "-z").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		raw, err := os.ReadFile(filepath.Join("..", name))
+		if err != nil || strings.IndexByte(string(raw), 0) >= 0 {
+			continue // deleted in the work tree, or binary
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			if strings.HasPrefix(line, "<<<<<<< ") || strings.HasPrefix(line, ">>>>>>> ") {
+				t.Errorf("%s:%d: a merge conflict marker: resolve the conflict", name, i+1)
+			}
+		}
+	}
+}
