@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -105,12 +106,12 @@ func (s *Store) ExpectFeeders(ctx context.Context, table string, feeders []strin
 	if s.closed.Load() {
 		return nil, fmt.Errorf("%s: %w", op, ErrClosed)
 	}
-	if table == "" {
-		return nil, fmt.Errorf("expect feeders: %w: no table", ErrInvalidAdvance)
+	if err := CheckTableName(table); err != nil {
+		return nil, fmt.Errorf("expect feeders: %w", err)
 	}
 	for _, f := range feeders {
-		if f == "" {
-			return nil, fmt.Errorf("%s: %w: an empty feeder name", op, ErrInvalidAdvance)
+		if strings.TrimSpace(f) == "" || CheckTableName(f) != nil {
+			return nil, fmt.Errorf("%s: %w: a feeder name must be a non-empty query name or id without control characters", op, ErrInvalidAdvance)
 		}
 	}
 	rows, err := s.pool.Query(ctx, `
@@ -147,6 +148,12 @@ func (s *Store) RetireFeeder(ctx context.Context, table, query, why string) ([]F
 	}
 	if table == "" || query == "" {
 		return nil, Verdict{}, false, fmt.Errorf("%s: %w: table and query are required", op, ErrNoFeeder)
+	}
+	if err := CheckTableName(table); err != nil {
+		return nil, Verdict{}, false, fmt.Errorf("retire feeder: %w", err)
+	}
+	if err := CheckTableName(query); err != nil { // the same rules as a name
+		return nil, Verdict{}, false, fmt.Errorf("retire feeder of %s: %w: the query name or id is invalid", table, ErrNoFeeder)
 	}
 	rows, err := s.pool.Query(ctx, `
 UPDATE `+s.n.feeds+` SET retired_at = now(), retired_why = $3

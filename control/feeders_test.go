@@ -558,3 +558,31 @@ func TestConcurrentFeedersSettle(t *testing.T) {
 		t.Errorf("table at %v, want 15:00", got)
 	}
 }
+
+// TestFeedersBadInput: names the control table cannot hold are refused
+// with a clear error before PostgreSQL is asked.
+func TestFeedersBadInput(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	ctx := context.Background()
+	for name, call := range map[string]func() error{
+		"expect, empty table":     func() error { _, err := s.ExpectFeeders(ctx, "", []string{"q"}); return err },
+		"expect, empty feeder":    func() error { _, err := s.ExpectFeeders(ctx, "t", []string{" "}); return err },
+		"expect, control char":    func() error { _, err := s.ExpectFeeders(ctx, "t", []string{"a\x00b"}); return err },
+		"retire, empty query":     func() error { _, _, _, err := s.RetireFeeder(ctx, "t", "", ""); return err },
+		"retire, control char":    func() error { _, _, _, err := s.RetireFeeder(ctx, "t", "a\nb", ""); return err },
+		"retire, table not UTF-8": func() error { _, _, _, err := s.RetireFeeder(ctx, "t\xff", "q", ""); return err },
+		"expect, table over limit": func() error {
+			_, err := s.ExpectFeeders(ctx, string(make([]byte, MaxTableNameLen+1)), []string{"q"})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := call(); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+	if fs, err := s.Feeders(ctx, ""); err != nil || len(fs) != 0 {
+		t.Errorf("feeders written: %+v, %v", fs, err)
+	}
+}

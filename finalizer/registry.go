@@ -70,6 +70,10 @@ var (
 	ErrClosed = errors.New("registry closed")
 )
 
+// errStillWriting is a retirement refused because another run of the
+// same query is tracked into the table.
+var errStillWriting = errors.New("another run of the query is tracked into the table")
+
 // FeederStore is what the registry needs of the control table's feeders
 // (ADR 0015). *control.Store implements it; a Store without it retires
 // nothing.
@@ -396,6 +400,19 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, Subscription,
 	}
 	if fs, ok := r.cfg.Store.(FeederStore); ok && req.RetireOnCleanTermination {
 		tc.Retire = func(ctx context.Context, why string) error {
+			r.mu.RLock()
+			other := false
+			for _, o := range r.queries[req.QueryID] {
+				if o.req.Table == req.Table && o.req.RunID != req.RunID {
+					other = true
+				}
+			}
+			r.mu.RUnlock()
+			if other {
+				// The same query (the same checkpoint) runs again: it
+				// still writes the table.
+				return errStillWriting
+			}
 			_, _, _, err := fs.RetireFeeder(ctx, req.Table, req.QueryID, why)
 			if errors.Is(err, control.ErrNoFeeder) {
 				return nil // never reported, or retired already

@@ -2,6 +2,7 @@ package finalizer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -419,12 +420,16 @@ func (t *Tracker) retireOnTermination(ctx context.Context, failed bool) {
 		rctx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
 		defer cancel()
 		err := t.cfg.Retire(rctx, "clean termination of run "+t.cfg.RunID)
-		if err != nil && ctx.Err() != nil {
+		if err != nil && (ctx.Err() != nil || errors.Is(err, errStillWriting)) {
 			return backoff.Permanent(err)
 		}
 		return err
 	}
 	err := backoff.RetryNotifyWithTimer(op, backoff.WithContext(t.backoff(), ctx), nil, t.cfg.Clock.NewTimer())
+	if errors.Is(err, errStillWriting) {
+		t.log.Info("run terminated cleanly, but another run of its query is tracked into the table: not retired")
+		return
+	}
 	if err != nil {
 		t.log.Error("could not retire the query from the table's feeders after its clean termination; it holds the table until retired with finalizer feeders retire",
 			zap.Error(err))
