@@ -200,6 +200,9 @@ type Tracker struct {
 	guards     map[string]int64
 	dropped    int64
 	quiet      *QuietMove
+	// heldByQuiet: heldBy was set by a quiet signal, not by the newest
+	// progress, so it does not stop a later quiet signal. Worker only.
+	heldByQuiet bool
 }
 
 // newTracker fills cfg's defaults and returns a tracker whose worker is
@@ -472,6 +475,7 @@ func (t *Tracker) finalCatchUp(ctx context.Context, pending *progress.Event) *pr
 // failed after its retries, so that the next event retries it.
 func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 	m := t.cfg.Metrics
+	t.heldByQuiet = false
 	cand, outcome, why := t.cfg.Spec.Evaluate(ev)
 	if outcome != progress.OK {
 		t.hold(outcome.String(), why, ev)
@@ -614,12 +618,30 @@ func (t *Tracker) noteQuiet(at time.Time, signal string) {
 // next event.
 func (t *Tracker) applyQuiet(ctx context.Context) {
 	at, sig := t.quietAt, t.quietSig
-	if t.heldBy == progress.Implausible.String() || t.heldBy == guardFuture {
+	if (t.heldBy == progress.Implausible.String() || t.heldBy == guardFuture) && !t.heldByQuiet {
 		// The newest progress's time is doubt: no quiet move on top of it.
 		t.log.Debug("quiet signal not used while the newest progress is held", zap.String("guard", t.heldBy))
 		return
 	}
-	if now := t.cfg.Clock.Now(); at.After(now) {
+	now := t.cfg.Clock.Now()
+	if limit := now.Add(t.cfg.FutureSkew); at.After(limit) {
+		// A time this far ahead is a bad clock or a bad value: it says
+		// nothing about when the source was caught up. Capping it at the
+		// clock would date a replayed or late-delivered signal at its
+		// arrival, after rows the source may have had since.
+		t.quietAt, t.quietSig = time.Time{}, ""
+		ev := t.last
+		if ev == nil {
+			ev = &progress.Event{Kind: progress.KindIdle, QueryID: t.cfg.QueryID, RunID: t.cfg.RunID, BatchID: -1}
+		}
+		t.hold(guardFuture, fmt.Sprintf("the quiet signal's (%s) time %s is more than future_skew (%s) ahead of this service's clock (%s)",
+			sig, at.UTC().Format(time.RFC3339Nano), t.cfg.FutureSkew, now.UTC().Format(time.RFC3339)), ev)
+		t.heldByQuiet = true // a later sound signal may still move it
+		return
+	}
+	if at.After(now) {
+		// Within future_skew: the driver's clock is a little ahead; the
+		// signal arrived now, so the source was caught up by now.
 		t.log.Debug("quiet signal ahead of this service's clock; capped", zap.String("signal", sig), zap.Time("at", at), zap.Time("now", now))
 		at = now
 	}
@@ -647,6 +669,10 @@ func (t *Tracker) applyQuiet(ctx context.Context) {
 	t.mu.Lock()
 	t.quiet = &QuietMove{Signal: sig, At: at.UTC(), Until: until}
 	t.mu.Unlock()
+	if t.heldByQuiet {
+		t.heldByQuiet = false
+		t.setHeld("")
+	}
 	t.log.Info("verdict moved because the source was quiet",
 		zap.String("signal", sig), zap.Time("caught_up_at", at), zap.Duration("quiet_after", t.cfg.Spec.QuietAfter), zap.Time("finalized_until", until))
 }
