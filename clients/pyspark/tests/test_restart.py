@@ -18,7 +18,7 @@ from support import QUERY, RUN_A, env
 Q = QUERY.lower()
 STREAM = "RESTART_TEST"
 PREFIX = "rt"
-MAX_CALLBACK = 0.05
+MAX_CALLBACK = 0.25
 
 
 def ask(ctl, what, answer, timeout=30):
