@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
 )
 
@@ -72,7 +74,19 @@ tables:
 	waitVerdict(t, url, table, "2026-09-28T13:00:00Z")
 	pub.publish("progress", q, r, progressAt(q, r, "fo_orders", 2, "2026-09-28T14:05:00"))
 	waitVerdict(t, url, table, "2026-09-28T14:00:00Z")
-	waitVerdict(t, standby.URL(), table, "2026-09-28T14:00:00Z") // replayed on the standby
+	// Replayed on the standby (which may not even have the table yet).
+	eventually(t, "the standby replayed 14:00", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, standby.URL())
+		if err != nil {
+			return false
+		}
+		defer conn.Close(ctx)
+		var until time.Time
+		err = conn.QueryRow(ctx, `SELECT finalized_until FROM public.table_finalization WHERE table_name = $1`, table).Scan(&until)
+		return err == nil && until.Equal(utc("2026-09-28T14:00:00Z"))
+	})
 
 	// A downstream job waits for 15:00-16:00, across the failover.
 	waitCtx, cancelWait := context.WithTimeout(context.Background(), 2*time.Minute)
