@@ -1,9 +1,11 @@
 package progress
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The findings of issue 16, one test each, on progress documents shaped
@@ -256,5 +258,36 @@ func TestOutcomeNames(t *testing.T) {
 		if o.String() != want {
 			t.Errorf("%d: %q, want %q", o, o.String(), want)
 		}
+	}
+}
+
+// A number with a fraction or an exponent is read exactly: as a float64,
+// 1764550799999.9999999 ms (100 ns before 01:00) rounds up to 01:00 and
+// the hour that holds the batch's end would be declared final. Huge
+// exponents are refused without being expanded.
+func TestNumericTimesReadExactly(t *testing.T) {
+	hour := time.Date(2025, 12, 1, 1, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		unit TimeUnit
+	}{
+		{"1764550799999.9999999", Millis},
+		{"1764550799.9999999999", Seconds},
+		{"1764550799999999.9999", Micros},
+		{"1.7645507999999999999e12", Millis},
+		{"17645507999999999999e-10", Seconds},
+	} {
+		got, err := ParseTimeIn([]byte(tc.in), tc.unit, nil)
+		if err != nil || !got.Before(hour) || got.Before(hour.Add(-time.Microsecond)) {
+			t.Errorf("%s %s = %v, %v; want just before %v", tc.in, tc.unit, got, err, hour)
+		}
+	}
+	for _, in := range []string{"1e999999999", "1e-999999999", "-1764550799999.5", "1764550799999.5e+99"} {
+		if got, err := ParseTimeIn([]byte(in), Millis, nil); !errors.Is(err, ErrImplausible) {
+			t.Errorf("%s = %v, %v; want implausible", in, got, err)
+		}
+	}
+	if got, err := ParseTimeIn([]byte("1.76455e12"), Millis, nil); err != nil || !got.Equal(time.UnixMilli(1764550000000).UTC()) {
+		t.Errorf("1.76455e12 ms = %v, %v", got, err)
 	}
 }

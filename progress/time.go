@@ -1,10 +1,11 @@
 package progress
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
+	"math/big"
 	"strconv"
 	"time"
 )
@@ -112,12 +113,29 @@ func epochNumber(b []byte, unit TimeUnit) (time.Time, bool) {
 		}
 		t = time.Unix(0, n*per).UTC()
 	} else {
-		f, err := strconv.ParseFloat(string(b), 64)
-		if err != nil || !(f >= float64(lo) && f < float64(hi)) {
+		// A fraction or an exponent, read exactly: a float64 rounds
+		// 1764550799999.9999999 up to the hour 01:00:00 it is 100 ns
+		// short of, and the period holding the batch's end would be
+		// declared final. The nanoseconds are truncated (towards "not yet").
+		if len(b) > 64 {
+			return t, false // no plausible time is written that long
+		}
+		if i := bytes.IndexAny(b, "eE"); i >= 0 {
+			// Bound the exponent before big.Rat expands it (1e999999999).
+			if e, err := strconv.Atoi(string(b[i+1:])); err != nil || e > 40 || e < -40 {
+				return t, false
+			}
+		}
+		r, ok := new(big.Rat).SetString(string(b))
+		if !ok {
 			return t, false
 		}
-		whole := math.Floor(f)
-		t = time.Unix(0, int64(whole)*per).Add(time.Duration((f - whole) * float64(per))).UTC()
+		r.Mul(r, new(big.Rat).SetInt64(per))
+		ns := new(big.Int).Quo(r.Num(), r.Denom()) // toward zero
+		if r.Sign() < 0 || !ns.IsInt64() || ns.Int64() < lo*per || ns.Int64() >= hi*per {
+			return t, false
+		}
+		t = time.Unix(0, ns.Int64()).UTC()
 	}
 	if t.Before(plausibleFrom) || !t.Before(plausibleTo) {
 		return time.Time{}, false
