@@ -181,6 +181,9 @@ type fakeBus struct {
 	boxes  map[string][]*listener.Mailbox
 	unsubs map[string]int
 	subs   map[string]int
+	// afterSubscribe, when set, runs after each Subscribe, unlocked: a
+	// live event that arrives right after the subscription.
+	afterSubscribe func(runID string, box *listener.Mailbox)
 }
 
 func newFakeBus() *fakeBus {
@@ -189,9 +192,13 @@ func newFakeBus() *fakeBus {
 
 func (b *fakeBus) Subscribe(queryID, runID string, box *listener.Mailbox) (finalizer.Subscription, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.boxes[runID] = append(b.boxes[runID], box)
 	b.subs[runID]++
+	after := b.afterSubscribe
+	b.mu.Unlock()
+	if after != nil {
+		after(runID, box)
+	}
 	return &fakeSub{b: b, runID: runID, box: box}, nil
 }
 

@@ -136,6 +136,26 @@ func TestNamelessRunIsDecidedByALaterNamedEvent(t *testing.T) {
 	eventually(t, "its progress applied", func() bool { return r.store.Verdict("t").Equal(utc("2026-09-28T14:00:00Z")) })
 }
 
+// Issue 18, bug 4a: the progress that revealed a run to discovery is
+// applied even when the run's termination arrives live right after the
+// first tracker subscribed (two rules match; no JetStream to catch up
+// from): the hand-over fills every tracker's mailbox before any subscribes.
+func TestHandOverBeatsALiveTermination(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "a", Query: "orders", Spec: hourSpec(t)}, finalizer.Rule{Table: "b", Query: "orders", Spec: hourSpec(t)})
+	var once sync.Once
+	r.bus.mu.Lock()
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		once.Do(func() { box.Offer(terminated(runID)) })
+	}
+	r.bus.mu.Unlock()
+	p := cdcProgress(runA, "2026-09-28T14:05:00")
+	p.Name = "orders"
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindProgress, Event: p})
+	for _, table := range []string{"a", "b"} {
+		eventually(t, "the handed-over progress applied to "+table, func() bool { return r.store.Verdict(table).Equal(utc("2026-09-28T14:00:00Z")) })
+	}
+}
+
 // A run silent for longer than ExpireAfter is stopped; before that it is
 // shown as stale.
 func TestSilentRunIsStaleThenExpired(t *testing.T) {
