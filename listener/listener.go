@@ -351,6 +351,10 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		}),
 	}, authOpts...)
 
+	if err := checkURLs(o.URL); err != nil {
+		cancel()
+		return nil, err
+	}
 	redacted := redactURLs(o.URL)
 	wait := 100 * time.Millisecond
 	for {
@@ -390,12 +394,17 @@ func retryable(err error) bool {
 	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) || errors.As(err, &ne)
 }
 
-// redactURLs returns a comma-separated URL list with passwords hidden.
+// redactURLs returns a comma-separated URL list with passwords hidden,
+// also in a URL that does not parse.
 func redactURLs(list string) string {
 	parts := strings.Split(list, ",")
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
-		if u, err := url.Parse(p); err == nil && u.User != nil {
+		u, err := url.Parse(p)
+		switch {
+		case err != nil:
+			p = maskUnparsed(p)
+		case u.User != nil:
 			if _, ok := u.User.Password(); !ok {
 				u.User = url.User("xxxxx") // a token as user name
 			}
@@ -404,6 +413,53 @@ func redactURLs(list string) string {
 		parts[i] = p
 	}
 	return strings.Join(parts, ",")
+}
+
+// checkURLs parses each URL of a comma-separated list as nats.Connect
+// does (a URL without a scheme is nats://), so a URL that cannot parse
+// fails at once instead of being retried until the deadline, and its
+// error never prints the password: url.Error's text holds the whole URL.
+func checkURLs(list string) error {
+	for _, p := range strings.Split(list, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !strings.Contains(p, "://") {
+			p = "nats://" + p
+		}
+		if _, err := url.Parse(p); err != nil {
+			reason := err
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				reason = ue.Err
+			}
+			return fmt.Errorf("NATS URL %s does not parse: %v", maskUnparsed(p), reason)
+		}
+	}
+	return nil
+}
+
+// maskUnparsed hides the user information's secret of a URL that
+// url.Parse refused (the password after "user:", or a token alone), so it
+// can be named in an error.
+func maskUnparsed(p string) string {
+	i := strings.Index(p, "://")
+	if i < 0 {
+		return p
+	}
+	rest := p[i+3:]
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return p
+	}
+	ui := rest[:at]
+	if c := strings.IndexByte(ui, ':'); c >= 0 {
+		ui = ui[:c] + ":xxxxx"
+	} else {
+		ui = "xxxxx"
+	}
+	return p[:i+3] + ui + rest[at:]
 }
 
 // maintain handles reconnects until Close: re-ensure the stream, catch up
