@@ -291,3 +291,22 @@ func TestNumericTimesReadExactly(t *testing.T) {
 		t.Errorf("1.76455e12 ms = %v, %v", got, err)
 	}
 }
+
+// A UTC offset beyond ±14:00 is no clock's: Go's parser takes any two-digit
+// hour, and "-23:59" read a commit time almost a day later than written.
+func TestOffsetsBeyondFourteenHours(t *testing.T) {
+	for _, in := range []string{`"2026-09-28 14:37:12.3450000 -23:59"`, `"2026-09-28T14:37:12-14:01"`, `"2026-09-28T14:37:12+24:00"`, `"2026-09-28T14:37:12-1500"`} {
+		if got, err := ParseTimeIn([]byte(in), Millis, nil); err == nil {
+			t.Errorf("%s = %v, want an error", in, got)
+		}
+	}
+	for in, want := range map[string]string{
+		`"2026-09-28 14:37:12.3450000 +14:00"`: "2026-09-28T00:37:12.345Z",
+		`"2026-09-28T14:37:12-12:00"`:          "2026-09-29T02:37:12Z",
+		`"2026-09-28T14:37:12+0545"`:           "2026-09-28T08:52:12Z",
+	} {
+		if got, err := ParseTimeIn([]byte(in), Millis, nil); err != nil || got.Format(time.RFC3339Nano) != want {
+			t.Errorf("%s = %v, %v; want %s", in, got, err, want)
+		}
+	}
+}

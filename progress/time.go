@@ -170,7 +170,7 @@ func parseTimeStringIn(s string, naive *time.Location) (time.Time, bool) {
 		s = s[:10] + "T" + s[11:]
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC(), true
+		return t.UTC(), realOffset(t)
 	}
 	if t, err := time.ParseInLocation(layoutNaive, s, time.UTC); err == nil {
 		if naive != nil && naive != time.UTC {
@@ -179,12 +179,24 @@ func parseTimeStringIn(s string, naive *time.Location) (time.Time, bool) {
 		return t, true
 	}
 	if t, err := time.Parse(layoutBasicOffset, s); err == nil {
-		return t.UTC(), true
+		return t.UTC(), realOffset(t)
 	}
 	if t, err := time.Parse(layoutSpaceOffset, s); err == nil {
-		return t.UTC(), true
+		return t.UTC(), realOffset(t)
 	}
 	return time.Time{}, false
+}
+
+// maxZoneOffset is the widest UTC offset a zone has (Kiribati, +14:00; the
+// western-most is -12:00), and the range of SQL Server's datetimeoffset.
+const maxZoneOffset = 14 * 60 * 60
+
+// realOffset reports whether t's UTC offset is one a clock can have. The
+// parser takes any two-digit hour (-23:59 reads a time almost a day later
+// than it was written); such a time is no time.
+func realOffset(t time.Time) bool {
+	_, off := t.Zone()
+	return off >= -maxZoneOffset && off <= maxZoneOffset
 }
 
 // wallToInstant returns the earliest instant whose wall clock in loc is
