@@ -1,0 +1,118 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
+	"github.com/finalizer-dev/finalizer/listener"
+)
+
+// TestMain starts one throwaway PostgreSQL cluster for the package and
+// checks for leaked goroutines after the run.
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const (
+	testQuery = "8d268dc2-bc9c-4be8-97a9-b135d2943028"
+	oldRun    = "e225d92f-2545-48f8-87a2-9c0309580f8a"
+	newRun    = "11111111-2222-4333-8444-555555555555"
+)
+
+// startTest starts the service on an embedded NATS server and a fresh
+// database, and returns it with a plain NATS connection for publishing.
+func startTest(t *testing.T) (*Service, *nats.Conn) {
+	t.Helper()
+	svc, err := Start(context.Background(), Options{
+		DataDir:      t.TempDir(),
+		EmbeddedNATS: &embeddednats.Options{Host: "127.0.0.1", Port: embeddednats.RandomPort},
+		PostgresURL:  pgtest.URL(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Stop(context.Background()) })
+	nc, err := nats.Connect(svc.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return svc, nc
+}
+
+func publish(t *testing.T, nc *nats.Conn, kind, run, payload string) {
+	t.Helper()
+	if err := nc.Publish(fmt.Sprintf("spark.%s.%s.%s", kind, testQuery, run), []byte(payload)); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startedAt(run, ts string) string {
+	return fmt.Sprintf(`{"id":%q,"runId":%q,"name":"orders","timestamp":"%s.000Z"}`, testQuery, run, ts)
+}
+
+func progressAt(run string, batch int64, commitTS string) string {
+	return fmt.Sprintf(`{"id":%q,"runId":%q,"name":"orders","timestamp":"2026-09-28T15:00:00.000Z","batchId":%d,`+
+		`"sources":[{"description":"s","startOffset":null,"endOffset":{"commit_ts":%q}}],"eventTime":{}}`, testQuery, run, batch, commitTS)
+}
+
+func track(t *testing.T, svc *Service, run string) {
+	t.Helper()
+	rep := svc.handleTrack(context.Background(), listener.TrackRequest{QueryID: testQuery, RunID: run, Table: "t"})
+	if !rep.OK {
+		t.Fatalf("track %s: %+v", run, rep)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Issue 18, bug 2, through the track API: a retried `finalizer track` of
+// the old run never stops the new run's tracker.
+func TestRetriedTrackOfTheOldRunKeepsTheNewRun(t *testing.T) {
+	svc, nc := startTest(t)
+	publish(t, nc, "started", oldRun, startedAt(oldRun, "2026-09-28T12:00:00"))
+	publish(t, nc, "started", newRun, startedAt(newRun, "2026-09-28T13:00:00"))
+	track(t, svc, newRun)
+	track(t, svc, oldRun) // the retry
+	eventually(t, "only the new run tracked", func() bool {
+		st := svc.Registry().Status()
+		return len(st) == 1 && st[0].RunID == newRun
+	})
+	publish(t, nc, "progress", newRun, progressAt(newRun, 1, "2026-09-28T14:05:00"))
+	eventually(t, "the new run's verdict", func() bool {
+		v, err := svc.Store().Get(context.Background(), "t")
+		return err == nil && v.FinalizedUntil.Equal(time.Date(2026, 9, 28, 14, 0, 0, 0, time.UTC))
+	})
+}
+
+// Issue 18, bug 3: a join that the service's shutdown ends does not say
+// done while the run is live.
+func TestJoinIsNotDoneWhenTheServiceStops(t *testing.T) {
+	svc, nc := startTest(t)
+	track(t, svc, newRun)
+	publish(t, nc, "progress", newRun, progressAt(newRun, 1, "2026-09-28T14:05:00"))
+	got := make(chan listener.JoinReply, 1)
+	go func() { got <- svc.handleJoin(context.Background(), listener.JoinRequest{RunID: newRun, Timeout: 20 * time.Second}) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	svc.registry.Close(ctx)
+	if rep := <-got; rep.Done {
+		t.Fatalf("join = %+v during a shutdown, want not done", rep)
+	}
+}
