@@ -108,7 +108,9 @@ func TestJoinIsNotDoneWhenTheServiceStops(t *testing.T) {
 	track(t, svc, newRun)
 	publish(t, nc, "progress", newRun, progressAt(newRun, 1, "2026-09-28T14:05:00"))
 	got := make(chan listener.JoinReply, 1)
-	go func() { got <- svc.handleJoin(context.Background(), listener.JoinRequest{RunID: newRun, Timeout: 20 * time.Second}) }()
+	go func() {
+		got <- svc.handleJoin(context.Background(), listener.JoinRequest{RunID: newRun, Timeout: 20 * time.Second})
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	svc.registry.Close(ctx)
