@@ -184,6 +184,12 @@ func checkMissingTables(t *testing.T, s *proc, pgURL string) {
 	if code != 3 || !strings.Contains(e, `unknown table "bronze.nope"`) || time.Since(began) > 10*time.Second {
 		t.Errorf("wait on a misspelled table: exit %d after %s, want 3 at once\n%s%s", code, time.Since(began), out, e)
 	}
+	// The service's HTTP API not answering: exit 3 still, but the line
+	// does not claim that no tracker of the service writes the table.
+	code, out, e = cli(t, nil, append(append([]string{"is-final", "--table", "tt"}, end...), "--postgres-url", pgURL, "--http-url", "http://u:Hunter2SecretPw@127.0.0.1:1")...)
+	if code != 3 || strings.Contains(e, "no tracker of the service writes it") || !strings.Contains(e, "trackers were not counted") || strings.Contains(e, "Hunter2SecretPw") {
+		t.Errorf("is-final with the service's HTTP API unreachable: exit %d, want 3 saying its trackers were not counted, without the password\n%s%s", code, out, e)
+	}
 	if code, out, e := cli(t, nil, append([]string{"wait", "--allow-missing", "--table", "bronze.nope", "--until", "2026-09-28T14:00:00Z", "--timeout", "2s"}, pg...)...); code != 1 {
 		t.Errorf("wait --allow-missing: exit %d, want 1 (timed out)\n%s%s", code, out, e)
 	}

@@ -116,11 +116,10 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 			return nil
 		}
 	}
-	if runs, err := fetchRuns(ctx, httpURL, httpToken); err == nil {
-		for _, r := range runs {
-			if r.Table == table {
-				return nil
-			}
+	runs, runsErr := fetchRuns(ctx, httpURL, httpToken)
+	for _, r := range runs {
+		if r.Table == table {
+			return nil
 		}
 	}
 	msg := fmt.Sprintf("unknown table %q: it has no verdict, and no explicit track", table)
@@ -129,7 +128,13 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 	} else {
 		msg += " (pass the service's --config to count its rules)"
 	}
-	msg += " and no tracker of the service writes it"
+	if runsErr != nil {
+		// Never claim what was not asked: a tracker of a declarative rule
+		// writes a table before its first verdict.
+		msg += fmt.Sprintf(", and the service's trackers were not counted (%v; pass the running service's --http-url and --http-token)", runsErr)
+	} else {
+		msg += " and no tracker of the service writes it"
+	}
 	if vs, err := s.List(ctx); err == nil {
 		names := make([]string, 0, len(vs))
 		for _, v := range vs {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -415,11 +416,11 @@ func fetchRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStat
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return runs, fmt.Errorf("service not reachable at %s: %w", base, err)
+		return runs, fmt.Errorf("service not reachable at %s: %w", redactHTTPURL(base), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return runs, fmt.Errorf("service at %s answered %s", base, resp.Status)
+		return runs, fmt.Errorf("service at %s answered %s", redactHTTPURL(base), resp.Status)
 	}
 	var doc struct {
 		Runs []finalizer.TrackerStatus `json:"runs"`
@@ -555,4 +556,13 @@ func short(id string) string {
 		return id[:8]
 	}
 	return id
+}
+
+// redactHTTPURL masks the password of --http-url for an error message.
+func redactHTTPURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an --http-url that does not parse)"
+	}
+	return u.Redacted()
 }
