@@ -313,3 +313,23 @@ func TestQuietRandomizedOracle(t *testing.T) {
 		})
 	}
 }
+
+// A trigger that ran nothing while its source reports more than it read
+// (Kafka's minOffsetsPerTrigger holds the trigger until enough records
+// wait) is not quiet: the records stamped before it are still in the
+// topic.
+func TestQuietNoDataProgressWithBacklog(t *testing.T) {
+	g := newGuardRig(t, quietClock)
+	g.trackSpec(t, quietSpec("5m"))
+	first := dataProgress("2026-09-28T13:40:00", "2026-09-28T13:41:00Z")
+	g.bus.Publish(first)
+	eventually(t, "13:00", func() bool { return g.store.Verdict("t").Equal(utc("2026-09-28T13:00:00Z")) })
+	held := noDataProgress(first, "2026-09-28T16:10:00Z")
+	held.Sources[0].LatestOffset = json.RawMessage(`{"lsn":"0xffff","commit_ts":"2026-09-28T16:09:00"}`)
+	g.bus.Publish(held)
+	g.bus.Publish(terminated(runA))
+	g.join(t, runA)
+	if v := g.store.Verdict("t"); !v.Equal(utc("2026-09-28T13:00:00Z")) {
+		t.Fatalf("verdict %v, want 13:00 (the source had a backlog)", v)
+	}
+}

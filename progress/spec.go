@@ -425,7 +425,7 @@ func (s Spec) QuietAt(ev *Event) (time.Time, string, bool) {
 	if s.QuietAfter <= 0 || ev == nil || ev.Kind != KindProgress || ev.Timestamp.IsZero() || len(ev.Sources) == 0 {
 		return time.Time{}, "", false
 	}
-	if !ev.Executed && ev.NumInputRows == 0 && nothingRead(ev) {
+	if !ev.Executed && ev.NumInputRows == 0 && nothingRead(ev) && noneBehind(ev) {
 		return ev.Timestamp.UTC(), SignalNoDataProgress, true
 	}
 	if s.Source != SourceAll {
@@ -447,6 +447,19 @@ func (s Spec) QuietAt(ev *Event) (time.Time, string, bool) {
 func nothingRead(ev *Event) bool {
 	for _, src := range ev.Sources {
 		if src.StartOffset == nil || src.EndOffset == nil || !sameJSON(src.StartOffset, src.EndOffset) {
+			return false
+		}
+	}
+	return true
+}
+
+// noneBehind reports whether no source reports a latestOffset other than
+// its endOffset. A trigger that ran nothing although its source had more
+// (Kafka's minOffsetsPerTrigger holds a trigger until enough records wait)
+// is no sign that the source was quiet.
+func noneBehind(ev *Event) bool {
+	for _, src := range ev.Sources {
+		if src.LatestOffset != nil && !sameJSON(src.LatestOffset, src.EndOffset) {
 			return false
 		}
 	}
