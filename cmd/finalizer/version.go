@@ -57,6 +57,11 @@ func (v buildVersion) String() string {
 	return fmt.Sprintf("%s (commit %s, %s, control-table schema %d)", v.Version, v.Commit, v.GoVersion, v.Schema)
 }
 
+// unknownCommitWhy says why a binary does not know its commit, so that
+// "unknown" is not a riddle: the Go toolchain records it only in a build
+// with version control stamping.
+const unknownCommitWhy = " (not recorded: go run, a test binary, or a build with -buildvcs=false, as GOFLAGS may set; `go build -buildvcs=true` records it)"
+
 func newVersionCmd(stdout io.Writer) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
@@ -70,7 +75,11 @@ Exit codes: 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			v := readBuildVersion()
-			fmt.Fprintf(stdout, "finalizer %s\ncommit:          %s\n", v.Version, v.Commit)
+			commit := v.Commit
+			if commit == "unknown" {
+				commit += unknownCommitWhy
+			}
+			fmt.Fprintf(stdout, "finalizer %s\ncommit:          %s\n", v.Version, commit)
 			if v.Time != "" {
 				fmt.Fprintf(stdout, "commit time:     %s\n", v.Time)
 			}
