@@ -60,6 +60,11 @@ type Metrics struct {
 	Reasserts *prometheus.CounterVec
 	// Refused counts runs the registry refused to track, by reason
 	// (RefusedTableName, RefusedQueryName, RefusedRunCap).
+	// HistorySigns counts signs that a table's history changed under its
+	// verdict, by kind (SignReset, SignBehind, SignSourceChanged).
+	HistorySigns *prometheus.CounterVec
+	// Rewinds counts the operator rewinds the service heard of.
+	Rewinds prometheus.Counter
 	Refused *prometheus.CounterVec
 
 	now      func() time.Time
@@ -134,6 +139,14 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 			Name: "finalizer_reasserts_total",
 			Help: "Re-asserts of a tracker's last written verdict after a reconnect to the control database, by outcome: restored (it had been lost, e.g. to a failover), unchanged, failed.",
 		}, []string{"outcome"}),
+		HistorySigns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "finalizer_history_signs_total",
+			Help: "Signs that a table's history changed under its verdict, by kind: reset (a new query id at batch 0 on a table with a verdict), behind (each candidate below the stored end), source_changed (the source picked by index has another description).",
+		}, []string{"kind"}),
+		Rewinds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "finalizer_rewinds_seen_total",
+			Help: "Operator rewinds (finalizer rewind) this service heard of; its trackers of the table start again from the rewound verdict.",
+		}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "finalizer_refused_total",
 			Help: "Runs refused tracking, by reason: table_name (invalid or too long), query_name (too long), run_cap (too many tracked runs).",
@@ -147,9 +160,18 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Events, m.Candidates, m.HeldRuns, m.RowsDroppedByWatermark, m.QuietAdvances, m.Advances, m.Writes, m.FailedAdvances,
-			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, m.Reasserts, m.Refused, verdictCollector{m})
+			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, m.Reasserts, m.Refused,
+			m.HistorySigns, m.Rewinds, verdictCollector{m})
 	}
 	return m
+}
+
+// SetVerdict records a table's verdict for the lag gauges even when it is
+// older than the one recorded: after a rewind.
+func (m *Metrics) SetVerdict(table string, until time.Time) {
+	m.mu.Lock()
+	m.verdicts[table] = until
+	m.mu.Unlock()
 }
 
 // ObserveVerdict records a table's verdict for the lag gauges. An older

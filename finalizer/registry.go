@@ -423,6 +423,10 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, Subscription,
 	if c, ok := sub.(catchUpper); ok {
 		tc.CatchUp = c.CatchUp
 	}
+	// The store itself (not its group commit) marks tables and reads a
+	// verdict at a run's batch 0.
+	tc.Marker, _ = r.cfg.Store.(Marker)
+	tc.Reader, _ = r.cfg.Store.(VerdictReader)
 	return newTracker(tc), sub, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -55,6 +56,11 @@ type TrackerConfig struct {
 	Spec    progress.Spec
 	Box     *listener.Mailbox
 	Store   Store
+	// Marker and Reader, when set, let the tracker record signs that the
+	// table's history changed under its verdict and read the verdict at a
+	// run's batch 0 (history.go).
+	Marker Marker
+	Reader VerdictReader
 
 	// QueryName is the query's name ("" when it has none): it resolves an
 	// expected feeder of that name (ADR 0015).
@@ -146,6 +152,13 @@ type TrackerStatus struct {
 	// Retired is true once the run's clean termination retired its query
 	// from the table's feeders (Rule.Retire).
 	Retired bool `json:"retired,omitempty"`
+	// Behind counts this run's candidates below the verdict's stored end
+	// (finalizer_history_signs_total{kind="behind"}).
+	Behind int64 `json:"behind,omitempty"`
+	// Sign is the first sign this run gave that the table's history
+	// changed under the verdict (a reset, a candidate behind, a source
+	// that changed); "" when none.
+	Sign string `json:"sign,omitempty"`
 }
 
 // QuietMove is a verdict move made because the source was quiet.
@@ -185,7 +198,11 @@ type Tracker struct {
 	last     *progress.Event // the newest progress taken: the provenance of a quiet move
 
 	// Owned by the worker goroutine until done is closed.
-	out outcome
+	out         outcome
+	hist        history
+	movedLast   bool // the last advance moved the verdict
+	seenRewinds uint64
+	rewinds     atomic.Uint64 // bumped by rewound, from any goroutine
 
 	mu         sync.Mutex
 	lastErr    error
@@ -203,6 +220,8 @@ type Tracker struct {
 	// heldByQuiet: heldBy was set by a quiet signal, not by the newest
 	// progress, so it does not stop a later quiet signal. Worker only.
 	heldByQuiet bool
+	behind      int64
+	signText    string
 }
 
 // newTracker fills cfg's defaults and returns a tracker whose worker is
@@ -299,6 +318,8 @@ func (t *Tracker) Status() TrackerStatus {
 		QueryName:              t.cfg.QueryName,
 		Failed:                 t.failed,
 		Retired:                t.retired,
+		Behind:                 t.behind,
+		Sign:                   t.signText,
 	}
 	if len(t.guards) > 0 {
 		s.Guards = make(map[string]int64, len(t.guards))
@@ -476,6 +497,8 @@ func (t *Tracker) finalCatchUp(ctx context.Context, pending *progress.Event) *pr
 func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 	m := t.cfg.Metrics
 	t.heldByQuiet = false
+	t.checkRewound()
+	t.checkReset(ctx, ev)
 	cand, outcome, why := t.cfg.Spec.Evaluate(ev)
 	if outcome != progress.OK {
 		t.hold(outcome.String(), why, ev)
@@ -504,7 +527,19 @@ func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 		cand.Until = limit
 	}
 	t.setHeld("")
-	return t.write(ctx, cand, ev)
+	t.checkSource(ctx, ev)
+	t.checkBehind(ctx, ev, cand)
+	known := t.hist.known
+	if !t.write(ctx, cand, ev) {
+		return false
+	}
+	if !known && t.hist.known && !t.movedLast {
+		// The first verdict this tracker saw: its candidate is checked
+		// against it too.
+		t.checkSource(ctx, ev)
+		t.checkBehind(ctx, ev, cand)
+	}
+	return true
 }
 
 // write advances the verdict to cand when it is later than the last one
@@ -525,6 +560,7 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 		QueryName:      t.cfg.QueryName,
 		RunID:          ev.RunID,
 		BatchID:        ev.BatchID,
+		Sources:        descriptions(ev),
 	}
 	verdict, moved, err := t.advance(ctx, adv)
 	if err != nil {
@@ -538,6 +574,7 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 	}
 	t.lastAdv = &adv
 	t.succeed(verdict, moved, cand, ev)
+	t.movedLast = moved
 	return true
 }
 
@@ -575,7 +612,8 @@ func (t *Tracker) advance(ctx context.Context, adv control.Advance) (control.Ver
 // reassertLast writes the last advance again and reports whether that is
 // done with (written, or nothing to re-assert).
 func (t *Tracker) reassertLast(ctx context.Context) bool {
-	if t.lastAdv == nil {
+	t.checkRewound()
+	if t.lastAdv == nil || t.rewoundSinceWrite(ctx) {
 		return true
 	}
 	m := t.cfg.Metrics
@@ -795,6 +833,7 @@ func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate
 	// table's verdict says nothing about it: another feeder may hold the
 	// table behind, or this query may have joined behind the table; its
 	// next periods are written all the same (ADR 0015).
+	t.hist.learn(v)
 	t.written = cand.Until
 	t.mu.Lock()
 	failures := t.failures

@@ -229,11 +229,20 @@ func (s *Service) startRegistry(context.Context) error {
 // the control database's LISTEN connection is re-established (not at its
 // first connect): after a failover to a standby that asynchronous
 // replication left behind, the newest verdicts are written again at once
-// (forward-only: a re-assert never moves a verdict back).
+// (forward-only: a re-assert never moves a verdict back). A tracker whose
+// table was rewound after its last write (a rewind announced while the
+// connection was down) does not re-assert (Tracker.reassertLast). It also
+// hands operators' rewinds to the registry (ADR 0016).
 func (s *Service) watchReconnects() error {
 	var connects atomic.Int64
 	reg := s.registry
 	stop, err := s.store.Watch(func(n control.Notification) {
+		if n.Rewound {
+			// An operator's rewind (finalizer rewind): the table's trackers
+			// start again from it.
+			reg.Rewound(n.Table, n.FinalizedUntil)
+			return
+		}
 		if n.Table != "" || connects.Add(1) == 1 {
 			return
 		}

@@ -1,0 +1,254 @@
+package finalizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// The kinds of signs that a table's history changed under its verdict
+// (ADR 0013), the label of finalizer_history_signs_total.
+const (
+	// SignReset: a query id other than the verdict's started at batch 0:
+	// a query that restarted from a new checkpoint (Spark takes the query
+	// id from the checkpoint's metadata and starts a new checkpoint at
+	// batch 0 from the sources' starting offsets).
+	SignReset = "reset"
+	// SignBehind: a candidate's time below the verdict's stored end_time,
+	// from a progress posted after that move: a checkpoint rolled back, a
+	// reset run reprocessing, a source whose offsets went back.
+	SignBehind = "behind"
+	// SignSourceChanged: under a spec that picks a source by index, the
+	// source at that index has another description than when the verdict
+	// last moved: a redeploy reordered the plan's sources (Spark checks
+	// only their number).
+	SignSourceChanged = "source_changed"
+)
+
+// Marker records a sign on a table's row, where status and the HTTP API
+// show it (*control.Store implements it). It reports whether the table
+// has a row.
+type Marker interface {
+	Mark(ctx context.Context, table, mark string) (bool, error)
+}
+
+// VerdictReader reads a table's verdict (*control.Store implements it);
+// ErrNotFound-wrapping errors mean the table has none.
+type VerdictReader interface {
+	Get(ctx context.Context, table string) (control.Verdict, error)
+}
+
+// history is what a tracker knows of its table's verdict, to notice signs
+// that the table's history changed under it. Owned by the worker.
+type history struct {
+	known   bool      // the fields below were read from the control table
+	end     time.Time // the verdict's end_time
+	at      time.Time // when the verdict last moved (the database's clock)
+	query   string    // the query id that moved it
+	sources []string  // the source descriptions of that move
+
+	checkedReset bool // the run's batch 0 was looked at
+	saidReset    bool
+	saidBehind   bool
+	saidSource   bool
+}
+
+// learn records the verdict as an advance or a read returned it.
+func (h *history) learn(v control.Verdict) {
+	h.known = true
+	h.end, h.at, h.query, h.sources = v.EndTime, v.UpdatedAt, v.QueryID, v.Sources
+}
+
+// newer reports whether ev was posted after the verdict's last move, so
+// that it can contradict it: a progress posted before (a dead run's last
+// progress applied again at recovery, a replay) is older news, not a sign.
+// A progress without a timestamp counts as newer.
+func (h *history) newer(ev *progress.Event) bool {
+	return ev.Timestamp.IsZero() || !ev.Timestamp.Before(h.at)
+}
+
+// descriptions returns the descriptions of ev's sources, in Spark's order.
+func descriptions(ev *progress.Event) []string {
+	if len(ev.Sources) == 0 {
+		return nil
+	}
+	out := make([]string, len(ev.Sources))
+	for i, s := range ev.Sources {
+		out[i] = s.Description
+	}
+	return out
+}
+
+// checkRewound forgets what the tracker wrote and knew when an operator
+// rewound its table since it last looked (see Registry.Rewound): the next
+// candidate is written again, from the rewound verdict.
+func (t *Tracker) checkRewound() {
+	if g := t.rewinds.Load(); g != t.seenRewinds {
+		t.seenRewinds = g
+		t.written = time.Time{}
+		t.lastAdv = nil // re-asserting a write from before the rewind would undo it
+		t.hist = history{}
+		t.mu.Lock()
+		t.shownWrite = time.Time{}
+		t.mu.Unlock()
+	}
+}
+
+// rewound tells the worker that the table's verdict may have been moved
+// back. Safe from any goroutine; never blocks.
+func (t *Tracker) rewound() { t.rewinds.Add(1) }
+
+// checkReset looks at the run's batch 0, once: when the table has a
+// verdict written by another query before this progress, the query
+// restarted from a new checkpoint and its batches may rewrite periods
+// already declared final.
+func (t *Tracker) checkReset(ctx context.Context, ev *progress.Event) {
+	if ev.BatchID != 0 || t.hist.checkedReset || t.cfg.Reader == nil {
+		return
+	}
+	t.hist.checkedReset = true
+	rctx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
+	v, err := t.cfg.Reader.Get(rctx, t.cfg.Table)
+	cancel()
+	if errors.Is(err, control.ErrNotFound) {
+		return
+	}
+	if err != nil {
+		t.log.Warn("could not read the verdict to check batch 0 for a checkpoint reset", zap.Error(err))
+		return
+	}
+	t.hist.learn(v)
+	if v.QueryID == "" || v.QueryID == ev.QueryID || !t.hist.newer(ev) || t.hist.saidReset {
+		return
+	}
+	t.hist.saidReset = true
+	t.sign(ctx, SignReset, fmt.Sprintf("reset: query %s started at batch 0 (run %s) on a verdict of query %s at %s; a new checkpoint may rewrite final periods",
+		ev.QueryID, ev.RunID, v.QueryID, v.FinalizedUntil.Format(time.RFC3339)),
+		"a new query id started at batch 0 on a table with a verdict (a checkpoint reset): its batches may rewrite periods already declared final",
+		zap.String("verdict_query_id", v.QueryID), zap.Time("finalized_until", v.FinalizedUntil))
+}
+
+// checkBehind counts a candidate below the verdict's stored end, from a
+// progress posted after that move.
+func (t *Tracker) checkBehind(ctx context.Context, ev *progress.Event, cand progress.Candidate) {
+	h := &t.hist
+	if !h.known || h.end.IsZero() || !cand.Time.Before(h.end) || !h.newer(ev) {
+		return
+	}
+	t.cfg.Metrics.HistorySigns.WithLabelValues(SignBehind).Inc()
+	t.mu.Lock()
+	t.behind++
+	t.mu.Unlock()
+	if h.saidBehind {
+		return
+	}
+	h.saidBehind = true
+	t.sign(ctx, "", fmt.Sprintf("behind: run %s of query %s read %s (batch %d), below the stored end %s of query %s; a checkpoint rollback or a reset may rewrite final periods",
+		ev.RunID, ev.QueryID, cand.Time.Format(time.RFC3339Nano), ev.BatchID, h.end.Format(time.RFC3339Nano), h.query),
+		"a candidate is below the verdict's stored end: the table's history went back (a checkpoint rollback, a reset run reprocessing); periods already declared final may be rewritten",
+		zap.Time("time", cand.Time), zap.Time("stored_end", h.end), zap.String("stored_query_id", h.query))
+}
+
+// checkSource warns when the source a spec picks by index has another
+// description than when the verdict last moved.
+func (t *Tracker) checkSource(ctx context.Context, ev *progress.Event) {
+	h := &t.hist
+	i := t.cfg.Spec.Source
+	if i < 0 || !h.known || h.saidSource || i >= len(h.sources) || i >= len(ev.Sources) || h.sources[i] == "" {
+		return
+	}
+	now := ev.Sources[i].Description
+	if now == h.sources[i] || !h.newer(ev) {
+		return
+	}
+	h.saidSource = true
+	t.sign(ctx, SignSourceChanged, fmt.Sprintf("source_changed: source %d of run %s is %q, the verdict was read from %q; pick the source by description (source: description:<glob>)",
+		i, ev.RunID, now, h.sources[i]),
+		"the source this table reads by index has another description than when the verdict last moved: a redeploy reordered the sources? pick it by description (source: description:<glob>)",
+		zap.Int("source", i), zap.String("description", now), zap.String("stored_description", h.sources[i]))
+}
+
+// sign counts (unless kind is "", already counted), logs and records one
+// sign on the table's row.
+func (t *Tracker) sign(ctx context.Context, kind, mark, msg string, fields ...zap.Field) {
+	if kind != "" {
+		t.cfg.Metrics.HistorySigns.WithLabelValues(kind).Inc()
+	}
+	t.mu.Lock()
+	if t.signText == "" {
+		t.signText = mark
+	}
+	t.mu.Unlock()
+	t.log.Warn(msg, fields...)
+	if t.cfg.Marker == nil {
+		return
+	}
+	mctx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
+	defer cancel()
+	if _, err := t.cfg.Marker.Mark(mctx, t.cfg.Table, mark); err != nil {
+		t.log.Warn("could not mark the table; the sign is in this log and the metric only", zap.Error(err))
+	}
+}
+
+// Rewound tells the trackers of table that an operator moved its verdict
+// back to until (finalizer rewind): each forgets what it wrote and knew, so
+// that its next candidate is written again from the rewound verdict. A
+// table of "" means any table may have been rewound (the notification
+// channel was down for a while): every tracker forgets, which costs one
+// no-op advance (a read) each at its next progress. It never blocks; call
+// it from control.Store.Watch.
+func (r *Registry) Rewound(table string, until time.Time) {
+	r.mu.RLock()
+	n := 0
+	for k, e := range r.trackers {
+		if table != "" && k.table != table {
+			continue
+		}
+		select {
+		case <-e.ready:
+		default:
+			continue // starting: it has written nothing yet
+		}
+		if e.t != nil {
+			e.t.rewound()
+			n++
+		}
+	}
+	r.mu.RUnlock()
+	if table == "" {
+		return
+	}
+	r.cfg.Metrics.Rewinds.Inc()
+	r.cfg.Metrics.SetVerdict(table, until)
+	r.log.Info("verdict rewound by an operator; the table's trackers start again from it",
+		zap.String("table", table), zap.Time("finalized_until", until), zap.Int("trackers", n))
+}
+
+// rewoundSinceWrite reports whether the table was rewound after this
+// tracker's last write (a rewind announced while the notification channel
+// was down), and then forgets what it wrote, as a heard rewind does:
+// re-asserting a write from before a rewind would undo it. Without a
+// Reader, or when the read fails, it says no (the re-assert goes on: a
+// lost write is the likelier cause of a reconnect's doubt).
+func (t *Tracker) rewoundSinceWrite(ctx context.Context) bool {
+	if t.cfg.Reader == nil || !t.hist.known {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
+	v, err := t.cfg.Reader.Get(rctx, t.cfg.Table)
+	cancel()
+	if err != nil || v.RewoundAt.IsZero() || !v.RewoundAt.After(t.hist.at) {
+		return false
+	}
+	t.log.Info("the table was rewound since this tracker's last write; not re-asserting it",
+		zap.Time("rewound_at", v.RewoundAt), zap.Time("finalized_until", v.FinalizedUntil))
+	t.rewinds.Add(1)
+	t.checkRewound()
+	return true
+}
