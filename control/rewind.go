@@ -40,6 +40,10 @@ type Rewind struct {
 	To     time.Time // the new finalized_until; must be before the current one
 	Reason string    // why, in the operator's words (required)
 	By     string    // who asked (required): a person or a job
+	// Retire names feeders (query names or ids) to retire in the same
+	// transaction: after a checkpoint reset the old query id is a feeder
+	// that will never report again and would hold the table at To.
+	Retire []string
 }
 
 // Acknowledge clears a table's mark without moving its verdict: the
@@ -71,6 +75,9 @@ type AuditEntry struct {
 	// ClearedMark and ClearedMarks are the mark the action cleared, if any.
 	ClearedMark  string
 	ClearedMarks int64
+	// Retired are the feeders a rewind retired (Rewind.Retire); their
+	// feeder rows say "rewind <ID>: <reason>" as why.
+	Retired []string
 }
 
 // rewindNotification is the payload of a rewind on NotifyChannel: the
@@ -92,9 +99,12 @@ type rewindNotification struct {
 // value once it commits; the service's trackers learn of it through the
 // notification (Notification.Rewound, see Store.Watch).
 //
+// With r.Retire, the named feeders are retired in the same transaction.
+//
 // It returns the audit entry. Errors: ErrInvalidRewind, ErrNotFound (the
 // table has no verdict), ErrNotBehind (r.To is not before the verdict:
-// nothing changed), ErrUnavailable.
+// nothing changed), ErrNoFeeder (a feeder to retire is not an active
+// feeder of the table: nothing changed), ErrUnavailable.
 func (s *Store) Rewind(ctx context.Context, r Rewind) (AuditEntry, error) {
 	op := "rewind " + r.Table
 	if s.closed.Load() {
@@ -144,6 +154,24 @@ WHERE table_name = $1 AND finalized_until > $2`, r.Table, to); err != nil {
 		if err != nil {
 			return err
 		}
+		why := fmt.Sprintf("rewind %d: %s", e.ID, r.Reason)
+		for _, q := range r.Retire {
+			rows, err := tx.Query(ctx, `
+UPDATE `+s.n.feeds+` SET retired_at = now(), retired_why = $3
+WHERE table_name = $1 AND (feeder = $2 OR query_name = $2) AND retired_at IS NULL
+RETURNING feeder`, r.Table, q, why)
+			if err != nil {
+				return err
+			}
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			if len(ids) == 0 {
+				return fmt.Errorf("%w %q of %s: nothing was rewound", ErrNoFeeder, q, r.Table)
+			}
+			e.Retired = append(e.Retired, ids...)
+		}
 		payload, err := json.Marshal(rewindNotification{
 			Table: r.Table, FinalizedUntil: to.Format(time.RFC3339Nano), Rewound: true,
 			From: v.FinalizedUntil.Format(time.RFC3339Nano), // the reason is in the audit table: a payload must stay short
@@ -157,7 +185,7 @@ WHERE table_name = $1 AND finalized_until > $2`, r.Table, to); err != nil {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return AuditEntry{}, fmt.Errorf("%s: %w", op, ErrNotFound)
-	case errors.Is(err, ErrNotBehind):
+	case errors.Is(err, ErrNotBehind), errors.Is(err, ErrNoFeeder):
 		return AuditEntry{}, fmt.Errorf("%s: %w", op, err)
 	case err != nil:
 		return AuditEntry{}, wrap(ctx, op, err)

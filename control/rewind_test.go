@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -262,5 +263,60 @@ func TestSourcesStored(t *testing.T) {
 		if err != nil || !slices.Equal(v.Sources, want) {
 			t.Errorf("%s: sources %q, %v; want %q", table, v.Sources, err, want)
 		}
+	}
+}
+
+// TestRewindWithFeeders: a rewind takes every feeder's watermark above the
+// target back with the table (the next advance cannot undo it), and retires
+// the feeders named, in the same transaction: after a checkpoint reset the
+// old query id would otherwise hold the table forever.
+func TestRewindWithFeeders(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	ctx := context.Background()
+	adv := func(query string, until time.Time) Verdict {
+		t.Helper()
+		v, _, err := s.Advance(ctx, Advance{Table: "t", FinalizedUntil: until, QueryID: query})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	adv("old", at(15, 0))
+	if v := adv("other", at(14, 0)); !v.FinalizedUntil.Equal(at(15, 0)) {
+		t.Fatalf("table = %v (forward-only: a second feeder holds, never lowers)", v.FinalizedUntil)
+	}
+	if _, err := s.Rewind(ctx, Rewind{Table: "t", To: at(12, 0), Reason: "x", By: "a", Retire: []string{"nope"}}); !errors.Is(err, ErrNoFeeder) {
+		t.Fatalf("retiring an unknown feeder: %v, want ErrNoFeeder", err)
+	}
+	if v, _ := s.Get(ctx, "t"); !v.FinalizedUntil.Equal(at(15, 0)) {
+		t.Fatalf("a refused rewind moved the table to %v", v.FinalizedUntil)
+	}
+	e, err := s.Rewind(ctx, Rewind{Table: "t", To: at(12, 0), Reason: "orders reset", By: "a", Retire: []string{"old"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(e.Retired, []string{"old"}) {
+		t.Errorf("retired %q", e.Retired)
+	}
+	fs, err := s.Feeders(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		switch f.Feeder {
+		case "old":
+			if !f.Retired() || !strings.HasPrefix(f.RetiredWhy, "rewind ") {
+				t.Errorf("old feeder %+v", f)
+			}
+		case "other":
+			if f.Retired() || !f.FinalizedUntil.Equal(at(12, 0)) {
+				t.Errorf("other feeder %+v, want its watermark back at 12:00", f)
+			}
+		}
+	}
+	// The remaining feeder moves the table on from 12:00; the retired one
+	// no longer holds it.
+	if v := adv("other", at(13, 0)); !v.FinalizedUntil.Equal(at(13, 0)) {
+		t.Errorf("after the rewind, table = %v, want 13:00", v.FinalizedUntil)
 	}
 }

@@ -18,11 +18,12 @@ const (
 	// SignReset: a query id other than the verdict's started at batch 0:
 	// a query that restarted from a new checkpoint (Spark takes the query
 	// id from the checkpoint's metadata and starts a new checkpoint at
-	// batch 0 from the sources' starting offsets).
+	// batch 0 from the sources' starting offsets), or a new feeder whose
+	// first batches may write into periods already final.
 	SignReset = "reset"
-	// SignBehind: a candidate's time below the verdict's stored end_time,
-	// from a progress posted after that move: a checkpoint rolled back, a
-	// reset run reprocessing, a source whose offsets went back.
+	// SignBehind: a candidate's time below the verdict's stored end_time
+	// written by the same query, from a progress posted after that move: a
+	// checkpoint rolled back, a source whose offsets went back.
 	SignBehind = "behind"
 	// SignSourceChanged: under a spec that picks a source by index, the
 	// source at that index has another description than when the verdict
@@ -134,11 +135,12 @@ func (t *Tracker) checkReset(ctx context.Context, ev *progress.Event) {
 		zap.String("verdict_query_id", v.QueryID), zap.Time("finalized_until", v.FinalizedUntil))
 }
 
-// checkBehind counts a candidate below the verdict's stored end, from a
-// progress posted after that move.
+// checkBehind counts a candidate below the verdict's stored end, written
+// by the same query (a table's other feeders may well be behind it, ADR
+// 0012), from a progress posted after that move.
 func (t *Tracker) checkBehind(ctx context.Context, ev *progress.Event, cand progress.Candidate) {
 	h := &t.hist
-	if !h.known || h.end.IsZero() || !cand.Time.Before(h.end) || !h.newer(ev) {
+	if !h.known || h.end.IsZero() || h.query != ev.QueryID || !cand.Time.Before(h.end) || !h.newer(ev) {
 		return
 	}
 	t.cfg.Metrics.HistorySigns.WithLabelValues(SignBehind).Inc()

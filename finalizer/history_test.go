@@ -163,8 +163,7 @@ func progressAt(queryID, runID string, batch int64, posted time.Time, commitTS s
 }
 
 // A new query id at batch 0 on a table with a verdict: a WARN, the metric,
-// and the table marked; its candidates below the stored end are counted
-// and shown.
+// and the table marked, once.
 func TestResetAtBatchZeroIsSaid(t *testing.T) {
 	r := newHistRig(t)
 	movedAt := r.clock.Now()
@@ -181,20 +180,20 @@ func TestResetAtBatchZeroIsSaid(t *testing.T) {
 	if m := r.store.Marks()[0]; !strings.HasPrefix(m, "reset: query "+queryNew+" started at batch 0") || !strings.Contains(m, queryOld) {
 		t.Errorf("mark = %q", m)
 	}
-	// Its batches reprocess hours below the stored end: each is counted.
+	// Its batches reprocess hours below the old query's end: a new feeder
+	// (ADR 0012), not a candidate behind its own end; the reset is said once.
 	for i, ts := range []string{"2026-09-28T10:10:00", "2026-09-28T11:10:00"} {
 		r.publishOne(t, progressAt(queryNew, runNew, int64(i+1), posted.Add(time.Duration(i+1)*time.Minute), ts))
 	}
-	eventually(t, "three candidates behind", func() bool { return r.signs(finalizer.SignBehind) == 3 })
 	st := r.status(runNew)
-	if st.Behind != 3 || !strings.HasPrefix(st.Sign, "reset:") {
+	if st.Behind != 0 || !strings.HasPrefix(st.Sign, "reset:") || r.signs(finalizer.SignBehind) != 0 || r.signs(finalizer.SignReset) != 1 {
 		t.Errorf("status = %+v", st)
 	}
 	if v := r.store.Verdict("t"); !v.Equal(utc("2026-09-28T15:00:00Z")) {
 		t.Errorf("verdict %v: a reset moves nothing back", v)
 	}
-	if n := len(r.store.Marks()); n != 2 {
-		t.Errorf("%d marks, want 2 (the reset, the first candidate behind)", n)
+	if n := len(r.store.Marks()); n != 1 {
+		t.Errorf("%d marks, want 1", n)
 	}
 }
 

@@ -40,19 +40,24 @@ func addOperatorFlags(fs *pflag.FlagSet, reason, by *string) {
 
 func newRewindCmd(stdout io.Writer) *cobra.Command {
 	var table, to, reason, by string
+	var retire []string
 	cmd := &cobra.Command{
-		Use:   "rewind --table T --to TS --reason R [--by WHO]",
+		Use:   "rewind --table T --to TS --reason R [--by WHO] [--retire-feeder QUERY]...",
 		Short: "Move a table's verdict back to TS: the one backward move, audited and announced",
 		Long: `Moves the table's finalized_until back to TS, after its history changed under the
 verdict: a query that restarted from a new checkpoint (a new query id at batch 0) rewrites
 periods that were declared final, or a candidate below the stored end was reported.
 
 It is the only way the verdict moves back. In one transaction it locks the table's row,
-sets finalized_until = TS, clears the table's mark and the provenance of the last move,
+sets finalized_until = TS, moves every feeder's watermark above TS back to TS (so the next
+advance cannot undo it), retires the feeders named by --retire-feeder (after a checkpoint
+reset, the old query id: it will never report again and would hold the table at TS),
+clears the table's mark and the provenance of the last move,
 records who, when, from, to and why in the audit table (<control table>_audit), and sends
 the usual notification on finalizer_verdict with "rewound": true and "from". is-final, wait
 and SQL readers see the new verdict at once; the service's trackers of the table start
-again from TS (their next candidates move it forward as usual).
+again from TS (their next candidates move it forward as usual). A rewind holds only until a
+tracked run reports progress beyond TS: rewind once the old query has stopped.
 
 Downstream jobs that consumed a period ending after TS must run again for it: a job that
 LISTENs on finalizer_verdict sees the flag; the audit table lists every rewind.
@@ -61,7 +66,8 @@ TS is RFC 3339 with any offset; a naive time is UTC. It must be before the verdi
 
 Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it).`,
 		Example: `  finalizer rewind --table bronze.orders --to 2026-09-28T00:00:00Z \
-    --reason "orders-v1 restarted from a new checkpoint; full refresh from midnight"`,
+    --reason "orders-v1 restarted from a new checkpoint; full refresh from midnight" \
+    --retire-feeder 8d268dc2-bc9c-4be8-97a9-b135d2943028`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := required("table", table, "to", to, "reason", reason); err != nil {
@@ -79,12 +85,15 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 				return err
 			}
 			defer s.Close()
-			e, err := s.Rewind(cmd.Context(), control.Rewind{Table: table, To: ts, Reason: reason, By: by})
+			e, err := s.Rewind(cmd.Context(), control.Rewind{Table: table, To: ts, Reason: reason, By: by, Retire: retire})
 			if err != nil {
 				return usageError(err)
 			}
 			fmt.Fprintf(stdout, "%s: rewound from %s to %s by %s (audit entry %d)\n", table,
 				e.From.Format(time.RFC3339), e.To.Format(time.RFC3339), e.By, e.ID)
+			for _, f := range e.Retired {
+				fmt.Fprintf(stdout, "retired feeder %s\n", f)
+			}
 			if e.ClearedMark != "" {
 				fmt.Fprintf(stdout, "cleared the mark (%d signs): %s\n", e.ClearedMarks, e.ClearedMark)
 			}
@@ -95,6 +104,7 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 	fs := cmd.Flags()
 	fs.StringVar(&table, "table", "", "the table (required)")
 	fs.StringVar(&to, "to", "", "the new finalized_until, before the current one (required)")
+	fs.StringArrayVar(&retire, "retire-feeder", nil, "retire this feeder (query name or id) in the same transaction; repeatable")
 	addOperatorFlags(fs, &reason, &by)
 	addPostgresClientFlags(fs)
 	return cmd
