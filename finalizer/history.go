@@ -136,8 +136,8 @@ func (t *Tracker) checkReset(ctx context.Context, ev *progress.Event) {
 }
 
 // checkBehind counts a candidate below the verdict's stored end, written
-// by the same query (a table's other feeders may well be behind it, ADR
-// 0012), from a progress posted after that move.
+// by the same query (a table's other feeders, control/feeders.go, may well
+// be behind it), from a progress posted after that move.
 func (t *Tracker) checkBehind(ctx context.Context, ev *progress.Event, cand progress.Candidate) {
 	h := &t.hist
 	if !h.known || h.end.IsZero() || h.query != ev.QueryID || !cand.Time.Before(h.end) || !h.newer(ev) {
