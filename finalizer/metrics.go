@@ -158,6 +158,9 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 		tsDesc: prometheus.NewDesc("finalizer_verdict_timestamp_seconds",
 			"The table's finalized_until as a Unix timestamp.", []string{"table"}, nil),
 	}
+	for _, kind := range []string{SignReset, SignBehind, SignSourceChanged} {
+		m.HistorySigns.WithLabelValues(kind) // exported at 0, so that increase() sees the first sign
+	}
 	if reg != nil {
 		reg.MustRegister(m.Events, m.Candidates, m.HeldRuns, m.RowsDroppedByWatermark, m.QuietAdvances, m.Advances, m.Writes, m.FailedAdvances,
 			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, m.Reasserts, m.Refused,
