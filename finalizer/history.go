@@ -13,7 +13,7 @@ import (
 )
 
 // The kinds of signs that a table's history changed under its verdict
-// (ADR 0017), the label of finalizer_history_signs_total.
+// (ADR 0019), the label of finalizer_history_signs_total.
 const (
 	// SignReset: a query id other than the verdict's started at batch 0:
 	// a query that restarted from a new checkpoint (Spark takes the query

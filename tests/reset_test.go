@@ -81,7 +81,7 @@ tables:
 	}
 
 	// The operator rewinds to where the reprocessing stands, and retires
-	// the old query id: it will never report again (ADR 0017).
+	// the old query id: it will never report again (ADR 0019).
 	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T09:00:00Z",
 		"--reason", "orders-v1 full refresh", "--retire-feeder", queryA}, pg...)...); code != 0 || !strings.Contains(out, "retired feeder "+queryA) {
 		t.Fatalf("rewind: %d %s %s", code, out, e)

@@ -232,7 +232,7 @@ func (s *Service) startRegistry(context.Context) error {
 // (forward-only: a re-assert never moves a verdict back). A tracker whose
 // table was rewound after its last write (a rewind announced while the
 // connection was down) does not re-assert (Tracker.reassertLast). It also
-// hands operators' rewinds to the registry (ADR 0017).
+// hands operators' rewinds to the registry (ADR 0019).
 func (s *Service) watchReconnects() error {
 	var connects atomic.Int64
 	reg := s.registry
