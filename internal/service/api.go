@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
@@ -25,8 +26,19 @@ func CheckIDs(queryID, runID string) error {
 	return nil
 }
 
-// handleTrack serves `finalizer track`.
+// DefaultTrackTimeout is Options.TrackTimeout's default: well past what a
+// healthy save and subscribe take, short enough that a stuck control
+// database frees the request's handler.
+const DefaultTrackTimeout = 30 * time.Second
+
+// handleTrack serves `finalizer track`, within Options.TrackTimeout.
 func (s *Service) handleTrack(ctx context.Context, r listener.TrackRequest) listener.TrackReply {
+	timeout := s.opts.TrackTimeout
+	if timeout <= 0 {
+		timeout = DefaultTrackTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	spec, err := progress.ParseSpec(r.Spec)
 	if err != nil {
 		return listener.TrackReply{Error: err.Error()}

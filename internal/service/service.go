@@ -83,6 +83,12 @@ type Options struct {
 	// Tracks, Logger and Metrics are set by Start.
 	Registry finalizer.RegistryConfig
 
+	// TrackTimeout bounds one `finalizer track` request (persisting the
+	// track and subscribing to the run); 0 = DefaultTrackTimeout. A
+	// request that outlives it gets an error reply instead of holding its
+	// handler while the control database or NATS does not answer.
+	TrackTimeout time.Duration
+
 	// HTTPListen is the HTTP API's address; "" or "off" = no HTTP API.
 	HTTPListen string
 	// HTTPHandler builds the HTTP API's handler once the service's parts

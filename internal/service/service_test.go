@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
@@ -27,11 +28,17 @@ const (
 // database, and returns it with a plain NATS connection for publishing.
 func startTest(t *testing.T) (*Service, *nats.Conn) {
 	t.Helper()
-	svc, err := Start(context.Background(), Options{
-		DataDir:      t.TempDir(),
-		EmbeddedNATS: &embeddednats.Options{Host: "127.0.0.1", Port: embeddednats.RandomPort},
-		PostgresURL:  pgtest.URL(t),
-	})
+	return startTestWith(t, Options{})
+}
+
+// startTestWith is startTest with opts, whose data directory, NATS server
+// and database it fills in.
+func startTestWith(t *testing.T, opts Options) (*Service, *nats.Conn) {
+	t.Helper()
+	opts.DataDir = t.TempDir()
+	opts.EmbeddedNATS = &embeddednats.Options{Host: "127.0.0.1", Port: embeddednats.RandomPort}
+	opts.PostgresURL = pgtest.URL(t)
+	svc, err := Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,5 +123,45 @@ func TestJoinIsNotDoneWhenTheServiceStops(t *testing.T) {
 	svc.registry.Close(ctx)
 	if rep := <-got; rep.Done {
 		t.Fatalf("join = %+v during a shutdown, want not done", rep)
+	}
+}
+
+// Issue 18: a track request has a deadline. While the control database
+// does not answer (the tracks table locked by another session), the
+// handler replies with an error within Options.TrackTimeout instead of
+// holding its request slot until the lock goes.
+func TestTrackOnAStuckStoreEndsAtItsDeadline(t *testing.T) {
+	svc, _ := startTestWith(t, Options{TrackTimeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, svc.pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE public.table_finalization_tracks IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan listener.TrackReply, 1)
+	go func() {
+		got <- svc.handleTrack(ctx, listener.TrackRequest{QueryID: testQuery, RunID: newRun, Table: "t"})
+	}()
+	select {
+	case rep := <-got:
+		if rep.OK || rep.Error == "" {
+			t.Fatalf("track on a stuck store: %+v, want an error", rep)
+		}
+		t.Logf("reply: %+v", rep)
+	case <-time.After(10 * time.Second):
+		_ = tx.Rollback(ctx) // frees the handler, so that the service stops
+		<-got
+		t.Fatal("track on a stuck store still running after 10s")
+	}
+	if st := svc.Registry().Status(); len(st) != 0 {
+		t.Errorf("a failed track left trackers: %+v", st)
 	}
 }
