@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -152,7 +153,7 @@ func TestPageShowsTablesRunsAndWhatHoldsThemBack(t *testing.T) {
 		t.Errorf("no strict Content-Security-Policy: %q", csp)
 	}
 	for _, want := range []string{
-		`<th scope="row">bronze.orders</th>`,
+		`<th scope="row" class="name">bronze.orders</th>`,
 		`<span class="badge st-failing">failing</span>`,
 		"run e225d92f is failing (3 in a row): advance bronze.orders: postgresql unavailable",
 		"run 0f5b2b7c is stale: no event since",
@@ -386,4 +387,32 @@ func TestShutdownEndsStreams(t *testing.T) {
 		t.Fatalf("shutdown with a stream open: %v", err)
 	}
 	srv.Close()
+}
+
+// TestLongNameWraps: a table name of hundreds of characters with no space
+// (seen: a 300-character query name under a bronze.{name} rule) wraps in
+// its cell instead of pushing every other column off the page and
+// stretching every row of the runs table. The name cells carry the class
+// the stylesheet bounds and wraps anywhere.
+func TestLongNameWraps(t *testing.T) {
+	now := time.Now().UTC()
+	long := "bronze.cdc_" + strings.Repeat("L", 300)
+	src := &fakeSource{
+		verdicts: []control.Verdict{{Table: long, FinalizedUntil: now.Add(-time.Hour), UpdatedAt: now}},
+		runs:     []finalizer.TrackerStatus{{RunID: runA, QueryID: queryA, Table: long, LastEvent: now}},
+	}
+	_, srv := newPage(t, src, Options{})
+	_, _, body := get(t, srv.URL+"/")
+	for _, want := range []string{
+		`<th scope="row" class="name">` + long + `</th>`,
+		`<td class="name">` + long + `</td>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks the bounded name cell %q", want[:40])
+		}
+	}
+	_, _, css := get(t, srv.URL+"/status/assets/page.css")
+	if !regexp.MustCompile(`tbody \.name \{[^}]*overflow-wrap: anywhere;[^}]*max-width:`).MatchString(css) {
+		t.Error("page.css does not wrap and bound name cells")
+	}
 }

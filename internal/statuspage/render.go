@@ -29,7 +29,7 @@ func (p *Page) appendTableRowLocked(b []byte, r tableRow, now time.Time) []byte 
 	b = append(b, movesAttr(ms)...)
 	b = append(b, `" class="st-`...)
 	b = append(b, r.State...)
-	b = append(b, `"><th scope="row">`...)
+	b = append(b, `"><th scope="row" class="name">`...)
 	b = append(b, esc(r.Table)...)
 	b = append(b, `</th><td class="state"><span class="badge st-`...)
 	b = append(b, r.State...)
@@ -80,7 +80,7 @@ func appendRunRow(b []byte, r runRow) []byte {
 	if r.Explicit {
 		b = append(b, ` <small>(explicit)</small>`...)
 	}
-	b = append(b, `</th><td>`...)
+	b = append(b, `</th><td class="name">`...)
 	b = append(b, esc(r.Table)...)
 	b = append(b, `</td><td><code title="`...)
 	b = append(b, esc(r.QueryID)...)
