@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/internal/lograte"
+	"github.com/finalizer-dev/finalizer/internal/redact"
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
@@ -330,7 +331,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 			l.log.Warn("nats disconnected", zap.Error(err))
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			l.log.Info("nats reconnected", zap.String("url", nc.ConnectedUrlRedacted()))
+			l.log.Info("nats reconnected", zap.String("url", redact.URLs(nc.ConnectedUrl())))
 			select {
 			case l.reconnected <- struct{}{}:
 			default:
@@ -355,7 +356,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		cancel()
 		return nil, err
 	}
-	redacted := redactURLs(o.URL)
+	redacted := redact.URLs(o.URL)
 	wait := 100 * time.Millisecond
 	for {
 		nc, err := nats.Connect(o.URL, opts...)
@@ -365,13 +366,13 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		}
 		if !retryable(err) {
 			cancel()
-			return nil, fmt.Errorf("connect to %s: %w", redacted, err)
+			return nil, fmt.Errorf("connect to %s: %w", redacted, redact.Error(err, o.URL))
 		}
-		l.log.Debug("nats not reachable yet", zap.String("url", redacted), zap.Error(err))
+		l.log.Debug("nats not reachable yet", zap.String("url", redacted), zap.Error(redact.Error(err, o.URL)))
 		select {
 		case <-ctx.Done():
 			cancel()
-			return nil, fmt.Errorf("connect to %s: %w (gave up: %v)", redacted, err, ctx.Err())
+			return nil, fmt.Errorf("connect to %s: %w (gave up: %v)", redacted, redact.Error(err, o.URL), ctx.Err())
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 2*time.Second)
@@ -382,7 +383,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		l.nc.Close()
 		return nil, fmt.Errorf("jetstream context: %w", err)
 	}
-	l.log.Info("nats connected", zap.String("url", l.nc.ConnectedUrlRedacted()))
+	l.log.Info("nats connected", zap.String("url", redact.URLs(l.nc.ConnectedUrl())))
 	l.wg.Add(1)
 	go l.maintain()
 	return l, nil
@@ -392,27 +393,6 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 func retryable(err error) bool {
 	var ne net.Error
 	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) || errors.As(err, &ne)
-}
-
-// redactURLs returns a comma-separated URL list with passwords hidden,
-// also in a URL that does not parse.
-func redactURLs(list string) string {
-	parts := strings.Split(list, ",")
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		u, err := url.Parse(p)
-		switch {
-		case err != nil:
-			p = maskUnparsed(p)
-		case u.User != nil:
-			if _, ok := u.User.Password(); !ok {
-				u.User = url.User("xxxxx") // a token as user name
-			}
-			p = u.Redacted()
-		}
-		parts[i] = p
-	}
-	return strings.Join(parts, ",")
 }
 
 // checkURLs parses each URL of a comma-separated list as nats.Connect
@@ -434,32 +414,10 @@ func checkURLs(list string) error {
 			if errors.As(err, &ue) {
 				reason = ue.Err
 			}
-			return fmt.Errorf("NATS URL %s does not parse: %v", maskUnparsed(p), reason)
+			return fmt.Errorf("NATS URL %s does not parse: %v", redact.URLs(p), reason)
 		}
 	}
 	return nil
-}
-
-// maskUnparsed hides the user information's secret of a URL that
-// url.Parse refused (the password after "user:", or a token alone), so it
-// can be named in an error.
-func maskUnparsed(p string) string {
-	i := strings.Index(p, "://")
-	if i < 0 {
-		return p
-	}
-	rest := p[i+3:]
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return p
-	}
-	ui := rest[:at]
-	if c := strings.IndexByte(ui, ':'); c >= 0 {
-		ui = ui[:c] + ":xxxxx"
-	} else {
-		ui = "xxxxx"
-	}
-	return p[:i+3] + ui + rest[at:]
 }
 
 // maintain handles reconnects until Close: re-ensure the stream, catch up

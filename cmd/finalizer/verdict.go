@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/internal/redact"
 )
 
 // parseTS reads a command-line time: RFC 3339 with any offset, or a naive
@@ -401,12 +401,19 @@ Exit codes: 0 shown, 2 usage or connection error (or --table without a verdict).
 
 // fetchRuns reads the tracked runs from the service's HTTP API.
 func fetchRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, error) {
-	runs := []finalizer.TrackerStatus{}
 	if base == "" {
-		return runs, nil
+		return []finalizer.TrackerStatus{}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
+	runs, err := getRuns(ctx, base, token)
+	return runs, redact.Error(err, base)
+}
+
+// getRuns is fetchRuns before its error is redacted.
+func getRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, error) {
+	runs := []finalizer.TrackerStatus{}
+	shown := redact.URLs(base)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/v1/runs", nil)
 	if err != nil {
 		return runs, err
@@ -416,17 +423,17 @@ func fetchRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStat
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return runs, fmt.Errorf("service not reachable at %s: %w", redactHTTPURL(base), err)
+		return runs, fmt.Errorf("service not reachable at %s: %w", shown, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return runs, fmt.Errorf("service at %s answered %s", redactHTTPURL(base), resp.Status)
+		return runs, fmt.Errorf("service at %s answered %s", shown, resp.Status)
 	}
 	var doc struct {
 		Runs []finalizer.TrackerStatus `json:"runs"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		return runs, fmt.Errorf("service at %s: %w", base, err)
+		return runs, fmt.Errorf("service at %s: %w", shown, err)
 	}
 	if doc.Runs != nil {
 		runs = doc.Runs
@@ -556,13 +563,4 @@ func short(id string) string {
 		return id[:8]
 	}
 	return id
-}
-
-// redactHTTPURL masks the password of --http-url for an error message.
-func redactHTTPURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(an --http-url that does not parse)"
-	}
-	return u.Redacted()
 }
