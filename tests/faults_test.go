@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -83,10 +84,21 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 	if err := pg.Stop(stopCtx); err != nil {
 		t.Fatal(err)
 	}
+	var body string
 	eventually(t, "/readyz 503 while PostgreSQL is down", func() bool {
-		code, _ := httpGet(t, s.httpURL+"/readyz", "")
+		var code int
+		code, body = httpGet(t, s.httpURL+"/readyz", "")
 		return code == 503
 	})
+	// Up or down, nothing more (issue 9, item 9): before, the body held the
+	// driver's error, with the database's user, name, host and port.
+	var parts map[string]string
+	if err := json.Unmarshal([]byte(body), &parts); err != nil || parts["postgres"] != "down" || parts["nats"] != "up" || len(parts) != 2 {
+		t.Errorf("/readyz body while PostgreSQL is down: %s", body)
+	}
+	if !strings.Contains(s.stderr.String(), `"msg":"not ready"`) {
+		t.Error("the reason /readyz is down is not in the log")
+	}
 	pub.publish("progress", q, r, progressAt(q, r, "x", 2, "2026-09-28T14:05:00"))
 	eventually(t, "a failed advance after its 1 s and 2 s retries", func() bool {
 		return sample(t, s.httpURL, "finalizer_advance_failures_total") == 1

@@ -2,7 +2,13 @@ package tests
 
 import (
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -35,4 +41,94 @@ nats:
 		}
 		t.Fatalf(`"a1": err = %v, want an authorization error`, err)
 	}
+}
+
+// TestHTTPEdge (issue 9, items 4 and 10): a table name PostgreSQL cannot
+// hold (%00, %ff) is a 400 with a plain reason, never PostgreSQL's text,
+// and writes no log line per request (before: a 500 with PostgreSQL's
+// error and one ERROR line each); a 401 closes its connection; a
+// connection that sends nothing is closed; and a flood of idle
+// connections takes at most the connection cap of file descriptors, after
+// which the service still answers and still stores events.
+func TestHTTPEdge(t *testing.T) {
+	const token = "edge-token-5d1c"
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL, env: []string{"FINALIZER_HTTP_TOKEN=" + token}})
+	host := strings.TrimPrefix(s.httpURL, "http://")
+
+	logBefore := len(strings.Split(s.stderr.String(), "\n"))
+	for range 50 {
+		for _, path := range []string{"/v1/tables/%00", "/v1/tables/%ff", "/v1/tables/a%00b/final?period_end=2026-09-28T14:00:00Z", "/v1/tables/%1b%5b31m"} {
+			code, body := httpGet(t, s.httpURL+path, token)
+			if code != 400 || !strings.Contains(body, "invalid table name") || strings.Contains(body, "SQLSTATE") || strings.Contains(body, "byte sequence") {
+				t.Fatalf("%s: %d %s", path, code, body)
+			}
+		}
+	}
+	if n := len(strings.Split(s.stderr.String(), "\n")) - logBefore; n > 5 {
+		t.Errorf("200 bad requests wrote %d log lines", n)
+	}
+
+	// A 401 closes the connection.
+	c, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte("GET /v1/tables HTTP/1.1\r\nHost: x\r\n\r\n"))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	all, err := io.ReadAll(c)
+	if err != nil || !strings.HasPrefix(string(all), "HTTP/1.1 401") {
+		t.Errorf("401 then close: %v, %.80q", err, all)
+	}
+
+	// A connection that sends nothing is closed (header timeout).
+	began := time.Now()
+	idle, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	_ = idle.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := idle.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("idle connection: %v", err)
+	}
+	if d := time.Since(began); d > 20*time.Second {
+		t.Errorf("idle connection closed after %s", d)
+	}
+
+	// A flood of idle connections costs at most the cap in descriptors.
+	fds := func() int {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", s.cmd.Process.Pid))
+		if err != nil {
+			t.Skipf("no /proc: %v", err)
+		}
+		return len(ents)
+	}
+	base := fds()
+	var flood []net.Conn
+	for range 600 {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			break
+		}
+		flood = append(flood, c)
+	}
+	time.Sleep(500 * time.Millisecond) // let the server accept what it will
+	if n := fds() - base; n > 256+10 {
+		t.Errorf("%d idle connections took %d descriptors", len(flood), n)
+	}
+	for _, c := range flood {
+		c.Close()
+	}
+	eventually(t, "/healthz answers after the flood", func() bool {
+		code, _ := httpGet(t, s.httpURL+"/healthz", "")
+		return code == 200
+	})
+	q, r := id(0xe00), id(0xe01)
+	if code, o, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", q, "--run-id", r, "--table", "edge"); code != 0 {
+		t.Fatalf("track: %d %s %s", code, o, e)
+	}
+	connect(t, s.natsURL).publish("progress", q, r, progressAt(q, r, "x", 1, "2026-09-28T13:10:00"))
+	waitVerdict(t, pgURL, "edge", "2026-09-28T13:00:00Z")
 }

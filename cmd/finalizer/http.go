@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/internal/lograte"
 	"github.com/finalizer-dev/finalizer/internal/service"
 )
 
@@ -23,7 +24,20 @@ const maxLongPoll = 5 * time.Minute
 // newHTTPHandler serves the HTTP API (docs/contract.md §6).
 func newHTTPHandler(svc *service.Service) http.Handler {
 	store, reg, log := svc.Store(), svc.Registry(), svc.Logger()
-	httpError := func(w http.ResponseWriter, err error) { writeHTTPError(w, err, log) }
+	edgeLog := lograte.New(time.Now, edgeLogEvery)
+	httpError := func(w http.ResponseWriter, err error) { writeHTTPError(w, err, log, edgeLog) }
+	// table reads a table name from the path and answers 400 with a plain
+	// reason when the control table could not hold it (a NUL, bytes that
+	// are not UTF-8, a control character, over 1,024 bytes): such a name
+	// never reaches PostgreSQL.
+	table := func(w http.ResponseWriter, r *http.Request) (string, bool) {
+		name := r.PathValue("table")
+		if err := control.CheckTableName(name); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return "", false
+		}
+		return name, true
+	}
 	prom := svc.Prometheus()
 	mux := http.NewServeMux()
 	if page := svc.StatusPage(); page != nil {
@@ -35,15 +49,20 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	// /readyz answers anyone (no token), so it says up or down per part and
+	// nothing more: the reason (which may name the database, its user,
+	// host and port) goes to the log, at most once per part every 10 s.
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		checks := map[string]string{"postgres": "ok", "nats": "ok"}
+		checks := map[string]string{"postgres": "up", "nats": "up"}
 		code := http.StatusOK
 		pg, nats := svc.Ready(r.Context()) // as finalizer_postgres_up, finalizer_nats_up
-		if pg != nil {
-			checks["postgres"], code = pg.Error(), http.StatusServiceUnavailable
-		}
-		if nats != nil {
-			checks["nats"], code = nats.Error(), http.StatusServiceUnavailable
+		for part, err := range map[string]error{"postgres": pg, "nats": nats} {
+			if err != nil {
+				checks[part], code = "down", http.StatusServiceUnavailable
+				if ok, n := edgeLog.Allow("readyz/" + part); ok {
+					log.Warn("not ready", zap.String("part", part), zap.Error(err), zap.Int("suppressed", n))
+				}
+			}
 		}
 		writeJSON(w, code, checks)
 	})
@@ -64,7 +83,10 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"tables": tableStatuses(vs, fs, reg.Status(), time.Now().UTC(), "")})
 	})
 	mux.HandleFunc("GET /v1/tables/{table}", func(w http.ResponseWriter, r *http.Request) {
-		table := r.PathValue("table")
+		table, ok := table(w, r)
+		if !ok {
+			return
+		}
 		v, err := store.Get(r.Context(), table)
 		if err != nil && !errors.Is(err, control.ErrNotFound) {
 			httpError(w, err)
@@ -98,7 +120,11 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		if why == "" {
 			why = "retired over HTTP"
 		}
-		table, query := r.PathValue("table"), r.PathValue("query")
+		table, ok := table(w, r)
+		if !ok {
+			return
+		}
+		query := r.PathValue("query")
 		retired, v, moved, err := store.RetireFeeder(r.Context(), table, query, why)
 		if errors.Is(err, control.ErrNoFeeder) {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
@@ -121,7 +147,10 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		writeJSON(w, http.StatusOK, resp)
 	})
 	mux.HandleFunc("GET /v1/tables/{table}/final", func(w http.ResponseWriter, r *http.Request) {
-		table := r.PathValue("table")
+		table, ok := table(w, r)
+		if !ok {
+			return
+		}
 		q := r.URL.Query()
 		end, err := parseURLTime(q.Get("period_end"))
 		if err != nil {
@@ -188,17 +217,31 @@ func parseURLTime(s string) (time.Time, error) {
 	return t, err
 }
 
-func writeHTTPError(w http.ResponseWriter, err error, log *zap.Logger) {
+// edgeLogEvery is how often the HTTP edge logs one class of failure, at
+// most: a client repeating a failing request cannot flood the log.
+const edgeLogEvery = 10 * time.Second
+
+// writeHTTPError answers a failed request with a plain reason of our own:
+// the error's text (PostgreSQL's, which may quote the request or name the
+// database) goes only to the log, rate-limited per class.
+func writeHTTPError(w http.ResponseWriter, err error, log *zap.Logger, limit *lograte.Limiter) {
 	switch {
 	case errors.Is(err, context.Canceled):
 		log.Debug("http request cancelled: the client went away", zap.Error(err))
 	case errors.Is(err, control.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no verdict for this table"})
+	case errors.Is(err, control.ErrInvalidTable):
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid table name"})
 	case errors.Is(err, control.ErrUnavailable):
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		if ok, n := limit.Allow("unavailable"); ok {
+			log.Warn("http request failed: postgresql unavailable", zap.Error(err), zap.Int("suppressed", n))
+		}
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "postgresql unavailable"})
 	default:
-		log.Error("http request failed", zap.Error(err))
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		if ok, n := limit.Allow("internal"); ok {
+			log.Error("http request failed", zap.Error(err), zap.Int("suppressed", n))
+		}
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error (see the service's log)"})
 	}
 }
 

@@ -152,6 +152,9 @@ func requireToken(token string, h http.Handler) http.Handler {
 		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
 		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="finalizer"`)
+			// A client without the token gets no kept-alive connection to
+			// hold open.
+			w.Header().Set("Connection", "close")
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "this endpoint needs Authorization: Bearer <http.token>"})
 			return
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
@@ -337,7 +338,22 @@ func (s *Service) serveHTTP(context.Context) error {
 		}
 		return fmt.Errorf("http listen %s: %w", s.opts.HTTPListen, err)
 	}
-	srv := &http.Server{Handler: s.opts.HTTPHandler(s), ReadHeaderTimeout: 10 * time.Second}
+	// Bounded: at most HTTPMaxConns connections at once (more wait in the
+	// kernel's backlog, never for a file descriptor of ours), none idle for
+	// long, none slow to send its request. There is no write deadline:
+	// long polls and the status page's stream last as long as they need.
+	maxConns := s.opts.HTTPMaxConns
+	if maxConns <= 0 {
+		maxConns = DefaultHTTPMaxConns
+	}
+	ln = netutil.LimitListener(ln, maxConns)
+	srv := &http.Server{
+		Handler:           s.opts.HTTPHandler(s),
+		ReadHeaderTimeout: HTTPReadHeaderTimeout,
+		ReadTimeout:       HTTPReadTimeout,
+		IdleTimeout:       HTTPIdleTimeout,
+		MaxHeaderBytes:    HTTPMaxHeaderBytes,
+	}
 	if s.page != nil {
 		srv.RegisterOnShutdown(s.page.CloseStreams) // a live page's stream never goes idle by itself
 	}

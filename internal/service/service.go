@@ -42,6 +42,23 @@ var (
 	_ finalizer.BatchStore = (*control.Store)(nil) // group commit (ADR 0008)
 )
 
+// Bounds of the HTTP server (issue 9: idle connections must not exhaust
+// the process's file descriptors).
+const (
+	// DefaultHTTPMaxConns is the most HTTP connections served at once
+	// when Options.HTTPMaxConns is zero; more wait in the kernel's backlog.
+	DefaultHTTPMaxConns = 256
+	// HTTPReadHeaderTimeout bounds reading a request's headers, also of a
+	// new connection that sends nothing.
+	HTTPReadHeaderTimeout = 10 * time.Second
+	// HTTPReadTimeout bounds reading a whole request.
+	HTTPReadTimeout = 30 * time.Second
+	// HTTPIdleTimeout closes a kept-alive connection idle this long.
+	HTTPIdleTimeout = 30 * time.Second
+	// HTTPMaxHeaderBytes bounds a request's headers.
+	HTTPMaxHeaderBytes = 64 << 10
+)
+
 // PostgresURLFile is where the service leaves the managed cluster's URL in
 // the data dir, for the status, is-final and wait commands (mode 0600).
 const PostgresURLFile = "postgres.url"
@@ -91,6 +108,9 @@ type Options struct {
 
 	// HTTPListen is the HTTP API's address; "" or "off" = no HTTP API.
 	HTTPListen string
+	// HTTPMaxConns is the most HTTP connections served at once; 0 =
+	// DefaultHTTPMaxConns.
+	HTTPMaxConns int
 	// HTTPHandler builds the HTTP API's handler once the service's parts
 	// run; required with HTTPListen.
 	HTTPHandler func(*Service) http.Handler
