@@ -2,6 +2,7 @@ package listener
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,6 +57,20 @@ func doc(batch int64, runID string) []byte {
 	return fmt.Appendf(nil, `{"id":%q,"runId":%q,"name":"q","timestamp":%q,"batchId":%d,`+
 		`"sources":[{"description":"s","startOffset":null,"endOffset":{"commit_ts":%q}}],"eventTime":{}}`,
 		rawQuery, runID, ts, batch, ts)
+}
+
+// dupBatch is a progress of the rig's run with "batchId" twice: first, then
+// last.
+func dupBatch(first, last int64) []byte {
+	d := doc(last, "")
+	return append([]byte(fmt.Sprintf(`{"batchId":%d,`, first)), d[1:]...)
+}
+
+// escBatch is dupBatch with the second key spelled with a \u escape.
+func escBatch(first, last int64) []byte {
+	d := doc(last, "")
+	d = []byte(strings.Replace(string(d), `"batchId"`, `"batch\u0049d"`, 1))
+	return append([]byte(fmt.Sprintf(`{"batchId":%d,`, first)), d[1:]...)
 }
 
 func (r *rawRig) live(data []byte) { r.sub.deliver("spark.progress."+rawQuery+"."+rawRun, data) }
@@ -132,6 +147,13 @@ func TestMailboxRawSlot(t *testing.T) {
 			map[string]int{"progress/superseded": 1}},
 		{"payload of another run is parsed at once", []step{{live: doc(5, badRun)}}, -100, false, 1,
 			map[string]int{"progress/mismatch": 1}},
+		// Issue 9, item 5: a message with two batchId keys peeked as its
+		// first (999) and parsed as its last; the good batch 6 after it
+		// was superseded and never applied. Now neither reader takes it.
+		{"duplicate batchId keys never hide the good one after", []step{{live: dupBatch(999, 5)}, {live: doc(6, "")}}, 6, false, 2,
+			map[string]int{"progress/accepted": 1, "progress/malformed": 1}},
+		{"an escaped batchId key is not peeked", []step{{live: escBatch(999, 5)}, {live: doc(6, "")}}, 6, false, 2,
+			map[string]int{"progress/accepted": 1, "progress/malformed": 1}},
 		{"bad but peekable, alone", []step{{live: []byte(`{"batchId":9,"runId":"` + rawRun + `"`)}}, -100, false, 1,
 			map[string]int{"progress/malformed": 1}},
 	}
@@ -182,6 +204,10 @@ func TestPeekProgress(t *testing.T) {
 		{"too long", `{"runId":"` + rawRun + `","batchId":12345678901234567890}`, 0, false},
 		{"key in a string", `{"name":"\"batchId\":5","runId":"` + rawRun + `"}`, 0, false},
 		{"truncated", `{"runId":"` + rawRun + `","batchId":12`, 0, false},
+		{"batchId twice", string(dupBatch(999, 5)), 0, false},
+		{"batchId nested before its own", `{"x":{"batchId":999},"runId":"` + rawRun + `","batchId":5}`, 0, false},
+		{"runId twice", `{"runId":"` + rawRun + `","batchId":5,"runId":"` + rawRun + `"}`, 0, false},
+		{"a key spelled with an escape", string(escBatch(999, 5)), 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

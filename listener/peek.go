@@ -6,17 +6,29 @@ import "bytes"
 var (
 	keyBatchID = []byte(`"batchId"`)
 	keyRunID   = []byte(`"runId"`)
+	escapeU    = []byte(`\u`)
 )
 
 // peekProgress reads, without parsing, the batch id of a progress document
-// (the integer of its first "batchId" member) and checks that its first
+// (the integer of its only "batchId" member) and checks that its only
 // "runId" member is runID (ASCII case aside). It reports false when either
-// is not found where and as expected. A quote inside a JSON string is
-// escaped, so the keys cannot be matched inside a string value; they could
-// be matched as a key of a nested object placed before the progress's own,
-// which only misorders the slot (Take parses and checks every progress it
-// hands out). It never allocates.
+// is not found where and as expected, is there more than once, or the
+// document holds a \u escape. A quote inside a JSON string is
+// escaped, so the keys cannot be matched inside a string value. The one
+// occurrence could be a nested object's key when the progress has none of
+// its own: the parser then finds the document malformed, and the slot
+// checks a waiting message before it refuses an older one for it (Take
+// parses and checks every progress it hands out). It never allocates.
 func peekProgress(d []byte, runID string) (int64, bool) {
+	// The parser reads the batchId member of the progress object, and
+	// refuses it repeated; the peek must never read another. So it takes
+	// only the one literal occurrence of each key, and gives up on a
+	// document with a \u escape, which could spell a key the parser would
+	// decode (a doubled batchId once made the two disagree, and a good
+	// progress lost to the one that peeked higher).
+	if bytes.Count(d, keyBatchID) != 1 || bytes.Count(d, keyRunID) != 1 || bytes.Contains(d, escapeU) {
+		return 0, false
+	}
 	v, ok := peekValue(d, keyBatchID)
 	if !ok {
 		return 0, false

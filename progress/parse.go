@@ -36,8 +36,8 @@ const (
 //
 // Every kind needs "id" and "runId" as UUIDs (returned in lowercase), and a
 // progress needs an integer "batchId"; otherwise the error wraps
-// ErrMalformed, as it does for invalid JSON, a field of the wrong type and
-// an offset holding invalid UTF-8. A missing or unreadable "timestamp"
+// ErrMalformed, as it does for invalid JSON, a field of the wrong type, a
+// key it reads repeated in one object, and an offset holding invalid UTF-8. A missing or unreadable "timestamp"
 // leaves Timestamp zero. Fields a kind does not carry (see Event) are not
 // read, and unknown fields are ignored. Offsets are normalised as
 // documented on Source; the Event shares no memory with data.
@@ -91,7 +91,7 @@ func Parse(data []byte, kind Kind) (*Event, error) {
 }
 
 // fields holds the spans of the members Parse reads from one object. A
-// repeated key keeps its last value, as encoding/json does.
+// key Parse reads may appear once: a repeated one is malformed.
 type fields struct {
 	event, progress                     span
 	id, runID, name, timestamp, batchID span
@@ -115,59 +115,70 @@ func (f *fields) scan(d []byte, i int, trusted bool) (int, error) {
 	return eachMember(d, i, 0, f.member)
 }
 
-// member records one member's span when Parse reads it.
+// member records one member's span when Parse reads it; a member it
+// reads that is repeated in the object is an error.
 func (f *fields) member(key []byte, esc bool, v span) error {
 	k := key[1 : len(key)-1]
 	if esc {
 		k = appendUnquoted(nil, key)
 	}
+	// A key read twice would make a reader that takes the first and one
+	// that takes the last disagree (the router's peek and this parser did,
+	// and a good progress lost to a duplicated batchId): it is refused.
+	set := func(sp *span) error {
+		if sp.present() {
+			return errAt(v.s, fmt.Sprintf("duplicate key %q", clip(string(k))))
+		}
+		*sp = v
+		return nil
+	}
 	switch string(k) {
 	case "Event":
-		f.event = v
+		return set(&f.event)
 	case "progress":
-		f.progress = v
+		return set(&f.progress)
 	case "id":
-		f.id = v
+		return set(&f.id)
 	case "runId":
-		f.runID = v
+		return set(&f.runID)
 	case "name":
-		f.name = v
+		return set(&f.name)
 	case "timestamp":
-		f.timestamp = v
+		return set(&f.timestamp)
 	case "batchId":
-		f.batchID = v
+		return set(&f.batchID)
 	case "sources":
-		f.sources = v
+		return set(&f.sources)
 	case "eventTime":
-		f.eventTime = v
+		return set(&f.eventTime)
 	case "exception":
-		f.exception = v
+		return set(&f.exception)
 	case "errorClassOnException":
-		f.errorClass = v
+		return set(&f.errorClass)
 	case "description":
-		f.description = v
+		return set(&f.description)
 	case "startOffset":
-		f.startOffset = v
+		return set(&f.startOffset)
 	case "endOffset":
-		f.endOffset = v
+		return set(&f.endOffset)
 	case "watermark":
-		f.watermark = v
+		return set(&f.watermark)
 	case "latestOffset":
-		f.latestOffset = v
+		return set(&f.latestOffset)
 	case "numInputRows":
-		f.numInputRows = v
+		return set(&f.numInputRows)
 	case "durationMs":
-		f.durationMs = v
+		return set(&f.durationMs)
 	case "stateOperators":
-		f.stateOperators = v
+		return set(&f.stateOperators)
 	case "addBatch":
-		f.addBatch = v
+		return set(&f.addBatch)
 	case "operatorName":
-		f.operatorName = v
+		return set(&f.operatorName)
 	case "numRowsDroppedByWatermark":
-		f.rowsDropped = v
+		return set(&f.rowsDropped)
 	case "numLateInputs": // its name before Spark 3.1
-		f.late = v
+		return set(&f.late)
 	}
 	return nil
 }

@@ -317,7 +317,7 @@ var parseCases = []struct {
 			}
 		}},
 	{name: "numbers keep their digits", kind: KindProgress,
-		data: string(progressDoc(`"batchId":9223372036854775807,"sources":[{"startOffset":18446744073709551617,"endOffset":1.50e400}]`)),
+		data: strings.Replace(string(progressDoc(`"sources":[{"startOffset":18446744073709551617,"endOffset":1.50e400}]`)), `"batchId":3`, `"batchId":9223372036854775807`, 1),
 		check: func(t *testing.T, ev *Event) {
 			if ev.BatchID != 9223372036854775807 || string(ev.Sources[0].StartOffset) != "18446744073709551617" || string(ev.Sources[0].EndOffset) != "1.50e400" {
 				t.Errorf("batch %d offsets %s %s", ev.BatchID, ev.Sources[0].StartOffset, ev.Sources[0].EndOffset)
@@ -403,11 +403,13 @@ var parseCases = []struct {
 				t.Errorf("%+v", ev)
 			}
 		}},
-	{name: "duplicate keys: the last wins", kind: KindProgress,
-		data: string(progressDoc(`"batchId":4,"name":null`)),
+	{name: "duplicate keys are refused", kind: KindProgress,
+		data: string(progressDoc(`"batchId":4,"name":null`)), err: ErrMalformed, msg: "duplicate"},
+	{name: "a key Parse does not read may repeat", kind: KindProgress,
+		data: string(progressDoc(`"numOutputRows":1,"numOutputRows":2`)),
 		check: func(t *testing.T, ev *Event) {
-			if ev.BatchID != 4 || ev.Name != "" {
-				t.Errorf("batch %d name %q", ev.BatchID, ev.Name)
+			if ev.BatchID != 3 {
+				t.Errorf("batch %d", ev.BatchID)
 			}
 		}},
 	{name: "escaped keys", kind: KindUnknown,
@@ -475,6 +477,11 @@ var parseCases = []struct {
 	{name: "eventTime an array", kind: KindProgress, data: string(progressDoc(`"eventTime":[]`)), err: ErrMalformed},
 	{name: "watermark a number", kind: KindProgress, data: string(progressDoc(`"eventTime":{"watermark":0}`)), err: ErrMalformed},
 	{name: "offset with invalid UTF-8", kind: KindProgress, data: string(progressDoc(`"sources":[{"endOffset":{"a":"` + "\xff" + `"}}]`)), err: ErrMalformed, msg: "UTF-8"},
+	{name: "batchId twice", kind: KindProgress, data: `{"batchId":999,` + string(progressDoc(""))[1:], err: ErrMalformed, msg: `duplicate key "batchId"`},
+	{name: "batchId twice, once escaped", kind: KindProgress, data: `{"batch\u0049d":999,` + string(progressDoc(""))[1:], err: ErrMalformed, msg: "duplicate"},
+	{name: "runId twice", kind: KindIdle, data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","runId":"` + fixtureRunID + `"}`, err: ErrMalformed, msg: "duplicate"},
+	{name: "endOffset twice", kind: KindProgress, data: string(progressDoc(`"sources":[{"endOffset":{"a":1},"endOffset":{"a":2}}]`)), err: ErrMalformed, msg: "duplicate"},
+	{name: "progress twice", data: `{"Event":"QueryProgressEvent","progress":{},"progress":` + string(progressDoc("")) + `}`, err: ErrMalformed, msg: "duplicate"},
 	{name: "exception a number", kind: KindTerminated, data: `{"id":"` + fixtureQueryID + `","runId":"` + fixtureRunID + `","exception":1}`, err: ErrMalformed},
 }
 

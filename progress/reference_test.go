@@ -27,6 +27,9 @@ func refParse(data []byte, kind Kind) (*Event, error) {
 	if err := json.Unmarshal(data, &top); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
+	if err := refDuplicate(data); err != nil {
+		return nil, err
+	}
 	body := top
 	if raw, ok := top["Event"]; ok {
 		var class string
@@ -57,6 +60,9 @@ func refParse(data []byte, kind Kind) (*Event, error) {
 			body = nil
 			if err := json.Unmarshal(p, &body); err != nil {
 				return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+			}
+			if err := refDuplicate(p); err != nil {
+				return nil, err
 			}
 		}
 	} else if kind == KindUnknown {
@@ -116,7 +122,7 @@ func refParse(data []byte, kind Kind) (*Event, error) {
 		}
 		if et, ok := body["eventTime"]; ok && string(et) != "null" {
 			var m map[string]json.RawMessage
-			if et[0] != '{' || json.Unmarshal(et, &m) != nil {
+			if et[0] != '{' || json.Unmarshal(et, &m) != nil || refDuplicate(et) != nil {
 				return nil, fmt.Errorf("%w: eventTime", ErrMalformed)
 			}
 			if ev.Watermark, err = refOptString(m["watermark"]); err != nil {
@@ -135,7 +141,7 @@ func refParse(data []byte, kind Kind) (*Event, error) {
 			}
 			for _, el := range list {
 				var m map[string]json.RawMessage
-				if err := json.Unmarshal(el, &m); err != nil {
+				if err := json.Unmarshal(el, &m); err != nil || refDuplicate(el) != nil {
 					return nil, fmt.Errorf("%w: source", ErrMalformed)
 				}
 				var s Source
@@ -168,7 +174,7 @@ func refParse(data []byte, kind Kind) (*Event, error) {
 		}
 		if raw, ok := body["durationMs"]; ok && string(raw) != "null" {
 			var m map[string]json.RawMessage
-			if raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
+			if raw[0] != '{' || json.Unmarshal(raw, &m) != nil || refDuplicate(raw) != nil {
 				return nil, fmt.Errorf("%w: durationMs", ErrMalformed)
 			}
 			_, ev.Executed = m["addBatch"]
@@ -181,7 +187,7 @@ func refParse(data []byte, kind Kind) (*Event, error) {
 			ev.StateOperators = []StateOperator{}
 			for _, el := range list {
 				var m map[string]json.RawMessage
-				if el[0] != '{' || json.Unmarshal(el, &m) != nil {
+				if el[0] != '{' || json.Unmarshal(el, &m) != nil || refDuplicate(el) != nil {
 					return nil, fmt.Errorf("%w: state operator", ErrMalformed)
 				}
 				op := StateOperator{RowsDroppedByWatermark: refCount(m["numRowsDroppedByWatermark"])}
@@ -316,4 +322,38 @@ func refLookup(doc []byte, ptr string) (json.RawMessage, bool) {
 	}
 	out, err := json.Marshal(v)
 	return out, err == nil
+}
+
+// refRead are the keys Parse reads; one of them repeated in an object is
+// malformed.
+var refRead = map[string]bool{"Event": true, "progress": true, "id": true, "runId": true, "name": true,
+	"timestamp": true, "batchId": true, "sources": true, "eventTime": true, "exception": true,
+	"errorClassOnException": true, "description": true, "startOffset": true, "endOffset": true, "watermark": true,
+	"latestOffset": true, "numInputRows": true, "durationMs": true, "stateOperators": true, "addBatch": true,
+	"operatorName": true, "numRowsDroppedByWatermark": true, "numLateInputs": true}
+
+// refDuplicate reports a key of refRead repeated in the object obj (valid
+// JSON).
+func refDuplicate(obj []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.Token(); err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		k, _ := tok.(string)
+		if refRead[k] && seen[k] {
+			return fmt.Errorf("%w: duplicate key %q", ErrMalformed, k)
+		}
+		seen[k] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil
+		}
+	}
+	return nil
 }
