@@ -238,9 +238,18 @@ func (r *Registry) consider(ctx context.Context, runID string) {
 		return
 	}
 	p.run.Name = cmp.Or(p.run.Name, name)
-	es := r.register(valid, p)
+	es, capped := r.register(valid, p)
 	delete(r.pending, runID)
 	r.mu.Unlock()
+	if capped > 0 {
+		// Counted by register. Not remembered as refused: once trackers
+		// finish, the run's next event tracks it.
+		if ok, n := r.refuseLog.Allow(RefusedRunCap); ok {
+			r.log.Warn("run not tracked: the cap of tracked runs is reached (tracking.max_trackers)",
+				zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID),
+				zap.Int("max_trackers", r.cfg.MaxTrackers), zap.Int("suppressed", n))
+		}
+	}
 	for _, e := range es {
 		if err := r.launch(ctx, e); err != nil && !errors.Is(err, ErrClosed) {
 			r.log.Error("could not track run", zap.String("table", e.req.Table), zap.String("query_id", run.QueryID),

@@ -30,6 +30,10 @@ const (
 	// DefaultRemember is how many finished or ignored runs the registry
 	// remembers, so that their stray events are dropped without a parse.
 	DefaultRemember = 100_000
+	// DefaultMaxTrackers is the most trackers the registry runs at once
+	// (about 14 KiB each): a flood of new run ids cannot grow the service
+	// without bound.
+	DefaultMaxTrackers = 20_000
 	// DefaultRecoverParallelism is how many runs are subscribed at once
 	// when the service recovers its runs at start.
 	DefaultRecoverParallelism = 16
@@ -57,8 +61,8 @@ const (
 	// RefusedBusy: too many discovered runs wait for a decision
 	// (DefaultMaxPending); the run is found again on its next event.
 	RefusedBusy = "busy"
-	// RefusedRunCap: the registry tracks RegistryConfig.MaxRuns runs
-	// already.
+	// RefusedRunCap: the registry runs RegistryConfig.MaxTrackers
+	// trackers already.
 	RefusedRunCap = "run_cap"
 )
 
@@ -66,6 +70,10 @@ const (
 var (
 	// ErrUnknownRun means no tracker of that run exists or is remembered.
 	ErrUnknownRun = errors.New("run is not tracked")
+	// ErrTooManyTrackers means the registry runs RegistryConfig.MaxTrackers
+	// trackers already; the request is refused and counted
+	// (Metrics.Refused, RefusedRunCap).
+	ErrTooManyTrackers = errors.New("too many tracked runs")
 	// ErrClosed means the registry is shutting down.
 	ErrClosed = errors.New("registry closed")
 )
@@ -113,6 +121,7 @@ type RegistryConfig struct {
 	StaleAfter         time.Duration // 0 = DefaultStaleAfter
 	ExpireAfter        time.Duration // 0 = DefaultExpireAfter; negative = never
 	Remember           int           // 0 = DefaultRemember
+	MaxTrackers        int           // 0 = DefaultMaxTrackers; negative = no cap
 	RecoverParallelism int           // 0 = DefaultRecoverParallelism
 }
 
@@ -224,6 +233,9 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 	if cfg.ExpireAfter == 0 {
 		cfg.ExpireAfter = DefaultExpireAfter
 	}
+	if cfg.MaxTrackers == 0 {
+		cfg.MaxTrackers = DefaultMaxTrackers
+	}
 	if cfg.Remember == 0 {
 		cfg.Remember = DefaultRemember
 	}
@@ -283,7 +295,8 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 // exists. It reports whether it started one. Explicit requests are
 // persisted before the tracker starts. A table name the control table
 // cannot hold (control.CheckTableName) is refused with
-// control.ErrInvalidTable and counted in Metrics.Refused. Of two runs of
+// control.ErrInvalidTable, and a new tracker beyond MaxTrackers with
+// ErrTooManyTrackers; both are counted in Metrics.Refused. Of two runs of
 // one query tracked into one table, the one that started later supersedes
 // the other, whichever was tracked first (see noteStart).
 func (r *Registry) Track(ctx context.Context, req Request) (bool, error) {
@@ -296,8 +309,11 @@ func (r *Registry) Track(ctx context.Context, req Request) (bool, error) {
 		r.mu.Unlock()
 		return false, ErrClosed
 	}
-	es := r.register([]Request{req}, r.pending[req.RunID])
+	es, capped := r.register([]Request{req}, r.pending[req.RunID])
 	r.mu.Unlock()
+	if capped > 0 {
+		return false, fmt.Errorf("track run %s: %w (%d)", req.RunID, ErrTooManyTrackers, r.cfg.MaxTrackers)
+	}
 	if len(es) == 0 {
 		return false, nil
 	}
@@ -311,10 +327,16 @@ func (r *Registry) Track(ctx context.Context, req Request) (bool, error) {
 // and table are not tracked yet, fills each mailbox with what p (the run's
 // pending discovery, or nil) holds, and indexes them as starting. From here
 // on Discovered offers the run's events to these mailboxes. r.mu held.
-func (r *Registry) register(reqs []Request, p *pendingRun) []*entry {
-	var es []*entry
+func (r *Registry) register(reqs []Request, p *pendingRun) (es []*entry, capped int) {
 	for _, req := range reqs {
 		if _, ok := r.trackers[trackKey{req.RunID, req.Table}]; ok {
+			continue
+		}
+		// The cap: a run that replaces another run of its query on the
+		// table is let in, since the other stops.
+		if max := r.cfg.MaxTrackers; max > 0 && len(r.trackers) >= max && !r.replaces(req) {
+			r.cfg.Metrics.Refused.WithLabelValues(RefusedRunCap).Inc()
+			capped++
 			continue
 		}
 		e := &entry{req: req, box: listener.NewMailbox(), ready: make(chan struct{}), reaped: make(chan struct{})}
@@ -328,7 +350,18 @@ func (r *Registry) register(reqs []Request, p *pendingRun) []*entry {
 		r.undecided.del(req.RunID)
 		es = append(es, e)
 	}
-	return es
+	return es, capped
+}
+
+// replaces reports whether req's run is a new run of a query already
+// tracked into req's table. r.mu held.
+func (r *Registry) replaces(req Request) bool {
+	for _, o := range r.queries[req.QueryID] {
+		if o.req.Table == req.Table && o.req.RunID != req.RunID {
+			return true
+		}
+	}
+	return false
 }
 
 // launch starts a registered entry's tracker: it persists the track (when

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -131,4 +132,68 @@ func TestHTTPEdge(t *testing.T) {
 	}
 	connect(t, s.natsURL).publish("progress", q, r, progressAt(q, r, "x", 1, "2026-09-28T13:10:00"))
 	waitVerdict(t, pgURL, "edge", "2026-09-28T13:00:00Z")
+}
+
+// TestListingsArePaged (issue 9, item 7): /v1/tables and /v1/runs answer
+// in pages (?limit=, ?after= the previous page's "next"), so a flood of
+// runs cannot make one answer huge; following the pages gives every table
+// and run once, and status still shows every run.
+func TestListingsArePaged(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL})
+	pub := connect(t, s.natsURL)
+	q := id(0xf00)
+	var tables []string
+	for i := range 5 {
+		r, table := id(0xf01+i), fmt.Sprintf("page.t%d", i)
+		tables = append(tables, table)
+		if code, o, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", q, "--run-id", r, "--table", table); code != 0 {
+			t.Fatalf("track: %d %s %s", code, o, e)
+		}
+		pub.publish("progress", q, r, progressAt(q, r, "x", 1, "2026-09-28T13:10:00"))
+	}
+	for _, table := range tables {
+		waitVerdict(t, pgURL, table, "2026-09-28T13:00:00Z")
+	}
+	pages := func(path, key string) (items []string, n int) {
+		after := ""
+		for n = 1; n < 20; n++ {
+			var doc map[string]any
+			u := s.httpURL + path + "?limit=2"
+			if after != "" {
+				u += "&after=" + url.QueryEscape(after)
+			}
+			if code := getJSON(t, u, &doc); code != 200 {
+				t.Fatalf("%s: %d", u, code)
+			}
+			list, _ := doc[key].([]any)
+			if len(list) > 2 {
+				t.Fatalf("%s: %d items on a page of 2", u, len(list))
+			}
+			for _, it := range list {
+				m := it.(map[string]any)
+				items = append(items, fmt.Sprint(m["table"], "/", m["run_id"]))
+			}
+			next, _ := doc["next"].(string)
+			if next == "" {
+				return items, n
+			}
+			after = next
+		}
+		t.Fatalf("%s: no end after 20 pages", path)
+		return nil, 0
+	}
+	if items, n := pages("/v1/tables", "tables"); len(items) != 5 || n != 3 {
+		t.Errorf("/v1/tables: %d tables in %d pages: %v", len(items), n, items)
+	}
+	if items, n := pages("/v1/runs", "runs"); len(items) != 5 || n != 3 {
+		t.Errorf("/v1/runs: %d runs in %d pages: %v", len(items), n, items)
+	}
+	if code, _ := httpGet(t, s.httpURL+"/v1/runs?limit=x", ""); code != 400 {
+		t.Errorf("limit=x: %d", code)
+	}
+	code, out, e := cli(t, nil, "status", "--postgres-url", pgURL, "--http-url", s.httpURL)
+	if code != 0 || strings.Count(out, q[:8]) < 5 {
+		t.Errorf("status: %d %s %s", code, out, e)
+	}
 }

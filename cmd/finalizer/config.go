@@ -139,6 +139,9 @@ type LogConfig struct {
 type TrackingConfig struct {
 	StaleAfter  Duration `yaml:"stale_after"`
 	ExpireAfter Duration `yaml:"expire_after"`
+	// MaxTrackers caps the trackers running at once; 0 = the default,
+	// negative = no cap.
+	MaxTrackers int      `yaml:"max_trackers"`
 	FutureSkew  Duration `yaml:"future_skew"`
 	Shutdown    Duration `yaml:"shutdown_timeout"`
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/lograte"
 	"github.com/finalizer-dev/finalizer/internal/service"
 )
@@ -66,10 +69,28 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		}
 		writeJSON(w, code, checks)
 	})
-	mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"runs": reg.Status()})
+	// The listings are paged (?limit=N, at most maxPage, and ?after= the
+	// "next" of the previous page) and cost O(tables + runs): a flood of
+	// runs cannot make one answer huge or slow.
+	mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, r *http.Request) {
+		limit, ok := pageLimit(w, r)
+		if !ok {
+			return
+		}
+		all := reg.Status() // sorted by table, then run
+		after := r.URL.Query().Get("after")
+		start := sort.Search(len(all), func(i int) bool { return runCursor(all[i]) > after })
+		page, next := all[start:], ""
+		if len(page) > limit {
+			page, next = page[:limit], runCursor(page[limit-1])
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"runs": page, "next": next})
 	})
 	mux.HandleFunc("GET /v1/tables", func(w http.ResponseWriter, r *http.Request) {
+		limit, ok := pageLimit(w, r)
+		if !ok {
+			return
+		}
 		vs, err := store.List(r.Context())
 		if err != nil {
 			httpError(w, err)
@@ -80,7 +101,14 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			httpError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"tables": tableStatuses(vs, fs, reg.Status(), time.Now().UTC(), "")})
+		all := tableStatuses(vs, fs, reg.Status(), time.Now().UTC(), "") // sorted by table
+		after := r.URL.Query().Get("after")
+		start := sort.Search(len(all), func(i int) bool { return all[i].Table > after })
+		page, next := all[start:], ""
+		if len(page) > limit {
+			page, next = page[:limit], page[limit-1].Table
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"tables": page, "next": next})
 	})
 	mux.HandleFunc("GET /v1/tables/{table}", func(w http.ResponseWriter, r *http.Request) {
 		table, ok := table(w, r)
@@ -216,6 +244,31 @@ func parseURLTime(s string) (time.Time, error) {
 	}
 	return t, err
 }
+
+// Paging of /v1/tables and /v1/runs.
+const (
+	defaultPage = 1000
+	maxPage     = 10000
+)
+
+// pageLimit reads ?limit= (default defaultPage, at most maxPage); it
+// answers 400 and reports false for a bad one.
+func pageLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return defaultPage, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "limit: want a positive integer"})
+		return 0, false
+	}
+	return min(n, maxPage), true
+}
+
+// runCursor is a run's place in /v1/runs' order (table, then run id);
+// table names hold no NUL.
+func runCursor(s finalizer.TrackerStatus) string { return s.Table + "\x00" + s.RunID }
 
 // edgeLogEvery is how often the HTTP edge logs one class of failure, at
 // most: a client repeating a failing request cannot flood the log.

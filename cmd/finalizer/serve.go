@@ -159,6 +159,7 @@ func serviceOptions(cfg Config, log *zap.Logger, stdout io.Writer) (service.Opti
 			Tracker:     finalizer.TrackerOptions{FutureSkew: time.Duration(cfg.Tracking.FutureSkew)},
 			StaleAfter:  time.Duration(cfg.Tracking.StaleAfter),
 			ExpireAfter: time.Duration(cfg.Tracking.ExpireAfter),
+			MaxTrackers: cfg.Tracking.MaxTrackers,
 		},
 		HTTPListen: cfg.HTTP.Listen,
 		HTTPHandler: func(svc *service.Service) http.Handler {

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -307,15 +309,30 @@ func tableStatuses(verdicts []control.Verdict, feeders []control.Feeder, runs []
 	for _, f := range feeders {
 		byTable[f.Table] = append(byTable[f.Table], f)
 	}
+	// Runs indexed by table once, so that T tables and R runs cost
+	// O(T + R), not O(T × R) (a flood of runs made /v1/tables take 8 s).
+	runsOf := map[string][]finalizer.TrackerStatus{}
+	for _, r := range runs {
+		runsOf[r.Table] = append(runsOf[r.Table], r)
+	}
+	of := func(table string) []finalizer.TrackerStatus {
+		if runs == nil {
+			return nil // not known
+		}
+		if rs := runsOf[table]; rs != nil {
+			return rs
+		}
+		return []finalizer.TrackerStatus{}
+	}
 	seen := map[string]bool{}
 	out := make([]tableStatus, 0, len(verdicts))
 	for _, v := range verdicts {
 		seen[v.Table] = true
-		out = append(out, toTableStatus(v, now, runs, byTable[v.Table]))
+		out = append(out, toTableStatus(v, now, of(v.Table), byTable[v.Table]))
 	}
 	for t, fs := range byTable {
 		if !seen[t] && (only == "" || only == t) {
-			out = append(out, toTableStatus(control.Verdict{Table: t}, now, runs, fs))
+			out = append(out, toTableStatus(control.Verdict{Table: t}, now, of(t), fs))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Table < out[j].Table })
@@ -414,31 +431,42 @@ func fetchRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStat
 func getRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, error) {
 	runs := []finalizer.TrackerStatus{}
 	shown := redact.URLs(base)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/v1/runs", nil)
-	if err != nil {
-		return runs, err
+	after := ""
+	for { // every page of GET /v1/runs
+		u := strings.TrimRight(base, "/") + "/v1/runs?limit=" + strconv.Itoa(maxPage)
+		if after != "" {
+			u += "&after=" + url.QueryEscape(after)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return runs, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return runs, fmt.Errorf("service not reachable at %s: %w", shown, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			return runs, fmt.Errorf("service at %s answered %s", shown, resp.Status)
+		}
+		var doc struct {
+			Runs []finalizer.TrackerStatus `json:"runs"`
+			Next string                    `json:"next"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&doc)
+		resp.Body.Close()
+		if err != nil {
+			return runs, fmt.Errorf("service at %s: %w", shown, err)
+		}
+		runs = append(runs, doc.Runs...)
+		if doc.Next == "" || doc.Next == after {
+			return runs, nil
+		}
+		after = doc.Next
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return runs, fmt.Errorf("service not reachable at %s: %w", shown, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return runs, fmt.Errorf("service at %s answered %s", shown, resp.Status)
-	}
-	var doc struct {
-		Runs []finalizer.TrackerStatus `json:"runs"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		return runs, fmt.Errorf("service at %s: %w", shown, err)
-	}
-	if doc.Runs != nil {
-		runs = doc.Runs
-	}
-	return runs, nil
 }
 
 func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStatus, runsErr error, only string) {
