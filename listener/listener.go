@@ -28,6 +28,10 @@ const (
 	DefaultStream = "SPARK_EVENTS"
 	// DefaultMaxAge is how long the stream keeps a message.
 	DefaultMaxAge = 7 * 24 * time.Hour
+	// DefaultMaxBytes bounds the stream's size on disk: beyond it the
+	// oldest runs' events are dropped first. About 500,000 runs' last
+	// progress of 2 KiB.
+	DefaultMaxBytes = 1 << 30
 	// DefaultAPIPrefix is the subject prefix of the track and join
 	// requests. It lies outside the event prefix so that publishers can be
 	// allowed the events and denied the API.
@@ -121,6 +125,10 @@ type Options struct {
 	Stream string
 	// MaxAge is the stream's retention; 0 means DefaultMaxAge.
 	MaxAge time.Duration
+	// MaxBytes bounds the stream EnsureStream creates; 0 means
+	// DefaultMaxBytes. Its largest message is MaxPayload, or the server's
+	// max_payload when smaller.
+	MaxBytes int64
 	// Replicas is the replica count of the stream EnsureStream creates
 	// (R3 on a three-node JetStream cluster); 0 means 1. Of an existing
 	// stream it is only compared (see EnsureStream).
@@ -179,6 +187,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxAge <= 0 {
 		o.MaxAge = DefaultMaxAge
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
 	}
 	if o.Replicas <= 0 {
 		o.Replicas = 1

@@ -461,6 +461,11 @@ func TestEnsureStream(t *testing.T) {
 		t.Fatalf("stream config = subjects %v, per subject %d, storage %v, max age %v, direct %v",
 			cfg.Subjects, cfg.MaxMsgsPerSubject, cfg.Storage, cfg.MaxAge, cfg.AllowDirect)
 	}
+	// Bounded (issue 9, item 6): before, a flood of 2 GB reached 3.3 GB on
+	// disk. Messages no larger than what is parsed, nor than the server takes.
+	if cfg.MaxBytes != listener.DefaultMaxBytes || cfg.MaxMsgSize != int32(min(int64(listener.DefaultMaxPayload), nc.MaxPayload())) {
+		t.Fatalf("stream bounds = %d bytes, messages of %d", cfg.MaxBytes, cfg.MaxMsgSize)
+	}
 
 	t.Run("idempotent", func(t *testing.T) {
 		if err := l.EnsureStream(ctx); err != nil {
@@ -497,6 +502,7 @@ func TestEnsureStream(t *testing.T) {
 		c.Subjects = append(slices.DeleteFunc(c.Subjects, func(s string) bool { return s == "spark.idle.>" }), "extra.>")
 		c.MaxMsgsPerSubject = 5
 		c.AllowDirect = false
+		c.MaxBytes, c.MaxMsgSize = -1, -1 // a stream made before the bounds
 		if _, err := js.UpdateStream(ctx, c); err != nil {
 			t.Fatal(err)
 		}
@@ -508,6 +514,9 @@ func TestEnsureStream(t *testing.T) {
 			}
 		}
 		got := info().Config
+		if got.MaxBytes != listener.DefaultMaxBytes || got.MaxMsgSize <= 0 {
+			t.Errorf("an unbounded stream stays unbounded: %d bytes, messages of %d", got.MaxBytes, got.MaxMsgSize)
+		}
 		if got.MaxAge != listener.DefaultMaxAge || got.MaxMsgsPerSubject != 5 || !got.AllowDirect ||
 			!slices.Contains(got.Subjects, "extra.>") || !slices.Contains(got.Subjects, "spark.idle.>") {
 			t.Fatalf("after ensure: max age %v, per subject %d, direct %v, subjects %v",

@@ -38,13 +38,15 @@ func noJetStream(err error) bool {
 
 // EnsureStream creates the event stream with finalizer's settings:
 // subjects <prefix>.{started,progress,idle,terminated}.>, one message per
-// subject, file storage, direct get allowed, and the operator's choices
-// from Options: MaxAge, Replicas, PlacementCluster and PlacementTags.
+// subject, file storage, direct get allowed, bounded (MaxBytes, and
+// messages no larger than MaxPayload or the server's max_payload), and
+// the operator's choices from Options: MaxAge, Replicas, PlacementCluster
+// and PlacementTags.
 //
 // Of an existing stream it changes only what finalizer cannot work
-// without: a missing event subject is added and direct get is allowed (so
+// without: a missing event subject is added, direct get is allowed (so
 // that any replica of a clustered stream answers the catch-up, not only
-// its leader). Every other setting that differs from Options (replicas,
+// its leader), and an unbounded size or message size is bounded. Every other setting that differs from Options (replicas,
 // placement, max age, messages per subject, storage) is the operator's
 // choice: it is kept, and one warning names each difference, as
 // "replicas: stream 3, config 1"; it is logged again only when the
@@ -83,7 +85,7 @@ func (l *Listener) EnsureStream(ctx context.Context) error {
 			return fmt.Errorf("update stream %s: %w", name, err)
 		}
 		l.log.Info("updated event stream", zap.String("stream", name), zap.Strings("subjects", cfg.Subjects),
-			zap.Bool("allow_direct", cfg.AllowDirect))
+			zap.Bool("allow_direct", cfg.AllowDirect), zap.Int64("max_bytes", cfg.MaxBytes), zap.Int32("max_msg_size", cfg.MaxMsgSize))
 		info = st.CachedInfo()
 	}
 	diffs := l.StreamDifferences(info)
@@ -110,6 +112,8 @@ func (l *Listener) wantStream() jetstream.StreamConfig {
 		Discard:           jetstream.DiscardOld,
 		MaxMsgsPerSubject: 1,
 		MaxAge:            l.opts.MaxAge,
+		MaxBytes:          l.opts.MaxBytes,
+		MaxMsgSize:        l.maxMsgSize(),
 		Storage:           jetstream.FileStorage,
 		AllowDirect:       true,
 		Replicas:          l.opts.Replicas,
@@ -133,7 +137,27 @@ func (l *Listener) conform(cfg *jetstream.StreamConfig) bool {
 	if !cfg.AllowDirect {
 		cfg.AllowDirect, changed = true, true
 	}
+	// An unbounded stream (one made before finalizer bounded it) grows
+	// with every flood: bound it. A bound the operator set is kept.
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes, changed = l.opts.MaxBytes, true
+	}
+	if cfg.MaxMsgSize <= 0 {
+		cfg.MaxMsgSize, changed = l.maxMsgSize(), true
+	}
 	return changed
+}
+
+// maxMsgSize is the largest message the stream stores: MaxPayload (larger
+// ones are never parsed), or the server's max_payload when smaller.
+func (l *Listener) maxMsgSize() int32 {
+	n := int64(l.opts.MaxPayload)
+	if l.nc != nil {
+		if mp := l.nc.MaxPayload(); mp > 0 && mp < n {
+			n = mp
+		}
+	}
+	return int32(min(n, int64(1<<31-1)))
 }
 
 // StreamDifferences lists, one string each ("max age: stream 1h0m0s,

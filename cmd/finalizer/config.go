@@ -108,6 +108,9 @@ type PostgresConfig struct {
 type StreamConfig struct {
 	Name   string   `yaml:"name"`
 	MaxAge Duration `yaml:"max_age"`
+	// MaxBytes bounds the stream finalizer creates (or one it finds
+	// unbounded); 0 = listener.DefaultMaxBytes.
+	MaxBytes int64 `yaml:"max_bytes"`
 	// Replicas is 1 (the default) on one server, 3 on a three-node
 	// JetStream cluster; at most 5.
 	Replicas  int             `yaml:"replicas"`

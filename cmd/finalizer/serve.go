@@ -150,6 +150,7 @@ func serviceOptions(cfg Config, log *zap.Logger, stdout io.Writer) (service.Opti
 		Logger: log, Stdout: stdout, DataDir: cfg.DataDir,
 		NATS: listener.Options{
 			URL: cfg.NATS.URL, Prefix: cfg.Prefix, Stream: cfg.Stream.Name, MaxAge: time.Duration(cfg.Stream.MaxAge),
+			MaxBytes: cfg.Stream.MaxBytes,
 			Replicas: cfg.Stream.Replicas, PlacementCluster: cfg.Stream.Placement.Cluster, PlacementTags: cfg.Stream.Placement.Tags,
 			APIPrefix: cfg.NATS.APIPrefix,
 		},
