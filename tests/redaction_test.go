@@ -27,6 +27,7 @@ func TestNoCommandPrintsASecretOfAURL(t *testing.T) {
 		"acknowledge": {"--table", "t", "--reason", "r"},
 		"audit":       nil,
 		"bench":       {"--runs", "10"},
+		"feeders":     {"list"}, // and "feeders retire", below
 		"is-final":    {"--table", "t", "--period-end", "2026-09-28T15:00:00Z"},
 		"join":        {"--run-id", id(0xd01), "--timeout", "1s"},
 		"publish":     {events},
@@ -76,8 +77,13 @@ func TestNoCommandPrintsASecretOfAURL(t *testing.T) {
 				"FINALIZER_NATS_URL=" + v.nats, "FINALIZER_POSTGRES_URL=" + v.pg, "FINALIZER_HTTP_URL=" + v.http,
 				"FINALIZER_DATA_DIR=" + t.TempDir(),
 			}
+			runs := [][]string{{"feeders", "retire", "--table", "t", "--query", "q", "--reason", "r"}}
 			for _, c := range commands {
-				out := runFor(t, 8*time.Second, env, append([]string{c}, argsOf[c]...)...)
+				runs = append(runs, append([]string{c}, argsOf[c]...))
+			}
+			for _, args := range runs {
+				c := strings.Join(args[:min(2, len(args))], " ")
+				out := runFor(t, 8*time.Second, env, args...)
 				if strings.Contains(out, secret) {
 					t.Errorf("%s printed the secret:\n%s", c, grep(out, secret))
 				}
