@@ -156,6 +156,9 @@ Exit codes:
 			if err := required("run-id", runID); err != nil {
 				return err
 			}
+			if timeout < 0 {
+				return usageError(fmt.Errorf("--timeout %s is negative (0 waits as long as it takes)", timeout))
+			}
 			ctx := cmd.Context()
 			if timeout > 0 {
 				var cancel context.CancelFunc

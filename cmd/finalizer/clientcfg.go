@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -112,7 +113,7 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 		}
 	}
 	for _, r := range c.rules {
-		if ruleCouldWrite(r.Table, table) {
+		if ruleCouldWrite(r, table) {
 			return nil
 		}
 	}
@@ -151,19 +152,54 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 	return &exitError{code: exitMissing, err: errors.New(msg)}
 }
 
-// ruleCouldWrite reports whether a rule's table template ({name}, {id})
-// can produce table.
-func ruleCouldWrite(template, table string) bool {
-	if !strings.Contains(template, "{") {
-		return template == table
+// ruleCouldWrite reports whether a rule can produce table: its template
+// ({name}, {id}) matches it, and a name or id the template takes from the
+// table is one the rule's query pattern tracks. A template that takes the
+// query's name from the table (bronze.{name}) only covers the names its
+// query pattern matches, so a typo under a templated prefix is still an
+// unknown table. A template with {id} alone covers any id: the query
+// pattern may match by a name the table does not show.
+func ruleCouldWrite(r finalizer.Rule, table string) bool {
+	if !strings.Contains(r.Table, "{") {
+		return r.Table == table
 	}
-	parts := regexp.MustCompile(`\{(name|id)\}`).Split(template, -1)
+	var keys []string
+	parts := placeholder.Split(r.Table, -1)
+	for _, m := range placeholder.FindAllStringSubmatch(r.Table, -1) {
+		keys = append(keys, m[1])
+	}
 	for i, p := range parts {
 		parts[i] = regexp.QuoteMeta(p)
 	}
-	re, err := regexp.Compile("^" + strings.Join(parts, ".+") + "$")
-	return err == nil && re.MatchString(table)
+	re, err := regexp.Compile("^" + strings.Join(parts, "(.+?)") + "$")
+	if err != nil {
+		return false
+	}
+	m := re.FindStringSubmatch(table)
+	if m == nil {
+		return false
+	}
+	got := map[string]string{}
+	for i, k := range keys {
+		if v, seen := got[k]; seen && v != m[i+1] {
+			return false
+		}
+		got[k] = m[i+1]
+	}
+	name, hasName := got["name"]
+	if !hasName {
+		return true
+	}
+	id := got["id"]
+	if byName, _ := path.Match(r.Query, name); byName {
+		return true
+	}
+	byID, _ := path.Match(r.Query, id)
+	return id != "" && byID
 }
+
+// placeholder is a table template's {name} or {id}.
+var placeholder = regexp.MustCompile(`\{(name|id)\}`)
 
 // nearestName returns the name closest to s when it is near enough to be a
 // typo of it.

@@ -123,6 +123,9 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 			if err != nil {
 				return usageError(err)
 			}
+			if timeout < 0 {
+				return usageError(fmt.Errorf("--timeout %s is negative (0 waits as long as it takes)", timeout))
+			}
 			ctx := cmd.Context()
 			if timeout > 0 {
 				var cancel context.CancelFunc
