@@ -183,10 +183,15 @@ func payloadPrefix(table string) (string, error) {
 	return strings.TrimSuffix(string(b), `"}`), nil
 }
 
+// maxRFC3339Len is the longest time rfc3339 writes for a notification:
+// 2006-01-02T15:04:05.999999Z.
+const maxRFC3339Len = len("2006-01-02T15:04:05.999999Z")
+
 // check validates a and returns the time to store (pgx sends
 // microseconds, truncating, and the notification must say what is stored)
-// and the notification's payload, which is always shorter than
-// pg_notify's limit.
+// and the notification's payload up to the time (payloadPrefix), which the
+// statement completes to a payload always shorter than pg_notify's limit.
+// Advance and AdvanceBatch validate with it alone (through newBatchRow).
 func (a Advance) check() (time.Time, string, error) {
 	op := "advance " + a.Table
 	if err := CheckTableName(a.Table); err != nil {
@@ -199,14 +204,14 @@ func (a Advance) check() (time.Time, string, error) {
 		return time.Time{}, "", fmt.Errorf("%s: %w: end offset is not JSON", op, ErrInvalidAdvance)
 	}
 	until := a.FinalizedUntil.UTC().Truncate(time.Microsecond)
-	payload, err := json.Marshal(notification{Table: a.Table, FinalizedUntil: until.Format(time.RFC3339Nano)})
+	prefix, err := payloadPrefix(a.Table)
 	if err != nil {
 		return time.Time{}, "", fmt.Errorf("%s: %w", op, err)
 	}
-	if len(payload) >= maxNotifyPayload { // unreachable with CheckTableName's cap; never send one
-		return time.Time{}, "", fmt.Errorf("%s: %w: notification of %d bytes", op, ErrInvalidAdvance, len(payload))
+	if n := len(prefix) + maxRFC3339Len + len(`"}`); n >= maxNotifyPayload { // unreachable with CheckTableName's cap; never send one
+		return time.Time{}, "", fmt.Errorf("%s: %w: notification of %d bytes", op, ErrInvalidAdvance, n)
 	}
-	return until, string(payload), nil
+	return until, prefix, nil
 }
 
 // Advance moves the watermark of a.Table's feeder a.QueryID (the query

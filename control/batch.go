@@ -178,13 +178,9 @@ type batchRow struct {
 
 // newBatchRow validates a (the i-th advance) and returns its row.
 func newBatchRow(i int, a Advance) (*batchRow, error) {
-	until, _, err := a.check()
+	until, payload, err := a.check()
 	if err != nil {
 		return nil, err
-	}
-	payload, err := payloadPrefix(a.Table)
-	if err != nil {
-		return nil, fmt.Errorf("advance %s: %w", a.Table, err)
 	}
 	r := &batchRow{i: i, until: until, payload: payload}
 	if srcs, err := sourcesJSON(a.Sources); err != nil {

@@ -221,7 +221,7 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			return
 		default:
 			resp["finalized_until"] = v.FinalizedUntil
-			resp["final"] = !end.After(v.FinalizedUntil)
+			resp["final"] = v.Reaches(end)
 		}
 		writeJSON(w, http.StatusOK, resp)
 	})

@@ -80,7 +80,7 @@ Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection erro
 			case err != nil:
 				return usageError(err)
 			}
-			if final := !end.After(v.FinalizedUntil); !final {
+			if !v.Reaches(end) {
 				fmt.Fprintf(stdout, "%s: period ending %s is not final\n", table, end.Format(time.RFC3339))
 				return negative("")
 			}
