@@ -407,3 +407,39 @@ func TestRegistryReassertsEveryTracker(t *testing.T) {
 		t.Fatalf("rb = %v", got)
 	}
 }
+
+// Issue 18, bug 4b: on termination the tracker catches up from JetStream
+// once more before it exits. The run's newest progress reached the stream
+// but not the live subscription (a reconnect): only the catch-up offers it,
+// after the termination, and it is still applied.
+func TestTerminationCatchesUpTheProgressMissedLive(t *testing.T) {
+	r := newRig(t)
+	box := newBox()
+	box.Offer(cdcProgress(runA, "2026-09-28T12:30:00"))
+	missed := cdcProgress(runA, "2026-09-28T14:05:00") // in the stream only
+	catchUps := 0
+	tr := finalizer.StartTracker(context.Background(), finalizer.TrackerConfig{
+		QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t), Box: box, Store: r.store, Clock: r.clock,
+		CatchUp: func(context.Context) error {
+			catchUps++
+			box.Offer(missed)
+			return nil
+		},
+	})
+	eventually(t, "the live progress applied", func() bool { return len(r.store.Calls()) == 1 })
+	box.Offer(terminated(runA))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if !tr.Join(ctx) {
+		t.Fatal("tracker did not finish")
+	}
+	if catchUps != 1 {
+		t.Fatalf("%d catch-ups at the termination, want 1", catchUps)
+	}
+	if v := r.store.Verdict("t"); !v.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("verdict = %v, want 14:00 (the progress only the final catch-up saw); advances %v", v, untils(r.store.Calls()))
+	}
+	if _, err := tr.Failures(); err != nil {
+		t.Fatalf("last error %v, want none", err)
+	}
+}
