@@ -50,7 +50,9 @@ func TestREADMEWalkThrough(t *testing.T) {
 	}
 	end := func(ts string) []string { return []string{"--period-end", ts} }
 	must(0, append(append([]string{"is-final", "--table", "bronze.orders"}, end("2026-09-28T15:00:00Z")...), read...)...)
-	must(1, append(append([]string{"is-final", "--table", "bronze.orders"}, end("2026-09-28T16:00:00Z")...), read...)...)
+	if out := must(1, append(append([]string{"is-final", "--table", "bronze.orders"}, end("2026-09-28T16:00:00Z")...), read...)...); !strings.Contains(out, "(final until 2026-09-28T15:00:00Z)") {
+		t.Errorf("is-final of a period not final yet does not say how far the table is final:\n%s", out)
+	}
 	if out := must(3, append(append([]string{"is-final", "--table", "bronze.order"}, end("2026-09-28T15:00:00Z")...), read...)...); !strings.Contains(out, `did you mean "bronze.orders"?`) {
 		t.Errorf("typo: %s", out)
 	}

@@ -81,7 +81,8 @@ Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection erro
 				return usageError(err)
 			}
 			if !v.Reaches(end) {
-				fmt.Fprintf(stdout, "%s: period ending %s is not final\n", table, end.Format(time.RFC3339))
+				fmt.Fprintf(stdout, "%s: period ending %s is not final (final until %s)\n", table,
+					end.Format(time.RFC3339), v.FinalizedUntil.UTC().Format(time.RFC3339))
 				return negative("")
 			}
 			fmt.Fprintf(stdout, "%s: period ending %s is final\n", table, end.Format(time.RFC3339))
