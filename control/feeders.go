@@ -131,6 +131,35 @@ RETURNING feeder`, table, feeders)
 	return added, nil
 }
 
+// JoinFeeder records that query (an id; name is its name, "" when
+// unknown) writes table, as soon as a rule or a track maps it there and
+// before it ever reports: a feeder with no watermark holds the table where
+// it stands, so a query still running its first batch (or held by a guard)
+// is never passed by the table on the word of the others (ADR 0015). A
+// feeder the table knows already, retired or not, is left as it is, so
+// calling it again (every start of a tracker) changes nothing; a query
+// that was retired does not rejoin this way either. It reports whether it
+// added the feeder.
+func (s *Store) JoinFeeder(ctx context.Context, table, query, name string) (bool, error) {
+	op := fmt.Sprintf("join feeder %s of %s", query, table)
+	if s.closed.Load() {
+		return false, fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	if err := CheckTableName(table); err != nil {
+		return false, fmt.Errorf("join feeder: %w", err)
+	}
+	if strings.TrimSpace(query) == "" || CheckTableName(query) != nil {
+		return false, fmt.Errorf("%s: %w: a feeder must be a non-empty query id without control characters", op, ErrInvalidAdvance)
+	}
+	tag, err := s.pool.Exec(ctx, `
+INSERT INTO `+s.n.feeds+` (table_name, feeder, query_name) VALUES ($1, $2, $3)
+ON CONFLICT (table_name, feeder) DO NOTHING`, table, query, nullString(name))
+	if err != nil {
+		return false, wrap(ctx, op, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // RetireFeeder retires the feeders of table whose query name or id is
 // query, and returns them: they no longer hold the table, which then moves
 // forward to the lowest watermark of the others (never back; a table with

@@ -586,3 +586,48 @@ func TestFeedersBadInput(t *testing.T) {
 		t.Errorf("feeders written: %+v, %v", fs, err)
 	}
 }
+
+// TestJoinedFeederHoldsBeforeItReports: a query mapped to a table (its
+// tracker started) but still running its first batch holds the table, so
+// the other feeders cannot declare final what it is writing; its first
+// advance fills its row, and a retired one does not rejoin.
+func TestJoinedFeederHoldsBeforeItReports(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	ctx := context.Background()
+	const table = "silver.joined"
+	if got, _ := feed(t, s, table, "eu-id", "region-eu", at(12, 0)); !got.Equal(at(12, 0)) {
+		t.Fatalf("first feeder: %v", got)
+	}
+	added, err := s.JoinFeeder(ctx, table, "us-id", "region-us")
+	if err != nil || !added {
+		t.Fatalf("join: added %v, %v", added, err)
+	}
+	if added, err := s.JoinFeeder(ctx, table, "us-id", "region-us"); err != nil || added {
+		t.Fatalf("second join: added %v, %v; want a no-op", added, err)
+	}
+	if got, moved := feed(t, s, table, "eu-id", "region-eu", at(14, 0)); moved || !got.Equal(at(12, 0)) {
+		t.Fatalf("region-eu at 14:00 moved the table to %v (moved %v) while region-us has not reported", got, moved)
+	}
+	fs, err := s.Feeders(ctx, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := HeldBy(fs); !ok || h.Feeder != "us-id" || h.QueryName != "region-us" {
+		t.Fatalf("held by %+v (%v), want us-id", h, ok)
+	}
+	if got, _ := feed(t, s, table, "us-id", "region-us", at(13, 0)); !got.Equal(at(13, 0)) {
+		t.Fatalf("region-us at 13:00: table at %v, want 13:00", got)
+	}
+	if _, _, _, err := s.RetireFeeder(ctx, table, "us-id", "done"); err != nil {
+		t.Fatal(err)
+	}
+	if added, err := s.JoinFeeder(ctx, table, "us-id", "region-us"); err != nil || added {
+		t.Fatalf("join of a retired feeder: added %v, %v; want it left retired", added, err)
+	}
+	if got := verdictOf(t, s, table); !got.Equal(at(14, 0)) {
+		t.Fatalf("after retiring region-us: %v, want 14:00", got)
+	}
+	if _, err := s.JoinFeeder(ctx, table, "bad\x00id", ""); !errors.Is(err, ErrInvalidAdvance) {
+		t.Fatalf("bad id: %v", err)
+	}
+}

@@ -89,6 +89,13 @@ type FeederStore interface {
 	RetireFeeder(ctx context.Context, table, query, why string) ([]control.Feeder, control.Verdict, bool, error)
 }
 
+// FeederJoiner records a query as a feeder of a table when its tracker
+// starts, before the query ever reports, so that it holds the table from
+// then on (ADR 0015). *control.Store implements it.
+type FeederJoiner interface {
+	JoinFeeder(ctx context.Context, table, query, name string) (bool, error)
+}
+
 // TrackStore persists explicit tracks so that they survive a restart.
 // *control.Store implements it.
 type TrackStore interface {
@@ -417,6 +424,16 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, Subscription,
 		t := control.Track{QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: spec, CreatedAt: r.cfg.Clock.Now()}
 		if err := r.cfg.Tracks.SaveTrack(ctx, t); err != nil {
 			return nil, nil, fmt.Errorf("persist track of run %s: %w", req.RunID, err)
+		}
+	}
+	if fj, ok := r.cfg.Store.(FeederJoiner); ok {
+		// A query is a feeder from the moment it is mapped to the table,
+		// not from its first verdict: a first batch still running, or a
+		// run held by a guard, must hold the table against the other
+		// feeders. Failing that, its first advance records it.
+		if _, err := fj.JoinFeeder(ctx, req.Table, req.QueryID, req.QueryName); err != nil {
+			r.log.Warn("could not record the query as a feeder of the table before it reports; it holds the table from its first verdict",
+				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("run_id", req.RunID), zap.Error(err))
 		}
 	}
 	sub, err := r.cfg.Events.Subscribe(req.QueryID, req.RunID, e.box)

@@ -396,3 +396,41 @@ tables:
 		t.Fatal(e)
 	}
 }
+
+// A query mapped to the table whose first batch is still running (its
+// started event only) holds the table: region-eu's 14:05 must not declare
+// 12:00-14:00 final while region-us, started, has not committed anything
+// yet. Before, a query became a feeder only at its first verdict, so the
+// table followed region-eu alone.
+func TestStartedFeederHoldsBeforeItReports(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL, config: `
+tables:
+  - table: silver.started
+    query: "region-*"
+`})
+	pub := connect(t, s.natsURL)
+	us, usRun, eu, euRun := id(0x1101), id(0x1102), id(0x1103), id(0x1104)
+	pub.publish("started", us, usRun, startedAtJSON(us, usRun, "region-us", "2026-09-28T10:00:00"))
+	eventually(t, "region-us to be a feeder", func() bool {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.started", &doc)
+		return len(doc.Feeders) == 1
+	})
+	pub.publish("progress", eu, euRun, progressAt(eu, euRun, "region-eu", 1, "2026-09-28T14:05:00"))
+	eventually(t, "region-eu to be a feeder", func() bool {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.started", &doc)
+		return len(doc.Feeders) == 2
+	})
+	holdsAt(t, pgURL, "silver.started", "")
+	var doc tableDoc
+	getJSON(t, s.httpURL+"/v1/tables/silver.started", &doc)
+	if !strings.Contains(doc.HeldBy, "region-us") {
+		t.Errorf("held_by = %q, want region-us", doc.HeldBy)
+	}
+	pub.publish("progress", us, usRun, progressAt(us, usRun, "region-us", 1, "2026-09-28T12:30:00"))
+	waitVerdict(t, pgURL, "silver.started", "2026-09-28T12:00:00Z")
+	pub.publish("progress", us, usRun, progressAt(us, usRun, "region-us", 2, "2026-09-28T15:10:00"))
+	waitVerdict(t, pgURL, "silver.started", "2026-09-28T14:00:00Z")
+}
