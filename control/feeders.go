@@ -67,6 +67,12 @@ func Holder(feeders []Feeder) (f Feeder, ok bool) {
 // given (or every one that does is retired already).
 var ErrNoFeeder = errors.New("no such feeder")
 
+// ErrAmbiguousFeeder means a query name given to retire matches several
+// active feeders of the table (a query redeployed on a new checkpoint
+// keeps its name and gets a new id): retiring them all would retire the
+// live one with the old, so the caller must name the query id.
+var ErrAmbiguousFeeder = errors.New("the name matches several feeders; give the query id")
+
 // Feeders returns the feeders of table, retired ones included, oldest
 // first; table "" returns every table's, ordered by table.
 func (s *Store) Feeders(ctx context.Context, table string) ([]Feeder, error) {
@@ -184,9 +190,15 @@ func (s *Store) RetireFeeder(ctx context.Context, table, query, why string) ([]F
 	if err := CheckTableName(query); err != nil { // the same rules as a name
 		return nil, Verdict{}, false, fmt.Errorf("retire feeder of %s: %w: the query name or id is invalid", table, ErrNoFeeder)
 	}
+	// By id (or an expected feeder's configured name): that feeder. By
+	// name: only when the name is one active feeder's, so that the old
+	// and the new query of a redeploy (one name, two ids) are never
+	// retired together.
 	rows, err := s.pool.Query(ctx, `
 UPDATE `+s.n.feeds+` SET retired_at = now(), retired_why = $3
-WHERE table_name = $1 AND (feeder = $2 OR query_name = $2) AND retired_at IS NULL
+WHERE table_name = $1 AND retired_at IS NULL AND (feeder = $2 OR (query_name = $2
+	AND NOT EXISTS (SELECT FROM `+s.n.feeds+` x WHERE x.table_name = $1 AND x.feeder = $2 AND x.retired_at IS NULL)
+	AND (SELECT count(*) FROM `+s.n.feeds+` x WHERE x.table_name = $1 AND x.query_name = $2 AND x.retired_at IS NULL) = 1))
 RETURNING `+feederColumns, table, query, nullString(why))
 	if err != nil {
 		return nil, Verdict{}, false, wrap(ctx, op, err)
@@ -196,6 +208,17 @@ RETURNING `+feederColumns, table, query, nullString(why))
 		return nil, Verdict{}, false, wrap(ctx, op, err)
 	}
 	if len(retired) == 0 {
+		rows, err := s.pool.Query(ctx, `SELECT feeder FROM `+s.n.feeds+` WHERE table_name = $1 AND query_name = $2 AND retired_at IS NULL ORDER BY feeder`, table, query)
+		if err != nil {
+			return nil, Verdict{}, false, wrap(ctx, op, err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, Verdict{}, false, wrap(ctx, op, err)
+		}
+		if len(ids) > 1 {
+			return nil, Verdict{}, false, fmt.Errorf("%s: %w: %s", op, ErrAmbiguousFeeder, strings.Join(ids, ", "))
+		}
 		return nil, Verdict{}, false, fmt.Errorf("%s: %w", op, ErrNoFeeder)
 	}
 	verdicts, moved, err := s.settle(ctx, []string{table})

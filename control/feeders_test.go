@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -629,5 +630,44 @@ func TestJoinedFeederHoldsBeforeItReports(t *testing.T) {
 	}
 	if _, err := s.JoinFeeder(ctx, table, "bad\x00id", ""); !errors.Is(err, ErrInvalidAdvance) {
 		t.Fatalf("bad id: %v", err)
+	}
+}
+
+// TestRetireByNameOfARedeploy: a query redeployed on a new checkpoint
+// keeps its name and gets a new id. Retiring by that name used to retire
+// both, so the table followed the others ahead of the new, live query;
+// now the name is refused as ambiguous and the old id retires alone.
+func TestRetireByNameOfARedeploy(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	ctx := context.Background()
+	const table = "silver.redeploy"
+	feed(t, s, table, "us-old", "region-us", at(12, 0))
+	feed(t, s, table, "eu-id", "region-eu", at(14, 0))
+	feed(t, s, table, "us-new", "region-us", at(10, 0))
+	if got := verdictOf(t, s, table); !got.Equal(at(12, 0)) {
+		t.Fatalf("table at %v, want 12:00", got)
+	}
+	_, _, _, err := s.RetireFeeder(ctx, table, "region-us", "redeployed")
+	if !errors.Is(err, ErrAmbiguousFeeder) || !strings.Contains(err.Error(), "us-new, us-old") {
+		t.Fatalf("retire by a name two feeders share: %v, want ErrAmbiguousFeeder naming both ids", err)
+	}
+	if got := verdictOf(t, s, table); !got.Equal(at(12, 0)) {
+		t.Fatalf("after a refused retirement: %v, want 12:00", got)
+	}
+	retired, _, _, err := s.RetireFeeder(ctx, table, "us-old", "redeployed")
+	if err != nil || len(retired) != 1 || retired[0].Feeder != "us-old" {
+		t.Fatalf("retire by id: %v, %v", retired, err)
+	}
+	// The new query, behind at 10:00, holds the table at 12:00 (no move
+	// back, none ahead of it).
+	if got := verdictOf(t, s, table); !got.Equal(at(12, 0)) {
+		t.Fatalf("after retiring the old id: %v, want 12:00", got)
+	}
+	// Now the name is one active feeder's: it retires by name.
+	if retired, _, _, err := s.RetireFeeder(ctx, table, "region-us", "gone"); err != nil || len(retired) != 1 || retired[0].Feeder != "us-new" {
+		t.Fatalf("retire by a unique name: %v, %v", retired, err)
+	}
+	if got := verdictOf(t, s, table); !got.Equal(at(14, 0)) {
+		t.Fatalf("after retiring region-us: %v, want 14:00", got)
 	}
 }

@@ -109,8 +109,9 @@ func newFeedersRetireCmd(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "retire --table T --query Q [--reason R] [--by WHO]",
 		Short: "Retire a query from a table's feeders: it no longer holds the table",
-		Long: `Retires the query Q (its name or id; every active feeder of the table with that name
-or id) from the table's feeders. The table then moves forward to the lowest watermark of
+		Long: `Retires the query Q (its id, or its name when exactly one active feeder of the table
+has it: the old and the new query of a redeploy share a name, so such a name is refused
+with their ids) from the table's feeders. The table then moves forward to the lowest watermark of
 its other feeders, never back; a table without any feeder left stays where it is.
 
 Retire a query that stopped writing the table for good: a finished backfill, the old

@@ -158,6 +158,10 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
 			return
 		}
+		if errors.Is(err, control.ErrAmbiguousFeeder) {
+			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+			return
+		}
 		if err != nil {
 			httpError(w, err)
 			return
