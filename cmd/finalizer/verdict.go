@@ -296,8 +296,11 @@ func toTableStatus(v control.Verdict, now time.Time, runs []finalizer.TrackerSta
 // heldBy says which feeder holds a table and, when it is not reporting,
 // why it is silent: "held by region-us at 2026-09-28T12:00:00Z (stale)".
 func heldBy(f control.Feeder, state string) string {
-	if f.FinalizedUntil.IsZero() {
+	if f.FinalizedUntil.IsZero() && f.Expected {
 		return fmt.Sprintf("held by %s: expected, never reported", f.Name())
+	}
+	if f.FinalizedUntil.IsZero() { // tracked, no verdict of its own yet
+		return fmt.Sprintf("held by %s: no verdict of its own yet (%s)", f.Name(), state)
 	}
 	s := fmt.Sprintf("held by %s at %s", f.Name(), f.FinalizedUntil.Format(time.RFC3339))
 	if state != "reporting" && state != "idle" {
@@ -569,7 +572,7 @@ func printFeeders(w io.Writer, tables []tableStatus) {
 			if !f.RetiredAt.IsZero() && f.RetiredWhy != "" {
 				state += ": " + f.RetiredWhy
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\n", t.Table, short(f.Feeder), f.QueryName, until, lag, state, mark)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\n", t.Table, shortFeeder(f.Feeder), f.QueryName, until, lag, state, mark)
 		}
 	}
 	tw.Flush()
@@ -588,6 +591,16 @@ func fmtLag(sec float64) string {
 		return fmt.Sprintf("%dd%dh", days, (d-days*24*time.Hour)/time.Hour)
 	}
 	return d.String()
+}
+
+// shortFeeder is a feeder's query id shortened as short does, or an
+// expected feeder's configured name in full: "region-us" and "region-eu"
+// must not both read "region-".
+func shortFeeder(f string) string {
+	if len(f) == 36 && f[8] == '-' && f[13] == '-' && f[18] == '-' && f[23] == '-' {
+		return short(f)
+	}
+	return f
 }
 
 func short(id string) string {
