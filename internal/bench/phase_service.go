@@ -226,7 +226,12 @@ func (r *runner) serviceIngest(ctx context.Context, svc *benchService) error {
 	n := len(r.sims) * r.cfg.IngestPerRun
 	base := svc.accepted.Load()
 	accepted := func() int64 { return svc.accepted.Load() - base }
-	writes0 := svc.metric("finalizer_control_writes_total")
+	// The baseline is taken once the first verdicts' writes are all
+	// counted: the observer sees a verdict at its commit, before the
+	// tracker that wrote it has counted the write (a group commit hands
+	// its results back to its trackers after the commit), and a write
+	// counted late would be charged to the ingest.
+	writes0 := r.settle(ctx, func() float64 { return svc.metric("finalizer_control_writes_total") })
 	var start, acceptedAt time.Time
 	err := r.profile("ingest", func() error {
 		var err error
