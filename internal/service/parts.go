@@ -22,6 +22,7 @@ import (
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
+	"github.com/finalizer-dev/finalizer/internal/redact"
 	"github.com/finalizer-dev/finalizer/internal/statuspage"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
@@ -66,6 +67,11 @@ func (s *Service) startNATS(context.Context) error {
 	s.natsURL = s.opts.NATS.URL
 	o := s.opts.EmbeddedNATS
 	if o == nil {
+		// An external server (--nats-url, nats.url or FINALIZER_NATS_URL):
+		// say so before the dial, which retries until it is up, so a URL
+		// left in the environment is not a silent wait.
+		s.printf("finalizer: connecting to the external NATS server at %s (no embedded server)\n", redact.URLs(s.natsURL))
+		s.log.Info("connecting to an external nats server", zap.String("url", redact.URLs(s.natsURL)))
 		return nil
 	}
 	eo := *o
