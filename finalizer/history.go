@@ -108,9 +108,14 @@ func (t *Tracker) rewound() { t.rewinds.Add(1) }
 // checkReset looks at the run's batch 0, once: when the table has a
 // verdict written by another query before this progress, the query
 // restarted from a new checkpoint and its batches may rewrite periods
-// already declared final.
+// already declared final. Batch 0 counts when it arrived, even when a
+// newer progress replaced it in the one-slot mailbox before the worker
+// took it (a burst, a slow database, a catch-up after a restart): ev is
+// then that newer progress of the same run.
 func (t *Tracker) checkReset(ctx context.Context, ev *progress.Event) {
-	if ev.BatchID != 0 || t.hist.checkedReset || t.cfg.Reader == nil {
+	zero := t.batchZero
+	t.batchZero = false
+	if (ev.BatchID != 0 && !zero) || t.hist.checkedReset || t.cfg.Reader == nil {
 		return
 	}
 	t.hist.checkedReset = true

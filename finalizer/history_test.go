@@ -15,6 +15,7 @@ import (
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
@@ -309,5 +310,32 @@ func TestRewoundTrackerWritesAgain(t *testing.T) {
 	}
 	if r.signs(finalizer.SignBehind) != 0 {
 		t.Error("a rewound table's next candidate is not behind: the tracker forgot the old end")
+	}
+}
+
+// A reset whose batch 0 was replaced in the one-slot mailbox by the run's
+// next progress before the worker took it (a burst, a catch-up after a
+// restart) is said all the same: the worker never sees batch 0 itself.
+func TestResetWithBatchZeroCoalescedIsSaid(t *testing.T) {
+	r := newHistRig(t)
+	movedAt := r.clock.Now()
+	r.store.put(control.Verdict{Table: "t", FinalizedUntil: utc("2026-09-28T15:00:00Z"), EndTime: utc("2026-09-28T15:07:00Z"),
+		QueryID: queryOld, RunID: runA, BatchID: 812, UpdatedAt: movedAt})
+	posted := movedAt.Add(time.Hour)
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		box.Offer(progressAt(queryNew, runNew, 0, posted, "2026-09-28T09:10:00"))
+		box.Offer(progressAt(queryNew, runNew, 1, posted.Add(time.Minute), "2026-09-28T10:10:00"))
+		box.Offer(progressAt(queryNew, runNew, 2, posted.Add(2*time.Minute), "2026-09-28T11:10:00"))
+	}
+	r.track(t, queryNew, runNew, "t", hourSpec(t))
+	eventually(t, "the reset sign", func() bool { return r.signs(finalizer.SignReset) == 1 })
+	eventually(t, "the mark", func() bool { return len(r.store.Marks()) == 1 })
+	if n := r.warned("a new query id started at batch 0"); n != 1 {
+		t.Errorf("%d reset warnings, want 1", n)
+	}
+	// Later progress of the run says nothing more.
+	r.publishOne(t, progressAt(queryNew, runNew, 3, posted.Add(3*time.Minute), "2026-09-28T12:10:00"))
+	if r.signs(finalizer.SignReset) != 1 || len(r.store.Marks()) != 1 {
+		t.Errorf("reset signs %v, marks %q: want one of each", r.signs(finalizer.SignReset), r.store.Marks())
 	}
 }

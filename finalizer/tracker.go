@@ -202,6 +202,7 @@ type Tracker struct {
 	hist        history
 	movedLast   bool // the last advance moved the verdict
 	seenRewinds uint64
+	batchZero   bool          // the run's batch 0 arrived, perhaps replaced in the mailbox (checkReset)
 	rewinds     atomic.Uint64 // bumped by rewound, from any goroutine
 
 	mu         sync.Mutex
@@ -375,6 +376,9 @@ func (t *Tracker) run(ctx context.Context) {
 			if t.cfg.OnStart != nil {
 				t.cfg.OnStart(mail.Progress.Timestamp, false)
 			}
+		}
+		if mail.BatchZero {
+			t.batchZero = true
 		}
 		if mail.Progress != nil {
 			pending = mail.Progress

@@ -33,7 +33,10 @@ type Mailbox struct {
 	idleAt     time.Time // the newest idle event's timestamp since the last Take
 	started    *progress.Event
 	terminated *progress.Event
-	wake       chan struct{}
+	// zero: a progress of batch 0 arrived before any was taken, though a
+	// newer one may have replaced it in the slot (Mail.BatchZero).
+	zero bool
+	wake chan struct{}
 }
 
 // maxFallbacks is how many unparsed progress messages, replaced by newer
@@ -91,6 +94,11 @@ type Mail struct {
 	// Started is the run's started event if one arrived since the last
 	// Take, or nil. It says when the run started (ADR 0017).
 	Started *progress.Event
+	// BatchZero is true when a progress of batch 0 arrived before any
+	// progress was taken, even when a newer one replaced it in the slot:
+	// the run started a checkpoint (a reset on a table with a verdict of
+	// another query, ADR 0019), which the coalescing must not hide.
+	BatchZero bool
 }
 
 // NewMailbox returns an empty Mailbox.
@@ -112,6 +120,9 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 	m.mu.Lock()
 	switch ev.Kind {
 	case progress.KindProgress:
+		if ev.BatchID == 0 && !m.hasTaken {
+			m.zero = true
+		}
 		if r := m.raw; r != nil {
 			if r.batch > ev.BatchID {
 				// ev loses to a message nobody has checked yet: check it.
@@ -154,6 +165,9 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 // older than the progress already taken only counts as an idle event.
 func (m *Mailbox) offerRaw(r *rawProgress) {
 	m.mu.Lock()
+	if r.batch == 0 && !m.hasTaken {
+		m.zero = true
+	}
 	switch {
 	case m.hasTaken && r.batch < m.taken.batch:
 		m.idle = true
@@ -261,8 +275,8 @@ func (m *Mailbox) Take() Mail {
 			}
 		}
 	}
-	mail := Mail{Progress: m.progress, Idle: m.idle, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started}
-	m.idleAt, m.started = time.Time{}, nil
+	mail := Mail{Progress: m.progress, Idle: m.idle, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started, BatchZero: m.zero}
+	m.idleAt, m.started, m.zero = time.Time{}, nil, false
 	if m.progress != nil {
 		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: m.progress.Timestamp}, true
 	}
