@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -156,9 +157,30 @@ WHERE table_name = $1 AND finalized_until > $2`, r.Table, to); err != nil {
 		}
 		why := fmt.Sprintf("rewind %d: %s", e.ID, r.Reason)
 		for _, q := range r.Retire {
+			// After a checkpoint reset the old and the new query share
+			// their name: retiring by a name that matches several feeders
+			// would retire the reset query too, and the table would run
+			// ahead of the data it is reprocessing. Such a name is refused.
 			rows, err := tx.Query(ctx, `
-UPDATE `+s.n.feeds+` SET retired_at = now(), retired_why = $3
+SELECT feeder FROM `+s.n.feeds+`
 WHERE table_name = $1 AND (feeder = $2 OR query_name = $2) AND retired_at IS NULL
+ORDER BY joined_at, feeder`, r.Table, q)
+			if err != nil {
+				return err
+			}
+			match, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			if len(match) > 1 && !slices.Contains(match, q) {
+				return fmt.Errorf("%w: %q names %d active feeders of %s (%s): after a checkpoint reset the old and the new query share the name; retire the old query by its id: nothing was rewound",
+					ErrNoFeeder, q, len(match), r.Table, strings.Join(match, ", "))
+			}
+			rows, err = tx.Query(ctx, `
+UPDATE `+s.n.feeds+` SET retired_at = now(), retired_why = $3
+WHERE table_name = $1 AND ((feeder = $2) OR (query_name = $2 AND NOT EXISTS (
+	SELECT FROM `+s.n.feeds+` x WHERE x.table_name = $1 AND x.feeder = $2 AND x.retired_at IS NULL)))
+	AND retired_at IS NULL
 RETURNING feeder`, r.Table, q, why)
 			if err != nil {
 				return err

@@ -320,3 +320,44 @@ func TestRewindWithFeeders(t *testing.T) {
 		t.Errorf("after the rewind, table = %v, want 13:00", v.FinalizedUntil)
 	}
 }
+
+// After a checkpoint reset the old and the new query share their name: a
+// rewind that retires by that name is refused (it would retire the reset
+// query too, and another feeder would move the table ahead of the data the
+// reset query reprocesses); by the old query's id it retires that one only.
+func TestRewindRefusesAmbiguousFeederName(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	ctx := context.Background()
+	adv := func(query, name string, until time.Time) Verdict {
+		t.Helper()
+		v, _, err := s.Advance(ctx, Advance{Table: "t", FinalizedUntil: until, QueryID: query, QueryName: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	adv("q-old", "orders-v1", at(15, 0))
+	adv("q-new", "orders-v1", at(10, 0)) // the reset query, reprocessing
+	adv("q-x", "other", at(15, 0))
+	_, err := s.Rewind(ctx, Rewind{Table: "t", To: at(9, 0), Reason: "reset", By: "a", Retire: []string{"orders-v1"}})
+	if !errors.Is(err, ErrNoFeeder) || !strings.Contains(err.Error(), "q-old, q-new") || !strings.Contains(err.Error(), "by its id") {
+		t.Fatalf("rewind retiring by a shared name: %v, want a refusal naming both ids", err)
+	}
+	if v, _ := s.Get(ctx, "t"); !v.FinalizedUntil.Equal(at(15, 0)) {
+		t.Fatalf("a refused rewind moved the table to %v", v.FinalizedUntil)
+	}
+	e, err := s.Rewind(ctx, Rewind{Table: "t", To: at(9, 0), Reason: "reset", By: "a", Retire: []string{"q-old"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(e.Retired, []string{"q-old"}) {
+		t.Errorf("retired %q, want q-old only", e.Retired)
+	}
+	// The other query cannot move the table past the reset query.
+	if v := adv("q-x", "other", at(16, 0)); !v.FinalizedUntil.Equal(at(9, 0)) {
+		t.Errorf("table = %v, want 09:00 (held by the reset query)", v.FinalizedUntil)
+	}
+	if v := adv("q-new", "orders-v1", at(11, 0)); !v.FinalizedUntil.Equal(at(11, 0)) {
+		t.Errorf("table = %v, want 11:00", v.FinalizedUntil)
+	}
+}

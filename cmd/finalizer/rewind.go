@@ -104,7 +104,7 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 	fs := cmd.Flags()
 	fs.StringVar(&table, "table", "", "the table (required)")
 	fs.StringVar(&to, "to", "", "the new finalized_until, before the current one (required)")
-	fs.StringArrayVar(&retire, "retire-feeder", nil, "retire this feeder (query name or id) in the same transaction; repeatable")
+	fs.StringArrayVar(&retire, "retire-feeder", nil, "retire this feeder (query id, or a name that matches one active feeder: after a reset the old and new query share the name) in the same transaction; repeatable")
 	addOperatorFlags(fs, &reason, &by)
 	addPostgresClientFlags(fs)
 	return cmd
