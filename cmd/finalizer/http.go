@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
@@ -201,7 +202,7 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		if wait > 0 {
 			ctx, cancel := context.WithTimeout(r.Context(), wait)
 			defer cancel()
-			v, err := store.Wait(ctx, table, end)
+			v, err := waitThroughOutages(ctx, store, table, end)
 			switch {
 			case err == nil:
 				resp["final"], resp["finalized_until"] = true, v.FinalizedUntil
@@ -308,4 +309,27 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// waitThroughOutages is store.Wait for a long poll: a PostgreSQL outage
+// (a restart, a failover to a promoted standby) within the poll's time is
+// waited out and the wait taken up again, so the client gets its answer
+// instead of a 503 it must retry. Other errors and the poll's end return
+// at once.
+func waitThroughOutages(ctx context.Context, store *control.Store, table string, end time.Time) (control.Verdict, error) {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxElapsedTime(0))
+	for {
+		v, err := store.Wait(ctx, table, end)
+		if err == nil || !errors.Is(err, control.ErrUnavailable) || ctx.Err() != nil {
+			return v, err
+		}
+		t := time.NewTimer(b.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return control.Verdict{}, err
+		case <-t.C:
+		}
+	}
 }
