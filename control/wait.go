@@ -220,7 +220,7 @@ func (l *listener) session(ctx context.Context) (listened bool, err error) {
 	l.setPID(conn.PgConn().PID())
 	// Anything announced before LISTEN took effect was missed: every waiter
 	// looks at the table again.
-	l.wakeAll()
+	l.wakeAll(true)
 	for {
 		waitCtx, cancel := context.WithTimeout(ctx, l.ping)
 		n, err := conn.WaitForNotification(waitCtx)
@@ -250,8 +250,9 @@ func (l *listener) setPID(pid uint32) {
 	l.mu.Unlock()
 }
 
-// wakeAll wakes every waiter and tells every watcher to re-read.
-func (l *listener) wakeAll() {
+// wakeAll wakes every waiter and tells every watcher to re-read;
+// reconnected says that it is because the connection was (re)established.
+func (l *listener) wakeAll(reconnected bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, ws := range l.waiters {
@@ -260,7 +261,7 @@ func (l *listener) wakeAll() {
 		}
 	}
 	for w := range l.watchers {
-		w.fn(Notification{})
+		w.fn(Notification{Reconnected: reconnected})
 	}
 }
 
@@ -270,7 +271,7 @@ func (l *listener) wakeAll() {
 func (l *listener) dispatch(payload string) {
 	var n notification
 	if err := json.Unmarshal([]byte(payload), &n); err != nil || n.Table == "" {
-		l.wakeAll()
+		l.wakeAll(false)
 		return
 	}
 	until, err := time.Parse(time.RFC3339Nano, n.FinalizedUntil)
@@ -290,16 +291,21 @@ func (l *listener) dispatch(payload string) {
 	}
 }
 
-// Notification is one verdict move announced on NotifyChannel. The zero
-// Notification means "re-read every verdict": the LISTEN connection was
-// (re)established, so moves announced while it was down are lost, or an
-// announcement could not be read.
+// Notification is one verdict move announced on NotifyChannel. One
+// without a Table means "re-read every verdict": the LISTEN connection was
+// (re)established (Reconnected), so moves announced while it was down are
+// lost, or an announcement could not be read (anyone who may NOTIFY on the
+// channel can send one).
 type Notification struct {
 	Table          string
 	FinalizedUntil time.Time // UTC
 	// Rewound is true when the move went back: an operator's rewind (see
 	// Store.Rewind), the one backward move there is.
 	Rewound bool
+	// Reconnected is true, on a Notification without a Table, when the
+	// LISTEN connection was (re)established; false when an announcement
+	// could not be read.
+	Reconnected bool
 }
 
 // watcher is one Watch call.
@@ -308,8 +314,9 @@ type watcher struct{ fn func(Notification) }
 // Watch calls fn with every verdict move announced on NotifyChannel, by
 // this process or any other writer of the database (the channel is the
 // database's, so moves of another control table in the same database are
-// announced too), and with the zero Notification each time the LISTEN
-// connection is (re)established. fn runs on the goroutine of the LISTEN
+// announced too), with Notification{Reconnected: true} each time the
+// LISTEN connection is (re)established, and with the zero Notification for
+// an announcement it could not read. fn runs on the goroutine of the LISTEN
 // connection that Wait shares, in the order of the announcements; it must
 // not block or call the Store. Call stop to end the calls: once stop
 // returns, fn is not called again. Watch fails with ErrClosed on a closed

@@ -288,7 +288,7 @@ func TestWatchSeesEveryMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the first connect's re-read", func() bool { return len(seen()) == 1 })
-	if n := seen()[0]; n != (Notification{}) {
+	if n := seen()[0]; n != (Notification{Reconnected: true}) {
 		t.Fatalf("first notification %+v, want the zero re-read", n)
 	}
 	advance(t, s, "a", at(13, 0))
@@ -309,7 +309,7 @@ func TestWatchSeesEveryMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the re-read after the reconnect", func() bool { return len(seen()) == 5 })
-	if n := seen()[4]; n != (Notification{}) {
+	if n := seen()[4]; n != (Notification{Reconnected: true}) {
 		t.Fatalf("after the reconnect: %+v, want the zero re-read", n)
 	}
 

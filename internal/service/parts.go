@@ -250,7 +250,9 @@ func (s *Service) watchReconnects() error {
 			reg.Rewound(n.Table, n.FinalizedUntil)
 			return
 		}
-		if n.Table != "" || connects.Add(1) == 1 {
+		if !n.Reconnected || connects.Add(1) == 1 {
+			// A move, or an announcement that could not be read (anyone
+			// may NOTIFY on the channel): no reconnect, no re-assert.
 			return
 		}
 		s.log.Info("control database connection re-established; every tracker re-asserts its last verdict",

@@ -8,7 +8,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 	"github.com/finalizer-dev/finalizer/listener"
@@ -163,5 +167,42 @@ func TestTrackOnAStuckStoreEndsAtItsDeadline(t *testing.T) {
 	}
 	if st := svc.Registry().Status(); len(st) != 0 {
 		t.Errorf("a failed track left trackers: %+v", st)
+	}
+}
+
+// An announcement on the notification channel that cannot be read (anyone
+// who may NOTIFY in the database can send one) is no reconnect of the
+// control database: the trackers do not re-assert (one write per tracker
+// each time, which the bench counted as extra writes per period).
+func TestUnreadableAnnouncementIsNoReconnect(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	svc, nc := startTestWith(t, Options{Logger: zap.New(core)})
+	publish(t, nc, "started", newRun, startedAt(newRun, "2026-09-28T13:00:00"))
+	track(t, svc, newRun)
+	publish(t, nc, "progress", newRun, progressAt(newRun, 1, "2026-09-28T14:05:00"))
+	eventually(t, "the verdict", func() bool {
+		v, err := svc.Store().Get(context.Background(), "t")
+		return err == nil && !v.FinalizedUntil.IsZero()
+	})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, svc.pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, payload := range []string{"not json", `{"finalized_until":"2026-09-28T14:00:00Z"}`, `{"table":"t","finalized_until":"yesterday"}`} {
+		if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", control.NotifyChannel, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A move announced after them proves they were dispatched.
+	publish(t, nc, "progress", newRun, progressAt(newRun, 2, "2026-09-28T15:05:00"))
+	eventually(t, "the next verdict", func() bool {
+		v, err := svc.Store().Get(context.Background(), "t")
+		return err == nil && v.FinalizedUntil.Equal(time.Date(2026, 9, 28, 15, 0, 0, 0, time.UTC))
+	})
+	time.Sleep(200 * time.Millisecond)
+	if n := logs.FilterMessage("control database connection re-established; every tracker re-asserts its last verdict").Len(); n != 0 {
+		t.Fatalf("%d re-asserts of every tracker after unreadable announcements, want 0", n)
 	}
 }
