@@ -143,27 +143,9 @@ func (c *Cluster) start(ctx context.Context, o Options) error {
 	if c.owner, err = lookupOwner(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(c.dir), 0o755); err != nil {
+	if err := c.claimDir(true); err != nil {
 		return err
 	}
-	if err := os.Mkdir(c.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
-	}
-	if err := c.owner.chown(c.dir); err != nil {
-		return err
-	}
-	if err := c.owner.checkReachable(c.dir); err != nil {
-		return err
-	}
-
-	lk, holder, err := lock(filepath.Join(c.dir, lockName))
-	if errors.Is(err, errLocked) {
-		return fmt.Errorf("%w: held by process %d", ErrInUse, holder)
-	}
-	if err != nil {
-		return err
-	}
-	c.lock = lk
 	if pid := runningPostmaster(c.dataDir); pid != 0 {
 		if err := c.stopOrphan(ctx, o.BinDir, pid); err != nil {
 			return err
@@ -596,5 +578,32 @@ func Remove(ctx context.Context, dir string) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove postgres cluster: %w", err)
 	}
+	return nil
+}
+
+// claimDir makes the cluster's directory (an existing one only when reuse
+// is true), hands it to the cluster's owner, checks the owner can reach it,
+// and takes its lock: ErrInUse names the process that holds it.
+func (c *Cluster) claimDir(reuse bool) error {
+	if err := os.MkdirAll(filepath.Dir(c.dir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(c.dir, 0o700); err != nil && (!reuse || !errors.Is(err, os.ErrExist)) {
+		return err
+	}
+	if err := c.owner.chown(c.dir); err != nil {
+		return err
+	}
+	if err := c.owner.checkReachable(c.dir); err != nil {
+		return err
+	}
+	lk, holder, err := lock(filepath.Join(c.dir, lockName))
+	if errors.Is(err, errLocked) {
+		return fmt.Errorf("%w: held by process %d", ErrInUse, holder)
+	}
+	if err != nil {
+		return err
+	}
+	c.lock = lk
 	return nil
 }

@@ -42,26 +42,10 @@ func (c *Cluster) StartStandby(ctx context.Context, o Options) (*Cluster, error)
 }
 
 func (s *Cluster) startStandby(ctx context.Context, primary *Cluster, o Options) error {
-	if err := os.MkdirAll(filepath.Dir(s.dir), 0o755); err != nil {
+	// A standby is made afresh, never over an existing directory.
+	if err := s.claimDir(false); err != nil {
 		return err
 	}
-	if err := os.Mkdir(s.dir, 0o700); err != nil {
-		return err // a standby is made afresh, never over an existing directory
-	}
-	if err := s.owner.chown(s.dir); err != nil {
-		return err
-	}
-	if err := s.owner.checkReachable(s.dir); err != nil {
-		return err
-	}
-	lk, holder, err := lock(filepath.Join(s.dir, lockName))
-	if errors.Is(err, errLocked) {
-		return fmt.Errorf("%w: held by process %d", ErrInUse, holder)
-	}
-	if err != nil {
-		return err
-	}
-	s.lock = lk
 	if err := s.writeFile(filepath.Join(s.dir, passwordName), []byte(s.password+"\n")); err != nil {
 		return err
 	}
@@ -71,9 +55,11 @@ func (s *Cluster) startStandby(ctx context.Context, primary *Cluster, o Options)
 		"-h", "127.0.0.1", "-p", strconv.Itoa(primary.port), "-U", DefaultUser); err != nil {
 		return fmt.Errorf("pg_basebackup: %w", err)
 	}
-	if s.port, err = s.pickPort(o.Port); err != nil {
+	port, err := s.pickPort(o.Port)
+	if err != nil {
 		return err
 	}
+	s.port = port
 	if err := s.writeConf(o.Settings); err != nil {
 		return err
 	}
