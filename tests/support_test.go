@@ -61,37 +61,17 @@ func watchVerdict(t *testing.T, pgURL, table string) *verdictWatch {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		var conn *pgx.Conn
-		defer func() {
-			if conn != nil {
-				_ = conn.Close(context.Background())
+		pollPostgres(pgURL, 10*time.Millisecond, w.stop, func(ctx context.Context, conn *pgx.Conn) error {
+			var until time.Time
+			err := conn.QueryRow(ctx, `SELECT finalized_until FROM public.table_finalization WHERE table_name = $1`, table).Scan(&until)
+			switch {
+			case err == nil:
+				w.note(until.UTC())
+			case err == pgx.ErrNoRows:
+				return nil
 			}
-		}()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-w.stop:
-				return
-			case <-tick.C:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if conn == nil || conn.IsClosed() {
-				conn, _ = pgx.Connect(ctx, pgURL)
-			}
-			if conn != nil {
-				var until time.Time
-				err := conn.QueryRow(ctx, `SELECT finalized_until FROM public.table_finalization WHERE table_name = $1`, table).Scan(&until)
-				switch {
-				case err == nil:
-					w.note(until.UTC())
-				case err != pgx.ErrNoRows:
-					_ = conn.Close(ctx)
-					conn = nil
-				}
-			}
-			cancel()
-		}
+			return err
+		})
 	}()
 	t.Cleanup(w.close)
 	return w
@@ -239,4 +219,36 @@ func writeFile(t *testing.T, dir, name, body string, mode os.FileMode) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// pollPostgres calls poll with a connection to pgURL every interval until
+// stop is closed. A failed poll drops the connection and the next tick
+// connects again: PostgreSQL may be down, restarting or failing over.
+func pollPostgres(pgURL string, interval time.Duration, stop <-chan struct{}, poll func(context.Context, *pgx.Conn) error) {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if conn == nil || conn.IsClosed() {
+			conn, _ = pgx.Connect(ctx, pgURL)
+		}
+		if conn != nil {
+			if err := poll(ctx, conn); err != nil {
+				_ = conn.Close(ctx)
+				conn = nil
+			}
+		}
+		cancel()
+	}
 }

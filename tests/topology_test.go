@@ -97,32 +97,7 @@ func checkAhead(t *testing.T, pgURL string, runs []*loadRun) *aheadChecker {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		var conn *pgx.Conn
-		defer func() {
-			if conn != nil {
-				_ = conn.Close(context.Background())
-			}
-		}()
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-c.stop:
-				return
-			case <-tick.C:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if conn == nil || conn.IsClosed() {
-				conn, _ = pgx.Connect(ctx, pgURL)
-			}
-			if conn != nil {
-				if err := c.poll(ctx, conn); err != nil {
-					_ = conn.Close(ctx)
-					conn = nil
-				}
-			}
-			cancel()
-		}
+		pollPostgres(pgURL, 20*time.Millisecond, c.stop, c.poll)
 	}()
 	t.Cleanup(c.close)
 	return c
