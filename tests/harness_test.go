@@ -122,6 +122,7 @@ func startServe(t *testing.T, o serveOpts) *proc {
 	}
 	p := &proc{t: t, dataDir: o.dataDir, pgURL: o.pgURL, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
+	dieWithTest(p.cmd)
 	p.cmd.Env = append(cleanEnv(), o.env...)
 	if o.noFlags {
 		p.cmd.Dir = o.dataDir
@@ -232,12 +233,23 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// dieWithTest makes the kernel kill a child when the test binary dies
+// (a timeout panic, a kill -9 of `go test`), so that no orphaned serve keeps
+// holding a port, a data dir or a PostgreSQL cluster after the test.
+func dieWithTest(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+}
+
 // cli runs a finalizer subcommand and returns its exit code and output.
 func cli(t *testing.T, env []string, args ...string) (int, string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
+	dieWithTest(cmd)
 	cmd.Env = append(cleanEnv(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

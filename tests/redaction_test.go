@@ -100,6 +100,7 @@ func TestNoCommandPrintsASecretOfAURL(t *testing.T) {
 func runFor(t *testing.T, d time.Duration, env []string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
+	dieWithTest(cmd)
 	cmd.Env = append(cleanEnv(), env...)
 	cmd.Dir = t.TempDir()
 	var out bytes.Buffer

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,5 +77,49 @@ func TestParseURLTime(t *testing.T) {
 	}
 	if _, err := parseURLTime("2026-09-28T15:00:00 2:00"); err == nil || !strings.Contains(err.Error(), "%2B") {
 		t.Errorf("err = %v, want it to name %%2B", err)
+	}
+}
+
+// TestWaitTimeoutWhileConnecting: --timeout bounds the whole of `wait`. A
+// PostgreSQL that accepts the connection and never answers used to turn the
+// deadline into a connection error (exit 2), which a gating job reads as a
+// broken setup rather than "not final yet, try later".
+func TestWaitTimeoutWhileConnecting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accept, never answer
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	url := "postgres://u:secret@" + ln.Addr().String() + "/db?sslmode=disable&connect_timeout=30"
+	start := time.Now()
+	code, _, errOut := runCLI(t, "wait", "--table", "t", "--until", "2026-09-28T15:00:00Z", "--timeout", "500ms", "--postgres-url", url, "--http-url", "")
+	if code != exitNegative || !strings.Contains(errOut, "within 500ms") {
+		t.Fatalf("wait against a silent PostgreSQL: exit %d, stderr %q; want %d (timed out)", code, errOut, exitNegative)
+	}
+	if strings.Contains(errOut, "secret") {
+		t.Fatalf("stderr shows the password: %q", errOut)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("wait took %s with --timeout 500ms", d)
 	}
 }

@@ -133,15 +133,24 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
+			// --timeout bounds the whole command: a deadline that expires
+			// while PostgreSQL is still being reached is a time-out (1),
+			// like one that expires while waiting, not an error (2).
+			timedOut := func(err error) error {
+				if timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					return negative("%s: not final until %s within %s (PostgreSQL had not answered yet: %v)", table, ts.Format(time.RFC3339), timeout, err)
+				}
+				return err
+			}
 			s, c, err := openStore(ctx, cmd.Flags())
 			if err != nil {
-				return err
+				return timedOut(err)
 			}
 			defer s.Close()
 			if !allowMissing {
 				if _, err := s.Get(ctx, table); errors.Is(err, control.ErrNotFound) {
 					if err := knownTable(ctx, s, c, table, httpURL, httpToken); err != nil {
-						return err
+						return timedOut(err)
 					}
 				}
 			}
