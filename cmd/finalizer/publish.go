@@ -54,8 +54,9 @@ Accepts a single event log file (also an .inprogress one), a rolling event log d
 zero-code integration. A log that does not exist yet is waited for.
 
 Exit codes: 0 published (malformed documents are reported on stderr and skipped), 2 usage
-or connection error, or nothing was published and some input was malformed or not JSON
-(not an event log?).`,
+or connection error, or nothing was published from an empty input or from only malformed
+documents and lines that are not JSON (not an event log?). A log with other Spark events
+but no streaming query event yet exits 0 with a note on stderr.`,
 		Example: `  finalizer publish events.jsonl
   finalizer publish --follow /var/log/spark-events/eventlog_v2_app-20261129093000-0001
   cat events.jsonl | finalizer publish -`,
@@ -147,6 +148,16 @@ or connection error, or nothing was published and some input was malformed or no
 					why += fmt.Sprintf(", %d lines that are not JSON (the first at %s)", c.notJSON, firstNotJSON)
 				}
 				return usageError(fmt.Errorf("nothing published from %s: %s; want Spark listener events as JSON or a Spark event log", args[0], why))
+			}
+			if c.published == 0 && ctx.Err() == nil {
+				if c.other == 0 {
+					// exit 0 would let a script believe events went out
+					// while every tracker keeps waiting
+					return usageError(fmt.Errorf("nothing published from %s: it is empty", args[0]))
+				}
+				// the log of an application that has not started a
+				// streaming query yet (or never will): not an error
+				fmt.Fprintf(stderr, "finalizer: %s holds %d Spark events but no streaming query event yet (the log of another application?)\n", args[0], c.other)
 			}
 			return nil
 		},

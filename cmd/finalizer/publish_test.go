@@ -117,8 +117,16 @@ func TestPublishNothingButMalformedFails(t *testing.T) {
 	if err := os.WriteFile(other, []byte(`{"Event":"SparkListenerLogStart","Spark Version":"3.5.0"}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut := runCLI(t, "publish", "--nats-url", url, other); code != 0 {
-		t.Fatalf("only other events: exit %d\n%s%s", code, out, errOut)
+	if code, out, errOut := runCLI(t, "publish", "--nats-url", url, other); code != 0 || !strings.Contains(errOut, "no streaming query event") {
+		t.Fatalf("only other events: exit %d, want 0 with a note\n%s%s", code, out, errOut)
+	}
+	// An empty input is an error: exit 0 let a script believe it published.
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCLI(t, "publish", "--nats-url", url, empty); code != exitUsage || !strings.Contains(errOut, "is empty") {
+		t.Fatalf("empty input: exit %d, want 2 saying it is empty\n%s%s", code, out, errOut)
 	}
 }
 
