@@ -203,6 +203,15 @@ func checkMissingTables(t *testing.T, s *proc, pgURL string) {
 	if code, out, e := cli(t, nil, append(append([]string{"is-final", "--table", "t-tracked"}, end...), pg...)...); code != 1 {
 		t.Errorf("is-final on a tracked table without a verdict: exit %d, want 1\n%s%s", code, out, e)
 	}
+	// status tells the two apart the same way: a typo is exit 3 with the
+	// nearest name (it was exit 2, "not found"), a tracked table without a
+	// verdict yet is shown.
+	if code, out, e := cli(t, nil, append([]string{"status", "--table", "tt"}, pg...)...); code != 3 || !strings.Contains(e, `did you mean "t"?`) {
+		t.Errorf("status on a misspelled table: exit %d, want 3 with the nearest name\n%s%s", code, out, e)
+	}
+	if code, out, e := cli(t, nil, append([]string{"status", "--table", "t-tracked"}, pg...)...); code != 0 || !strings.Contains(out, "t-tracked") {
+		t.Errorf("status on a tracked table without a verdict: exit %d, want 0 showing it\n%s%s", code, out, e)
+	}
 	// A rule of the --config file, which also gives the control table and
 	// the PostgreSQL URL: no other flag is needed.
 	cfg := writeFile(t, t.TempDir(), "finalizer.yaml", fmt.Sprintf("postgres: {url: %q}\ncontrol_table: public.table_finalization\ntables:\n  - {table: \"bronze.{name}\", query: \"cdc_*\"}\n", pgURL), 0o644)

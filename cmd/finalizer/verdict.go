@@ -366,13 +366,15 @@ its lag behind now, when it last moved and from which run; and the runs the serv
 tracks, with their last error, read from the service's HTTP API (--http-url) when it is
 reachable.
 
-Exit codes: 0 shown, 2 usage or connection error (or --table without a verdict).`,
+Exit codes: 0 shown, 2 usage or connection error, 3 --table names a table with no
+verdict that no explicit track, --config rule or tracker of the service could write (a
+typo: the nearest known name is suggested).`,
 		Example: `  finalizer status
   finalizer status --table bronze.orders --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			s, _, err := openStore(ctx, cmd.Flags())
+			s, c, err := openStore(ctx, cmd.Flags())
 			if err != nil {
 				return err
 			}
@@ -393,7 +395,13 @@ Exit codes: 0 shown, 2 usage or connection error (or --table without a verdict).
 				case v.Table != "":
 					verdicts = []control.Verdict{v}
 				case len(feeders) == 0:
-					return usageError(fmt.Errorf("%s: %w", table, control.ErrNotFound))
+					// No verdict yet: a table a track, rule or tracker will
+					// write is shown as such; anything else is a typo, told
+					// apart (exit 3, with the nearest name) as wait does.
+					if err := knownTable(ctx, s, c, table, httpURL, httpToken); err != nil {
+						return err
+					}
+					verdicts = []control.Verdict{{Table: table}}
 				}
 			} else {
 				if verdicts, err = s.List(ctx); err != nil {
