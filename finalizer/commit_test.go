@@ -44,7 +44,7 @@ func (s *batchFake) counts() (batches, rows int) {
 func TestRegistryGroupCommit(t *testing.T) {
 	store := &batchFake{fakeStore: newFakeStore()}
 	bus := newFakeBus()
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Events: bus, Store: store,
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store,
 		Clock: newFakeClock(time.Date(2026, 9, 29, 0, 0, 0, 0, time.UTC))})
 	const runs = 40
 	runID := func(i int) string { return fmt.Sprintf("e225d92f-2545-48f8-87a2-%012d", i) }

@@ -178,7 +178,7 @@ func (r *Registry) consider(ctx context.Context, runID string) {
 
 	name := run.Name
 	if name == "" {
-		if n, ok := r.cfg.Events.(Namer); ok {
+		if n, ok := r.cfg.Bus.(Namer); ok {
 			got, err := n.RunName(ctx, run.QueryID, run.RunID)
 			if err != nil {
 				r.log.Debug("no name found for run", zap.String("run_id", run.RunID), zap.Error(err))

@@ -190,7 +190,7 @@ func newFakeBus() *fakeBus {
 	return &fakeBus{boxes: map[string][]*listener.Mailbox{}, unsubs: map[string]int{}, subs: map[string]int{}}
 }
 
-func (b *fakeBus) Subscribe(queryID, runID string, box *listener.Mailbox) (finalizer.Subscription, error) {
+func (b *fakeBus) Subscribe(queryID, runID string, box *listener.Mailbox) (finalizer.RunSubscription, error) {
 	b.mu.Lock()
 	b.boxes[runID] = append(b.boxes[runID], box)
 	b.subs[runID]++

@@ -17,18 +17,18 @@ import (
 // never written, so it cannot wedge the tracker on an invalid advance, and
 // the next progress still moves the verdict.
 func TestTimeBefore1970IsNoTime(t *testing.T) {
-	reg := prometheus.NewRegistry()
+	prom := prometheus.NewRegistry()
 	clock := newFakeClock(utc("2026-09-29T00:00:00Z"))
-	metrics := finalizer.NewMetrics(reg, clock.Now)
+	metrics := finalizer.NewMetrics(prom, clock.Now)
 	store, bus := newFakeStore(), newFakeBus()
-	r := finalizer.NewRegistry(finalizer.RegistryConfig{Events: bus, Store: store, Clock: clock, Metrics: metrics, Logger: zap.NewNop()})
+	r := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Clock: clock, Metrics: metrics, Logger: zap.NewNop()})
 	defer r.Close(context.Background())
 	if _, err := r.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t)}); err != nil {
 		t.Fatal(err)
 	}
 	for i, ts := range []string{"0001-01-01T00:00:00", "1969-12-31T23:59:59.999", "0000-06-01T00:00:00"} {
 		bus.Publish(cdcProgress(runA, ts))
-		eventually(t, ts+" counted as no_time", func() bool { return counter(t, reg, "finalizer_candidates_total", "no_time") == float64(i+1) })
+		eventually(t, ts+" counted as no_time", func() bool { return counter(t, prom, "finalizer_candidates_total", "no_time") == float64(i+1) })
 	}
 	bus.Publish(cdcProgress(runA, "2026-09-28T13:10:00"))
 	eventually(t, "the good progress written", func() bool { return len(store.Calls()) == 1 })
@@ -48,9 +48,9 @@ func TestTimeBefore1970IsNoTime(t *testing.T) {
 // its tracker is stopped soon after ExpireAfter, not 30 s later.
 func TestShortStaleAndExpireThresholds(t *testing.T) {
 	clock := newFakeClock(utc("2026-09-28T15:00:00Z"))
-	reg := prometheus.NewRegistry()
-	metrics := finalizer.NewMetrics(reg, clock.Now)
-	r := finalizer.NewRegistry(finalizer.RegistryConfig{Events: newFakeBus(), Store: newFakeStore(), Clock: clock,
+	prom := prometheus.NewRegistry()
+	metrics := finalizer.NewMetrics(prom, clock.Now)
+	r := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: newFakeStore(), Clock: clock,
 		Metrics: metrics, StaleAfter: 2 * time.Second, ExpireAfter: 6 * time.Second, Logger: zap.NewNop()})
 	defer r.Close(context.Background())
 	if _, err := r.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t)}); err != nil {
@@ -61,7 +61,7 @@ func TestShortStaleAndExpireThresholds(t *testing.T) {
 		clock.Advance(time.Second)
 		eventually(t, "janitor re-armed", func() bool { return clock.Waiting() == 1 })
 	}
-	if got := gauge(t, reg, "finalizer_stale_runs"); got != 1 {
+	if got := gauge(t, prom, "finalizer_stale_runs"); got != 1 {
 		t.Fatalf("finalizer_stale_runs = %v after 3 s of silence, want 1", got)
 	}
 	if st := r.Status(); len(st) != 1 || !st[0].Stale || st[0].Done {
@@ -76,13 +76,13 @@ func TestShortStaleAndExpireThresholds(t *testing.T) {
 	if res, err := r.Join(ctx, runA); err != nil || res.Done || !strings.Contains(res.Stopped, "expired") {
 		t.Fatalf("join = %+v, %v; want the expired tracker stopped, not done", res, err)
 	}
-	eventually(t, "tracked runs gauge back to 0", func() bool { return gauge(t, reg, "finalizer_tracked_runs") == 0 })
+	eventually(t, "tracked runs gauge back to 0", func() bool { return gauge(t, prom, "finalizer_tracked_runs") == 0 })
 }
 
-// gauge reads a gauge without labels from reg.
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// gauge reads a gauge without labels from prom.
+func gauge(t *testing.T, prom *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	mfs, err := prom.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +97,9 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 
 // counter reads the value of a counter vector's child whose only label
 // value is value; 0 when it does not exist yet.
-func counter(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
+func counter(t *testing.T, prom *prometheus.Registry, name, value string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	mfs, err := prom.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

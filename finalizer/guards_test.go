@@ -27,7 +27,7 @@ func newGuardRig(t *testing.T, now string) *guardRig {
 	r := &rig{clock: newFakeClock(utc(now)), store: newFakeStore(), bus: newFakeBus(), logs: logs}
 	m := finalizer.NewMetrics(nil, r.clock.Now)
 	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
-		Events: r.bus, Store: r.store, Clock: r.clock, Logger: zap.New(core), Metrics: m,
+		Bus: r.bus, Store: r.store, Clock: r.clock, Logger: zap.New(core), Metrics: m,
 	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -85,7 +85,7 @@ func newHistRig(t *testing.T) *histRig {
 	r := &histRig{clock: clock, store: &markStore{fakeStore: newFakeStore(), clock: clock}, bus: newFakeBus(), logs: logs}
 	r.metrics = finalizer.NewMetrics(nil, clock.Now)
 	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
-		Events: r.bus, Store: r.store, Clock: clock, Logger: zap.New(core), Metrics: r.metrics, MaxBatch: -1,
+		Bus: r.bus, Store: r.store, Clock: clock, Logger: zap.New(core), Metrics: r.metrics, MaxBatch: -1,
 	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -62,7 +62,7 @@ func TestJanitorStopsOnlyTheTrackerItSaw(t *testing.T) {
 			t.Errorf("track run B anew: %v %v", ok, err)
 		}
 	}
-	reg = finalizer.NewRegistry(finalizer.RegistryConfig{Events: bus, Store: store, Clock: clock,
+	reg = finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Clock: clock,
 		StaleAfter: time.Minute, ExpireAfter: time.Hour, Logger: zap.New(hookCore{on: hook})})
 	defer reg.Close(context.Background())
 	for _, x := range []struct{ run, table string }{{runA, "a"}, {runB, "b"}} {

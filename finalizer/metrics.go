@@ -74,9 +74,10 @@ type Metrics struct {
 	tsDesc   *prometheus.Desc
 }
 
-// NewMetrics returns the engine's collectors, registered with reg when reg
-// is not nil. now is the clock used for the verdict lag (nil = time.Now).
-func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
+// NewMetrics returns the engine's collectors, registered with prom (a
+// Prometheus registry) when it is not nil. now is the clock used for the
+// verdict lag (nil = time.Now).
+func NewMetrics(prom prometheus.Registerer, now func() time.Time) *Metrics {
 	if now == nil {
 		now = time.Now
 	}
@@ -161,8 +162,8 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time) *Metrics {
 	for _, kind := range []string{SignReset, SignBehind, SignSourceChanged} {
 		m.HistorySigns.WithLabelValues(kind) // exported at 0, so that increase() sees the first sign
 	}
-	if reg != nil {
-		reg.MustRegister(m.Events, m.Candidates, m.HeldRuns, m.RowsDroppedByWatermark, m.QuietAdvances, m.Advances, m.Writes, m.FailedAdvances,
+	if prom != nil {
+		prom.MustRegister(m.Events, m.Candidates, m.HeldRuns, m.RowsDroppedByWatermark, m.QuietAdvances, m.Advances, m.Writes, m.FailedAdvances,
 			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, m.Reasserts, m.Refused,
 			m.HistorySigns, m.Rewinds, verdictCollector{m})
 	}

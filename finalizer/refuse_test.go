@@ -31,7 +31,7 @@ func TestRefusedNamesAreCountedAndDropped(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	m := finalizer.NewMetrics(nil, nil)
 	reg := finalizer.NewRegistry(finalizer.RegistryConfig{
-		Events: newFakeBus(), Store: newFakeStore(), Metrics: m, Logger: zap.New(core),
+		Bus: newFakeBus(), Store: newFakeStore(), Metrics: m, Logger: zap.New(core),
 		Rules: []finalizer.Rule{{Table: "bronze.{name}", Query: "*", Spec: hourSpec(t)}},
 	})
 	t.Cleanup(func() {
@@ -90,7 +90,7 @@ func TestTrackerCap(t *testing.T) {
 	m := finalizer.NewMetrics(nil, nil)
 	bus := newFakeBus()
 	reg := finalizer.NewRegistry(finalizer.RegistryConfig{
-		Events: bus, Store: newFakeStore(), Metrics: m, Logger: zap.New(core), MaxTrackers: 3,
+		Bus: bus, Store: newFakeStore(), Metrics: m, Logger: zap.New(core), MaxTrackers: 3,
 		Rules: []finalizer.Rule{{Table: "t.{id}", Query: "*", Spec: hourSpec(t)}},
 	})
 	t.Cleanup(func() {

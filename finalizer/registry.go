@@ -103,9 +103,9 @@ type TrackStore interface {
 	FinishTrack(ctx context.Context, runID, table string) error
 }
 
-// RegistryConfig configures a Registry. Events and Store are required.
+// RegistryConfig configures a Registry. Bus and Store are required.
 type RegistryConfig struct {
-	Events Events
+	Bus    Bus
 	Store  Store
 	Tracks TrackStore // nil: explicit tracks are not persisted
 	Rules  []Rule     // declarative tracking
@@ -179,7 +179,7 @@ type entry struct {
 
 	// Guarded by Registry.mu; t and sub are set before ready is closed.
 	t   *Tracker
-	sub Subscription
+	sub RunSubscription
 	// stopReason is why the registry stopped the tracker, "" when it did
 	// not; finish says whether an explicit track is then done for good.
 	stopReason string
@@ -406,15 +406,15 @@ func (r *Registry) launch(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// catchUpper is a Subscription that can read the run's retained events
-// once more (listener.Subscription can).
+// catchUpper is a RunSubscription that can read the run's retained events
+// once more (listener.RunSubscription can).
 type catchUpper interface {
 	CatchUp(ctx context.Context) error
 }
 
 // start persists (when explicit) and subscribes e, and returns its tracker,
 // not running yet.
-func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, Subscription, error) {
+func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscription, error) {
 	req := e.req
 	if req.Explicit && !req.resumed && r.cfg.Tracks != nil {
 		spec, err := json.Marshal(req.Spec.Options())
@@ -436,7 +436,7 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, Subscription,
 				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("run_id", req.RunID), zap.Error(err))
 		}
 	}
-	sub, err := r.cfg.Events.Subscribe(req.QueryID, req.RunID, e.box)
+	sub, err := r.cfg.Bus.Subscribe(req.QueryID, req.RunID, e.box)
 	if err != nil {
 		return nil, nil, fmt.Errorf("subscribe to run %s: %w", req.RunID, err)
 	}

@@ -161,7 +161,7 @@ func TestHandOverBeatsALiveTermination(t *testing.T) {
 func TestSilentRunIsStaleThenExpired(t *testing.T) {
 	clock := newFakeClock(utc("2026-09-28T15:00:00Z"))
 	store, bus := newFakeStore(), newFakeBus()
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Events: bus, Store: store, Clock: clock,
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Clock: clock,
 		StaleAfter: time.Minute, ExpireAfter: time.Hour, Logger: zap.NewNop()})
 	defer reg.Close(context.Background())
 	if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t)}); err != nil {
@@ -205,7 +205,7 @@ func (f *fakeTracks) FinishTrack(_ context.Context, runID, table string) error {
 func TestExplicitTrackPersistedAndRecovered(t *testing.T) {
 	clock := newFakeClock(utc("2026-09-28T15:00:00Z"))
 	store, bus, tracks := newFakeStore(), newFakeBus(), &fakeTracks{}
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Events: bus, Store: store, Tracks: tracks, Clock: clock})
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Tracks: tracks, Clock: clock})
 	if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t), Explicit: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestExplicitTrackPersistedAndRecovered(t *testing.T) {
 	}
 
 	// A restart: the new registry resumes the track.
-	reg = finalizer.NewRegistry(finalizer.RegistryConfig{Events: bus, Store: store, Tracks: tracks, Clock: clock})
+	reg = finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Tracks: tracks, Clock: clock})
 	defer reg.Close(context.Background())
 	if err := reg.Recover(context.Background(), tracks.saved, nil); err != nil {
 		t.Fatal(err)

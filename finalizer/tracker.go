@@ -360,10 +360,10 @@ func (t *Tracker) run(ctx context.Context) {
 			return
 		}
 		mail := box.Take()
-		if mail.Progress != nil || mail.Idle || mail.Terminated != nil || mail.Started != nil {
+		if mail.Progress != nil || mail.Idle || mail.NotNewer || mail.Terminated != nil || mail.Started != nil {
 			t.mu.Lock()
 			t.lastEvent = t.cfg.Clock.Now()
-			t.idle = mail.Progress == nil && mail.Idle
+			t.idle = mail.Progress == nil && (mail.Idle || mail.NotNewer)
 			t.terminated = mail.Terminated != nil
 			t.failed = mail.Terminated != nil && mail.Terminated.Exception != ""
 			t.mu.Unlock()
@@ -391,8 +391,8 @@ func (t *Tracker) run(ctx context.Context) {
 				ce.Write(zap.Int64("batch_id", pending.BatchID), zap.Time("timestamp", pending.Timestamp))
 			}
 		}
-		if mail.Idle {
-			t.log.Debug("idle event or repeated progress: a chance to retry", zap.Bool("retry", pending != nil))
+		if mail.Idle || mail.NotNewer {
+			t.log.Debug("idle event or a progress not newer: a chance to retry", zap.Bool("idle_event", mail.Idle), zap.Bool("retry", pending != nil))
 		}
 		if !mail.IdleAt.IsZero() && t.cfg.Spec.QuietAfter > 0 {
 			t.noteQuiet(mail.IdleAt, progress.SignalIdleEvent)

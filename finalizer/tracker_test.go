@@ -30,7 +30,7 @@ func newRig(t *testing.T, rules ...finalizer.Rule) *rig {
 	core, logs := observer.New(zapcore.DebugLevel)
 	r := &rig{clock: newFakeClock(utc("2026-09-29T00:00:00Z")), store: newFakeStore(), bus: newFakeBus(), logs: logs}
 	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
-		Events: r.bus, Store: r.store, Rules: rules, Clock: r.clock, Logger: zap.New(core),
+		Bus: r.bus, Store: r.store, Rules: rules, Clock: r.clock, Logger: zap.New(core),
 	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

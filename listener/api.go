@@ -108,14 +108,14 @@ func (l *Listener) joinSubject() string  { return l.opts.APIPrefix + ".join" }
 // waits for them. At most DefaultMaxInflightAPI requests run at once; more
 // get an error reply. Every service instance answers (no queue group), so
 // each replica tracks the run; the requester takes the first reply.
-func (l *Listener) ServeAPI(track func(context.Context, TrackRequest) TrackReply, join func(context.Context, JoinRequest) JoinReply) (*Subscription, error) {
+func (l *Listener) ServeAPI(track func(context.Context, TrackRequest) TrackReply, join func(context.Context, JoinRequest) JoinReply) (*APISubscription, error) {
 	if track == nil || join == nil {
 		return nil, errors.New("serve api: nil handler")
 	}
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
-	s := &Subscription{l: l}
+	s := &APISubscription{subscription{l: l}}
 	trackSub, err := l.subscribe(l.trackSubject(), func(m *nats.Msg) {
 		l.handle(m, func(ctx context.Context) any {
 			var req TrackRequest
@@ -145,7 +145,7 @@ func (l *Listener) ServeAPI(track func(context.Context, TrackRequest) TrackReply
 		return nil, err
 	}
 	s.subs = append(s.subs, joinSub)
-	if err := l.register(l.api, s); err != nil {
+	if err := register(l, l.api, s); err != nil {
 		_ = s.Unsubscribe()
 		return nil, err
 	}
@@ -270,16 +270,16 @@ type RetireReply struct {
 func RetireSubject(apiPrefix string) string { return apiPrefix + ".feeders.retire" }
 
 // ServeRetire answers RetireRequests on RetireSubject with retire, each in
-// a goroutine the Listener owns, until the returned Subscription is
+// a goroutine the Listener owns, until the returned APISubscription is
 // unsubscribed.
-func (l *Listener) ServeRetire(retire func(context.Context, RetireRequest) RetireReply) (*Subscription, error) {
+func (l *Listener) ServeRetire(retire func(context.Context, RetireRequest) RetireReply) (*APISubscription, error) {
 	if retire == nil {
 		return nil, errors.New("serve retire: nil handler")
 	}
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
-	s := &Subscription{l: l}
+	s := &APISubscription{subscription{l: l}}
 	sub, err := l.subscribe(RetireSubject(l.opts.APIPrefix), func(m *nats.Msg) {
 		l.handle(m, func(ctx context.Context) any {
 			var req RetireRequest
@@ -293,7 +293,7 @@ func (l *Listener) ServeRetire(retire func(context.Context, RetireRequest) Retir
 		return nil, err
 	}
 	s.subs = append(s.subs, sub)
-	if err := l.register(l.api, s); err != nil {
+	if err := register(l, l.api, s); err != nil {
 		_ = s.Unsubscribe()
 		return nil, err
 	}

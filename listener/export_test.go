@@ -17,10 +17,10 @@ func SetParse(l *Listener, f func([]byte, progress.Kind) (*progress.Event, error
 
 // Deliver runs a run subscription's message handling on one message, as
 // its callback does.
-func Deliver(s *Subscription, subject string, data []byte) { s.deliver(subject, data) }
+func Deliver(s *RunSubscription, subject string, data []byte) { s.deliver(subject, data) }
 
 // DiscoverMsg runs a discovery subscription's callback on one message.
-func DiscoverMsg(s *Subscription, subject string, data []byte) {
+func DiscoverMsg(s *DiscoverySubscription, subject string, data []byte) {
 	s.onDiscover(&nats.Msg{Subject: subject, Data: data})
 }
 

@@ -276,18 +276,18 @@ type Listener struct {
 	stream   jetstream.Stream // the event stream, once known
 	differs  string           // the differences EnsureStream last logged
 	pubJS    int              // publish through JetStream: 0 unknown, 1 yes, -1 no
-	runs     map[*Subscription]struct{}
-	discover map[*Subscription]struct{}
-	api      map[*Subscription]struct{}
-	retry    map[*Subscription]struct{} // run subscriptions whose catch-up failed
+	runs     map[*RunSubscription]struct{}
+	discover map[*DiscoverySubscription]struct{}
+	api      map[*APISubscription]struct{}
+	retry    map[*RunSubscription]struct{} // run subscriptions whose catch-up failed
 
 	// The event subscription and its routing table (ADR 0009).
 	routerMu      sync.Mutex
 	router        *nats.Subscription // <prefix>.*.*.*, made by the first Subscribe or Discover
 	routerFlushed bool
 	routeMu       sync.RWMutex
-	routes        map[string][]*Subscription // run id -> its run subscriptions
-	discs         []*Subscription            // discovery subscriptions
+	routes        map[string][]*RunSubscription // run id -> its run subscriptions
+	discs         []*DiscoverySubscription      // discovery subscriptions
 
 	afterFlush func() // test hook: between a run's subscription and its catch-up
 	closeOnce  sync.Once
@@ -325,12 +325,12 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		cancel:      cancel,
 		reconnected: make(chan struct{}, 1),
 		retryKick:   make(chan struct{}, 1),
-		retry:       make(map[*Subscription]struct{}),
+		retry:       make(map[*RunSubscription]struct{}),
 		connClosed:  make(chan struct{}),
-		runs:        make(map[*Subscription]struct{}),
-		discover:    make(map[*Subscription]struct{}),
-		api:         make(map[*Subscription]struct{}),
-		routes:      make(map[string][]*Subscription),
+		runs:        make(map[*RunSubscription]struct{}),
+		discover:    make(map[*DiscoverySubscription]struct{}),
+		api:         make(map[*APISubscription]struct{}),
+		routes:      make(map[string][]*RunSubscription),
 	}
 	var closedOnce sync.Once
 	opts := append([]nats.Option{
@@ -469,7 +469,7 @@ func (l *Listener) pendingCatchUps() int {
 }
 
 // catchUpLater queues s's catch-up for maintain to retry.
-func (l *Listener) catchUpLater(s *Subscription, err error) {
+func (l *Listener) catchUpLater(s *RunSubscription, err error) {
 	l.mu.Lock()
 	_, live := l.runs[s]
 	if live {
@@ -492,7 +492,7 @@ func (l *Listener) catchUpLater(s *Subscription, err error) {
 // retryCatchUps retries the queued catch-ups once each.
 func (l *Listener) retryCatchUps() {
 	l.mu.Lock()
-	subs := make([]*Subscription, 0, len(l.retry))
+	subs := make([]*RunSubscription, 0, len(l.retry))
 	for s := range l.retry {
 		subs = append(subs, s)
 	}
@@ -522,11 +522,11 @@ func (l *Listener) afterReconnect() {
 	l.mu.Lock()
 	ensured := l.ensured
 	l.stream, l.pubJS = nil, 0
-	runs := make([]*Subscription, 0, len(l.runs))
+	runs := make([]*RunSubscription, 0, len(l.runs))
 	for s := range l.runs {
 		runs = append(runs, s)
 	}
-	disc := make([]*Subscription, 0, len(l.discover))
+	disc := make([]*DiscoverySubscription, 0, len(l.discover))
 	for s := range l.discover {
 		disc = append(disc, s)
 	}
@@ -637,7 +637,7 @@ func (l *Listener) Close() {
 	l.closeOnce.Do(func() {
 		l.mu.Lock()
 		l.closed = true
-		api := make([]*Subscription, 0, len(l.api))
+		api := make([]*APISubscription, 0, len(l.api))
 		for s := range l.api {
 			api = append(api, s)
 		}

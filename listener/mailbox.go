@@ -29,7 +29,8 @@ type Mailbox struct {
 	fbRaws     []*rawProgress
 	taken      mark // the newest progress already taken
 	hasTaken   bool
-	idle       bool
+	idle       bool      // an idle event arrived since the last Take
+	notNewer   bool      // a progress not newer than the waiting or taken one arrived since the last Take
 	idleAt     time.Time // the newest idle event's timestamp since the last Take
 	started    *progress.Event
 	terminated *progress.Event
@@ -54,7 +55,7 @@ type mark struct {
 // rawProgress is a progress message of a tracked run, not parsed yet. Its
 // batch id was read from the payload by peekProgress, without parsing.
 type rawProgress struct {
-	sub     *Subscription
+	sub     *RunSubscription
 	subject string
 	es      eventSubject
 	data    []byte
@@ -81,10 +82,14 @@ func (r *rawProgress) superseded() { r.sub.l.event(progress.KindProgress, Outcom
 type Mail struct {
 	// Progress is the newest progress not yet taken, or nil.
 	Progress *progress.Event
-	// Idle is true when an idle event, or a progress that was put in no slot
-	// because it was not newer (than the waiting one, or than one already
-	// taken), arrived since the last Take: a chance to retry.
+	// Idle is true when an idle event (QueryIdleEvent) arrived since the
+	// last Take: a chance to retry.
 	Idle bool
+	// NotNewer is true when a progress arrived since the last Take that was
+	// put in no slot because it was not newer than the waiting one or the
+	// one already taken (a repeat, or a catch-up's older copy): also a
+	// chance to retry.
+	NotNewer bool
 	// IdleAt is the newest timestamp of an idle event (QueryIdleEvent)
 	// since the last Take; zero when none carried one.
 	IdleAt time.Time
@@ -109,8 +114,8 @@ func NewMailbox() *Mailbox {
 // Offer puts an event of the mailbox's run into the mailbox and wakes the
 // worker. A progress replaces the waiting one only when it is newer (see
 // progress.Event.Newer), and it is put in the slot only when it is strictly
-// newer than the last progress already taken; otherwise it counts as an idle
-// event. So a message recovered from JetStream, or delivered twice, never
+// newer than the last progress already taken; otherwise it is only noted
+// (Mail.NotNewer). So a message recovered from JetStream, or delivered twice, never
 // replaces or repeats a newer one. A started event is handed out once by
 // the next Take. nil is ignored.
 func (m *Mailbox) Offer(ev *progress.Event) {
@@ -136,7 +141,7 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 		if ev.Newer(m.progress) && m.admit(ev) != nil {
 			m.progress = ev
 		} else {
-			m.idle = true
+			m.notNewer = true
 		}
 	case progress.KindIdle:
 		m.idle = true
@@ -162,7 +167,7 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 // (a run's messages arrive in the order they were posted). A message that
 // would lose to one waiting unchecked makes Offer check that one first, so
 // that a bad message cannot hide a good one that arrived later; a message
-// older than the progress already taken only counts as an idle event.
+// older than the progress already taken is only noted (Mail.NotNewer).
 func (m *Mailbox) offerRaw(r *rawProgress) {
 	m.mu.Lock()
 	if r.batch == 0 && !m.hasTaken {
@@ -170,7 +175,7 @@ func (m *Mailbox) offerRaw(r *rawProgress) {
 	}
 	switch {
 	case m.hasTaken && r.batch < m.taken.batch:
-		m.idle = true
+		m.notNewer = true
 		r.superseded()
 	case m.progress != nil:
 		if r.batch >= m.progress.BatchID {
@@ -178,7 +183,7 @@ func (m *Mailbox) offerRaw(r *rawProgress) {
 			m.fbEvent = m.progress
 			m.progress, m.raw = nil, r
 		} else {
-			m.idle = true
+			m.notNewer = true
 			r.superseded()
 		}
 	case m.raw != nil:
@@ -188,7 +193,7 @@ func (m *Mailbox) offerRaw(r *rawProgress) {
 			break
 		}
 		if m.progress = m.admit(m.parseRaw()); m.progress != nil {
-			m.idle = true
+			m.notNewer = true
 			r.superseded()
 		} else {
 			m.raw = r
@@ -262,8 +267,8 @@ func (m *Mailbox) Wake() <-chan struct{} { return m.wake }
 
 // Take empties the slot and returns what was in it. A progress waiting
 // unparsed is parsed now (on the caller's goroutine): a bad one is counted
-// and dropped, one not strictly newer than the last taken counts as an idle
-// event. It never blocks on I/O; a Take after a wake that an earlier Take
+// and dropped, one not strictly newer than the last taken is only noted
+// (Mail.NotNewer). It never blocks on I/O; a Take after a wake that an earlier Take
 // already served returns empty Mail (apart from a sticky Terminated).
 func (m *Mailbox) Take() Mail {
 	m.mu.Lock()
@@ -271,17 +276,17 @@ func (m *Mailbox) Take() Mail {
 	if m.raw != nil {
 		if ev := m.parseRaw(); ev != nil {
 			if m.progress = m.admit(ev); m.progress == nil {
-				m.idle = true
+				m.notNewer = true
 			}
 		}
 	}
-	mail := Mail{Progress: m.progress, Idle: m.idle, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started, BatchZero: m.zero}
+	mail := Mail{Progress: m.progress, Idle: m.idle, NotNewer: m.notNewer, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started, BatchZero: m.zero}
 	m.idleAt, m.started, m.zero = time.Time{}, nil, false
 	if m.progress != nil {
 		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: m.progress.Timestamp}, true
 	}
 	m.progress = nil
-	m.idle = false
+	m.idle, m.notNewer = false, false
 	return mail
 }
 

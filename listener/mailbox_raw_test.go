@@ -21,7 +21,7 @@ const (
 // rawRig is a run subscription without a connection: what the router
 // hands to it, and the outcomes it counts.
 type rawRig struct {
-	sub    *Subscription
+	sub    *RunSubscription
 	box    *Mailbox
 	mu     sync.Mutex
 	counts map[string]int
@@ -44,7 +44,7 @@ func newRawRig(t *testing.T) *rawRig {
 		r.mu.Unlock()
 		return progress.Parse(d, k)
 	}
-	r.sub = &Subscription{l: l, queryID: rawQuery, runID: rawRun, box: r.box}
+	r.sub = &RunSubscription{subscription: subscription{l: l}, queryID: rawQuery, runID: rawRun, box: r.box}
 	return r
 }
 
@@ -108,7 +108,7 @@ func TestMailboxRawSlot(t *testing.T) {
 		name       string
 		steps      []step
 		wantBatch  int64 // -100: no progress
-		wantIdle   bool
+		wantNewer  bool  // Mail.NotNewer
 		wantParsed int
 		wantCounts map[string]int
 	}{
@@ -117,7 +117,7 @@ func TestMailboxRawSlot(t *testing.T) {
 		{"older than waiting checks the waiting one", []step{{live: doc(5, "")}, {live: doc(3, "")}}, 5, true, 1,
 			map[string]int{"progress/accepted": 1, "progress/superseded": 1}},
 		// The bad one replaced 5, which was kept as its fallback: 5 is used,
-		// and 3, older, is an idle event.
+		// and 3, older, is only noted (NotNewer).
 		{"a bad waiting one does not hide a later good one", []step{{live: doc(5, "")}, {live: []byte(`{"batchId":9,"runId":"` + rawRun + `","id":"nope"`)}, {live: doc(3, "")}}, 5, true, 2,
 			map[string]int{"progress/accepted": 1, "progress/superseded": 1, "progress/malformed": 1}},
 		{"a bad newest falls back to the good one it replaced", []step{{live: doc(5, "")}, {live: []byte(`{"batchId":9,"runId":"` + rawRun + `","id":"nope"`)}}, 5, false, 2,
@@ -175,8 +175,8 @@ func TestMailboxRawSlot(t *testing.T) {
 			if m.Progress != nil {
 				got = m.Progress.BatchID
 			}
-			if got != tt.wantBatch || m.Idle != tt.wantIdle {
-				t.Errorf("took batch %d idle %v, want %d idle %v", got, m.Idle, tt.wantBatch, tt.wantIdle)
+			if got != tt.wantBatch || m.NotNewer != tt.wantNewer || m.Idle {
+				t.Errorf("took batch %d not-newer %v idle %v, want %d not-newer %v idle false", got, m.NotNewer, m.Idle, tt.wantBatch, tt.wantNewer)
 			}
 			parsed, counts := r.stats()
 			if parsed != tt.wantParsed || fmt.Sprint(counts) != fmt.Sprint(tt.wantCounts) {

@@ -32,18 +32,19 @@ func TestMailboxSlot(t *testing.T) {
 		name      string
 		steps     []*progress.Event // nil = Take in between
 		wantBatch int64             // -100 = no progress
-		wantIdle  bool
+		wantIdle  bool              // an idle event arrived
+		wantOlder bool              // Mail.NotNewer: a progress not newer arrived
 	}{
-		{"newer replaces waiting", []*progress.Event{prog(1, t0), prog(2, t0.Add(time.Minute)), prog(3, t0.Add(2*time.Minute))}, 3, false},
-		{"older does not replace newer", []*progress.Event{prog(5, t0), prog(3, t0.Add(time.Hour))}, 5, true},
-		{"same batch later timestamp replaces", []*progress.Event{prog(5, t0), prog(5, t0.Add(time.Second))}, 5, false},
-		{"older than taken is not delivered", []*progress.Event{prog(5, t0), nil, prog(3, t0)}, -100, true},
-		{"duplicate of taken is not delivered", []*progress.Event{prog(5, t0), nil, prog(5, t0)}, -100, true},
-		{"newer than taken is delivered", []*progress.Event{prog(5, t0), nil, prog(6, t0)}, 6, false},
-		{"idle only", []*progress.Event{ofKind(progress.KindIdle)}, -100, true},
-		{"idle and progress", []*progress.Event{prog(1, t0), ofKind(progress.KindIdle)}, 1, true},
-		{"idle taken is cleared", []*progress.Event{ofKind(progress.KindIdle), nil}, -100, false},
-		{"started is ignored", []*progress.Event{ofKind(progress.KindStarted), ofKind(progress.KindUnknown)}, -100, false},
+		{"newer replaces waiting", []*progress.Event{prog(1, t0), prog(2, t0.Add(time.Minute)), prog(3, t0.Add(2*time.Minute))}, 3, false, false},
+		{"older does not replace newer", []*progress.Event{prog(5, t0), prog(3, t0.Add(time.Hour))}, 5, false, true},
+		{"same batch later timestamp replaces", []*progress.Event{prog(5, t0), prog(5, t0.Add(time.Second))}, 5, false, false},
+		{"older than taken is not delivered", []*progress.Event{prog(5, t0), nil, prog(3, t0)}, -100, false, true},
+		{"duplicate of taken is not delivered", []*progress.Event{prog(5, t0), nil, prog(5, t0)}, -100, false, true},
+		{"newer than taken is delivered", []*progress.Event{prog(5, t0), nil, prog(6, t0)}, 6, false, false},
+		{"idle only", []*progress.Event{ofKind(progress.KindIdle)}, -100, true, false},
+		{"idle and progress", []*progress.Event{prog(1, t0), ofKind(progress.KindIdle)}, 1, true, false},
+		{"idle taken is cleared", []*progress.Event{ofKind(progress.KindIdle), nil}, -100, false, false},
+		{"started is ignored", []*progress.Event{ofKind(progress.KindStarted), ofKind(progress.KindUnknown)}, -100, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,10 +60,10 @@ func TestMailboxSlot(t *testing.T) {
 			if got := batchOf(mail); got != tt.wantBatch {
 				t.Errorf("progress batch = %d, want %d", got, tt.wantBatch)
 			}
-			if mail.Idle != tt.wantIdle {
-				t.Errorf("Idle = %v, want %v", mail.Idle, tt.wantIdle)
+			if mail.Idle != tt.wantIdle || mail.NotNewer != tt.wantOlder {
+				t.Errorf("Idle, NotNewer = %v, %v, want %v, %v", mail.Idle, mail.NotNewer, tt.wantIdle, tt.wantOlder)
 			}
-			if again := m.Take(); again.Progress != nil || again.Idle {
+			if again := m.Take(); again.Progress != nil || again.Idle || again.NotNewer {
 				t.Errorf("second Take = %+v, want empty", again)
 			}
 		})

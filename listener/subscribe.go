@@ -15,36 +15,81 @@ import (
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
-// Subscription is one subscription of a Listener: a run's (Subscribe),
-// discovery's (Discover) or the API's (ServeAPI). Close also ends it.
-type Subscription struct {
+// subscription is what every kind of subscription of a Listener holds:
+// the Listener, the NATS subscriptions it made (none for a run or discovery,
+// which the event subscription serves, ADR 0009), and a once-only
+// unsubscribe.
+type subscription struct {
 	l    *Listener
 	subs []*nats.Subscription
-
-	// run subscriptions
-	queryID, runID string
-	box            *Mailbox
-
-	// discovery
-	known func(runID string) bool
-	found func(Run)
-
 	once sync.Once
 	err  error
 }
 
-// Unsubscribe ends the subscription: no message is delivered after it
-// returns, apart from one whose callback is already running. It is safe to
-// call more than once and after Close (then it returns nil).
-func (s *Subscription) Unsubscribe() error {
-	s.once.Do(func() {
+// RunSubscription delivers one run's events into its Mailbox (Subscribe).
+type RunSubscription struct {
+	subscription
+	queryID, runID string
+	box            *Mailbox
+}
+
+// DiscoverySubscription hands the runs that nobody tracks to a callback
+// (Discover).
+type DiscoverySubscription struct {
+	subscription
+	known func(runID string) bool
+	found func(Run)
+}
+
+// APISubscription answers requests to the service (ServeAPI,
+// ServeRetire).
+type APISubscription struct {
+	subscription
+}
+
+// Unsubscribe ends the run's subscription: no message is delivered to its
+// mailbox after it returns, apart from one whose delivery is already
+// running. It is safe to call more than once and after Close (then it
+// returns nil).
+func (s *RunSubscription) Unsubscribe() error {
+	return s.unsubscribe(func() {
 		s.l.mu.Lock()
 		delete(s.l.runs, s)
-		delete(s.l.discover, s)
-		delete(s.l.api, s)
 		delete(s.l.retry, s)
 		s.l.mu.Unlock()
-		s.l.unroute(s)
+		s.l.unrouteRun(s)
+	})
+}
+
+// Unsubscribe ends discovery: no run is found after it returns, apart from
+// one whose callback is already running. It is safe to call more than once
+// and after Close (then it returns nil).
+func (s *DiscoverySubscription) Unsubscribe() error {
+	return s.unsubscribe(func() {
+		s.l.mu.Lock()
+		delete(s.l.discover, s)
+		s.l.mu.Unlock()
+		s.l.unrouteDiscovery(s)
+	})
+}
+
+// Unsubscribe stops answering requests: no handler starts after it
+// returns (Close waits for those running). It is safe to call more than
+// once and after Close (then it returns nil).
+func (s *APISubscription) Unsubscribe() error {
+	return s.unsubscribe(func() {
+		s.l.mu.Lock()
+		delete(s.l.api, s)
+		s.l.mu.Unlock()
+	})
+}
+
+// unsubscribe runs forget, which takes the subscription out of the
+// Listener's sets and routes, then unsubscribes its NATS subscriptions,
+// once; later calls return the first call's error.
+func (s *subscription) unsubscribe(forget func()) error {
+	s.once.Do(func() {
+		forget()
 		for _, sub := range s.subs {
 			err := sub.Unsubscribe()
 			switch {
@@ -73,8 +118,9 @@ func (l *Listener) subscribe(subject string, cb nats.MsgHandler) (*nats.Subscrip
 	return sub, nil
 }
 
-// register adds s to set unless the listener is closed.
-func (l *Listener) register(set map[*Subscription]struct{}, s *Subscription) error {
+// register adds s to set, one of l's sets of subscriptions, unless l is
+// closed.
+func register[S comparable](l *Listener, set map[S]struct{}, s S) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -147,30 +193,36 @@ func (l *Listener) route(m *nats.Msg) {
 	}
 }
 
-// addRoute makes the router deliver s's run to s. The slices in routes
+// routeRun makes the router deliver s's run to s. The slices in routes
 // and discs are replaced, never changed, so route reads them unlocked.
-func (l *Listener) addRoute(s *Subscription) {
+func (l *Listener) routeRun(s *RunSubscription) {
 	l.routeMu.Lock()
 	defer l.routeMu.Unlock()
-	if s.found != nil {
-		l.discs = append(slices.Clip(l.discs), s)
-		return
-	}
 	l.routes[s.runID] = append(slices.Clip(l.routes[s.runID]), s)
 }
 
-// unroute undoes addRoute; a subscription never routed is ignored.
-func (l *Listener) unroute(s *Subscription) {
+// routeDiscovery makes the router offer the runs nobody tracks to s.
+func (l *Listener) routeDiscovery(s *DiscoverySubscription) {
 	l.routeMu.Lock()
 	defer l.routeMu.Unlock()
-	if s.found != nil {
-		l.discs = slices.DeleteFunc(slices.Clone(l.discs), func(o *Subscription) bool { return o == s })
-		return
-	}
+	l.discs = append(slices.Clip(l.discs), s)
+}
+
+// unrouteDiscovery undoes routeDiscovery.
+func (l *Listener) unrouteDiscovery(s *DiscoverySubscription) {
+	l.routeMu.Lock()
+	defer l.routeMu.Unlock()
+	l.discs = slices.DeleteFunc(slices.Clone(l.discs), func(o *DiscoverySubscription) bool { return o == s })
+}
+
+// unrouteRun undoes routeRun; a subscription never routed is ignored.
+func (l *Listener) unrouteRun(s *RunSubscription) {
+	l.routeMu.Lock()
+	defer l.routeMu.Unlock()
 	if s.runID == "" {
 		return
 	}
-	left := slices.DeleteFunc(slices.Clone(l.routes[s.runID]), func(o *Subscription) bool { return o == s })
+	left := slices.DeleteFunc(slices.Clone(l.routes[s.runID]), func(o *RunSubscription) bool { return o == s })
 	if len(left) == 0 {
 		delete(l.routes, s.runID)
 	} else {
@@ -196,7 +248,7 @@ func (l *Listener) unroute(s *Subscription) {
 // fails (JetStream does not answer), it is retried in the background until
 // it succeeds or the subscription ends. Subscribe returns an error, and no
 // subscription, when the ids are not valid subject tokens.
-func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*Subscription, error) {
+func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*RunSubscription, error) {
 	if err := checkToken("query id", queryID); err != nil {
 		return nil, err
 	}
@@ -214,13 +266,13 @@ func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*Subscription
 	if err := l.ensureRouter(ctx); err != nil {
 		return nil, fmt.Errorf("subscribe run %s: %w", runID, err)
 	}
-	s := &Subscription{l: l, queryID: queryID, runID: runID, box: box}
-	if err := l.register(l.runs, s); err != nil {
+	s := &RunSubscription{subscription: subscription{l: l}, queryID: queryID, runID: runID, box: box}
+	if err := register(l, l.runs, s); err != nil {
 		return nil, err
 	}
 	// From here on the router delivers the run's live messages to s; the
 	// catch-up below reads what the stream holds from before.
-	l.addRoute(s)
+	l.routeRun(s)
 	if l.nc.IsReconnecting() {
 		// The reconnect handling catches this run up.
 		return s, nil
@@ -237,7 +289,7 @@ func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*Subscription
 }
 
 // catchUp offers the run's last retained progress and termination.
-func (l *Listener) catchUp(ctx context.Context, s *Subscription) error {
+func (l *Listener) catchUp(ctx context.Context, s *RunSubscription) error {
 	st, err := l.eventStream(ctx)
 	if errors.Is(err, ErrNoJetStream) || errors.Is(err, ErrNoStream) {
 		return nil // nothing retained: live events only
@@ -271,11 +323,8 @@ const DefaultTerminationWait = 2 * time.Second
 // progress that reached the stream but not this subscription (around a
 // reconnect, or before the subscription was made) is so not lost. Without
 // JetStream it returns nil at once.
-func (s *Subscription) CatchUp(ctx context.Context) error {
+func (s *RunSubscription) CatchUp(ctx context.Context) error {
 	l := s.l
-	if s.box == nil {
-		return errors.New("catch up: not a run subscription")
-	}
 	wait, cancel := context.WithTimeout(ctx, DefaultTerminationWait)
 	defer cancel()
 	subj := l.subject(progress.KindTerminated.String(), s.queryID, s.runID)
@@ -304,7 +353,7 @@ func (s *Subscription) CatchUp(ctx context.Context) error {
 // parsing goes into the slot unparsed (ADR 0011): the worker's Take parses
 // it, unless a newer one replaces it first. Anything else is parsed and
 // checked now, as deliverNow does. It never blocks on I/O.
-func (s *Subscription) deliver(subject string, data []byte) {
+func (s *RunSubscription) deliver(subject string, data []byte) {
 	es, ok := s.checkSubject(subject)
 	if !ok {
 		return
@@ -322,7 +371,7 @@ func (s *Subscription) deliver(subject string, data []byte) {
 // checkSubject splits a message's subject and checks that it names s's
 // query and run; otherwise it counts and drops the message and reports
 // false.
-func (s *Subscription) checkSubject(subject string) (eventSubject, bool) {
+func (s *RunSubscription) checkSubject(subject string) (eventSubject, bool) {
 	l := s.l
 	es, ok := l.splitSubject(subject)
 	if !ok {
@@ -339,7 +388,7 @@ func (s *Subscription) checkSubject(subject string) (eventSubject, bool) {
 // deliverNow is deliver without the unparsed slot: the catch-up's messages
 // from the stream, which may be older than what waits, are parsed and
 // ordered at once.
-func (s *Subscription) deliverNow(subject string, data []byte) {
+func (s *RunSubscription) deliverNow(subject string, data []byte) {
 	es, ok := s.checkSubject(subject)
 	if !ok {
 		return
@@ -349,7 +398,7 @@ func (s *Subscription) deliverNow(subject string, data []byte) {
 
 // offerParsed parses and checks a message whose subject is s's run's, and
 // offers it.
-func (s *Subscription) offerParsed(es eventSubject, subject string, data []byte) {
+func (s *RunSubscription) offerParsed(es eventSubject, subject string, data []byte) {
 	l := s.l
 	ev, outcome, err := l.check(es, data)
 	if err != nil {
@@ -444,7 +493,7 @@ type Run struct {
 // subscription's goroutine, one message at a time, and also on the
 // listener's reconnect goroutine: they must be safe for concurrent use, and
 // found must not block long (queue the run).
-func (l *Listener) Discover(known func(runID string) bool, found func(Run)) (*Subscription, error) {
+func (l *Listener) Discover(known func(runID string) bool, found func(Run)) (*DiscoverySubscription, error) {
 	if known == nil || found == nil {
 		return nil, errors.New("discover: nil callback")
 	}
@@ -456,16 +505,16 @@ func (l *Listener) Discover(known func(runID string) bool, found func(Run)) (*Su
 	if err := l.ensureRouter(ctx); err != nil {
 		return nil, fmt.Errorf("discover: %w", err)
 	}
-	s := &Subscription{l: l, known: known, found: found}
-	if err := l.register(l.discover, s); err != nil {
+	s := &DiscoverySubscription{subscription: subscription{l: l}, known: known, found: found}
+	if err := register(l, l.discover, s); err != nil {
 		return nil, err
 	}
-	l.addRoute(s)
+	l.routeDiscovery(s)
 	return s, nil
 }
 
 // onDiscover is Discover's callback.
-func (s *Subscription) onDiscover(m *nats.Msg) {
+func (s *DiscoverySubscription) onDiscover(m *nats.Msg) {
 	if s.known(lastToken(m.Subject)) {
 		return
 	}
@@ -485,7 +534,7 @@ func (s *Subscription) onDiscover(m *nats.Msg) {
 }
 
 // rescan offers the retained runs that s.known does not know to s.found.
-func (l *Listener) rescan(ctx context.Context, s *Subscription) {
+func (l *Listener) rescan(ctx context.Context, s *DiscoverySubscription) {
 	runs, err := l.Retained(ctx)
 	if err != nil {
 		if !errors.Is(err, ErrNoJetStream) && !errors.Is(err, ErrNoStream) {

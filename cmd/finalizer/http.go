@@ -27,7 +27,7 @@ const maxLongPoll = 5 * time.Minute
 
 // newHTTPHandler serves the HTTP API (docs/contract.md §6).
 func newHTTPHandler(svc *service.Service) http.Handler {
-	store, reg, log := svc.Store(), svc.Registry(), svc.Logger()
+	store, registry, log := svc.Store(), svc.Registry(), svc.Logger()
 	edgeLog := lograte.New(time.Now, edgeLogEvery)
 	httpError := func(w http.ResponseWriter, err error) { writeHTTPError(w, err, log, edgeLog) }
 	// table reads a table name from the path and answers 400 with a plain
@@ -78,7 +78,7 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		if !ok {
 			return
 		}
-		all := reg.Status() // sorted by table, then run
+		all := registry.Status() // sorted by table, then run
 		after := r.URL.Query().Get("after")
 		start := sort.Search(len(all), func(i int) bool { return runCursor(all[i]) > after })
 		page, next := all[start:], ""
@@ -102,7 +102,7 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			httpError(w, err)
 			return
 		}
-		all := tableStatuses(vs, fs, reg.Status(), time.Now().UTC(), "") // sorted by table
+		all := tableStatuses(vs, fs, registry.Status(), time.Now().UTC(), "") // sorted by table
 		after := r.URL.Query().Get("after")
 		start := sort.Search(len(all), func(i int) bool { return all[i].Table > after })
 		page, next := all[start:], ""
@@ -133,7 +133,7 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		if err != nil {
 			v = control.Verdict{Table: table} // held before its first verdict
 		}
-		writeJSON(w, http.StatusOK, toTableStatus(v, time.Now().UTC(), reg.Status(), fs))
+		writeJSON(w, http.StatusOK, toTableStatus(v, time.Now().UTC(), registry.Status(), fs))
 	})
 	mux.HandleFunc("POST /v1/tables/{table}/feeders/{query}/retire", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {

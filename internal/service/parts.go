@@ -220,12 +220,12 @@ func (s *Service) dialBus(ctx context.Context) error {
 // tracker apply what is pending until the stop's deadline.
 func (s *Service) startRegistry(context.Context) error {
 	rc := s.opts.Registry
-	rc.Events, rc.Store, rc.Tracks = finalizer.ListenerEvents{L: s.bus}, s.store, s.store
+	rc.Bus, rc.Store, rc.Tracks = finalizer.ListenerBus{L: s.bus}, s.store, s.store
 	rc.Logger, rc.Metrics = s.log.Named("tracker"), s.metrics
-	reg := finalizer.NewRegistry(rc)
-	s.registry = reg
+	registry := finalizer.NewRegistry(rc)
+	s.registry = registry
 	s.started("registry", func(ctx context.Context) {
-		if err := reg.Close(ctx); err != nil {
+		if err := registry.Close(ctx); err != nil {
 			s.log.Warn("shutdown deadline passed with advances pending; their runs' retained progress re-applies them on the next start", zap.Error(err))
 		}
 	})
@@ -242,12 +242,12 @@ func (s *Service) startRegistry(context.Context) error {
 // hands operators' rewinds to the registry (ADR 0019).
 func (s *Service) watchReconnects() error {
 	var connects atomic.Int64
-	reg := s.registry
+	registry := s.registry
 	stop, err := s.store.Watch(func(n control.Notification) {
 		if n.Rewound {
 			// An operator's rewind (finalizer rewind): the table's trackers
 			// start again from it.
-			reg.Rewound(n.Table, n.FinalizedUntil)
+			registry.Rewound(n.Table, n.FinalizedUntil)
 			return
 		}
 		if !n.Reconnected || connects.Add(1) == 1 {
@@ -256,7 +256,7 @@ func (s *Service) watchReconnects() error {
 			return
 		}
 		s.log.Info("control database connection re-established; every tracker re-asserts its last verdict",
-			zap.Int("trackers", reg.Reassert()))
+			zap.Int("trackers", registry.Reassert()))
 	})
 	if err != nil {
 		return fmt.Errorf("watch the control database: %w", err)

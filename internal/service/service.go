@@ -96,7 +96,7 @@ type Options struct {
 	NoMigrate bool
 
 	// Registry configures the registry of trackers: rules, stale and
-	// expiry thresholds, tracker tunables, group commit. Events, Store,
+	// expiry thresholds, tracker tunables, group commit. Bus, Store,
 	// Tracks, Logger and Metrics are set by Start.
 	Registry finalizer.RegistryConfig
 

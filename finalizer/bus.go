@@ -1,0 +1,48 @@
+package finalizer
+
+import (
+	"context"
+
+	"github.com/finalizer-dev/finalizer/listener"
+)
+
+// Bus is what the registry needs of the event bus (package listener, one
+// NATS connection): a subscription to one run's events that fills a
+// Mailbox. *listener.Listener implements it through ListenerBus, below.
+type Bus interface {
+	Subscribe(queryID, runID string, box *listener.Mailbox) (RunSubscription, error)
+}
+
+// RunSubscription is one run's live subscription.
+type RunSubscription interface {
+	Unsubscribe() error
+}
+
+// Namer looks up a run's query name when its first event carried none (an
+// idle or terminated event). Optional: a Bus may implement it.
+type Namer interface {
+	RunName(ctx context.Context, queryID, runID string) (string, error)
+}
+
+// ListenerBus adapts a *listener.Listener to Bus and Namer: its
+// Subscribe returns the concrete *listener.RunSubscription.
+type ListenerBus struct{ L *listener.Listener }
+
+var (
+	_ Bus   = ListenerBus{}
+	_ Namer = ListenerBus{}
+)
+
+// Subscribe subscribes box to the run's events (see listener.Subscribe).
+func (b ListenerBus) Subscribe(queryID, runID string, box *listener.Mailbox) (RunSubscription, error) {
+	s, err := b.L.Subscribe(queryID, runID, box)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return s, nil
+}
+
+// RunName looks the run's query name up in what JetStream retained.
+func (b ListenerBus) RunName(ctx context.Context, queryID, runID string) (string, error) {
+	return b.L.RunName(ctx, queryID, runID)
+}
