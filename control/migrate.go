@@ -112,11 +112,76 @@ SELECT table_name, coalesce(query_id, ''), finalized_until, end_time, end_offset
 FROM ` + n.table + ` WHERE finalized_until IS NOT NULL;
 `
 	}},
+	{4, "actions: an outbox of the moves of tables with actions, filled by a trigger (issue 19)", func(n names) string {
+		return `
+ALTER TABLE ` + n.table + ` ADD COLUMN actions boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN ` + n.table + `.actions IS 'the table has actions (finalizer announces each period that becomes final): its moves are written to the outbox by a trigger';
+CREATE TABLE ` + n.acts + ` (pattern text PRIMARY KEY);
+COMMENT ON TABLE ` + n.acts + ` IS 'finalizer: LIKE patterns of the tables whose rules have actions, written by the service at start from its config';
+CREATE TABLE ` + n.outbox + ` (
+	id         bigserial PRIMARY KEY,
+	table_name text NOT NULL,
+	from_until timestamptz,
+	to_until   timestamptz NOT NULL,
+	query_id   text,
+	run_id     text,
+	batch_id   bigint,
+	moved_at   timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE ` + n.outbox + ` IS 'finalizer: each move of a table with actions, written in the transaction of the move; the service expands it into one event per period and action (the _sends table) and deletes it';
+CREATE TABLE ` + n.anno + ` (
+	table_name text PRIMARY KEY,
+	generation bigint NOT NULL DEFAULT 0,
+	high_water timestamptz
+);
+COMMENT ON TABLE ` + n.anno + ` IS 'finalizer: per table with actions, the announcement generation (one more at each rewind) and the highest verdict ever announced';
+CREATE TABLE ` + n.sends + ` (
+	seq          bigserial PRIMARY KEY,
+	action       text NOT NULL,
+	event_id     text NOT NULL,
+	table_name   text NOT NULL,
+	period_start timestamptz NOT NULL,
+	period_end   timestamptz NOT NULL,
+	payload      text NOT NULL,
+	moved_at     timestamptz NOT NULL,
+	created_at   timestamptz NOT NULL DEFAULT now(),
+	state        text NOT NULL DEFAULT 'pending',
+	attempts     integer NOT NULL DEFAULT 0,
+	next_at      timestamptz NOT NULL DEFAULT now(),
+	last_error   text,
+	done_at      timestamptz,
+	UNIQUE (action, event_id)
+);
+CREATE INDEX ON ` + n.sends + ` (action, table_name, seq) WHERE state = 'pending';
+CREATE INDEX ON ` + n.sends + ` (done_at) WHERE state <> 'pending';
+COMMENT ON TABLE ` + n.sends + ` IS 'finalizer: one row per event and action: pending (in order per table), delivered, dead (dead-lettered) or superseded (a rewind came first)';
+CREATE FUNCTION ` + n.moved + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+	IF TG_OP = 'INSERT' THEN
+		IF NOT EXISTS (SELECT FROM ` + n.acts + ` WHERE NEW.table_name LIKE pattern) THEN
+			RETURN NULL;
+		END IF;
+		UPDATE ` + n.table + ` SET actions = true WHERE table_name = NEW.table_name;
+		INSERT INTO ` + n.outbox + ` (table_name, from_until, to_until, query_id, run_id, batch_id)
+		VALUES (NEW.table_name, NULL, NEW.finalized_until, NEW.query_id, NEW.run_id, NEW.batch_id);
+	ELSE
+		INSERT INTO ` + n.outbox + ` (table_name, from_until, to_until, query_id, run_id, batch_id)
+		VALUES (NEW.table_name, OLD.finalized_until, NEW.finalized_until, NEW.query_id, NEW.run_id, NEW.batch_id);
+	END IF;
+	RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER finalizer_outbox_first AFTER INSERT ON ` + n.table + ` FOR EACH ROW
+	WHEN (NEW.finalized_until IS NOT NULL) EXECUTE FUNCTION ` + n.moved + `();
+CREATE TRIGGER finalizer_outbox_move AFTER UPDATE OF finalized_until ON ` + n.table + ` FOR EACH ROW
+	WHEN (NEW.actions AND NEW.finalized_until IS DISTINCT FROM OLD.finalized_until) EXECUTE FUNCTION ` + n.moved + `();
+`
+	}},
 }
 
 // SchemaVersion is the control-table schema version this binary migrates
 // to and works with: the version of the last of its migrations.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // Migrate creates the control table and the tables beside it, or brings
 // them up to SchemaVersion. It creates the schema if it is missing. It

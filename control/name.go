@@ -21,6 +21,11 @@ const (
 	tracksSuffix = "_tracks" // persisted explicit tracks
 	auditSuffix  = "_audit"  // operator actions: rewinds, acknowledgements
 	feedsSuffix  = "_feeds"  // each table's feeders and their watermarks
+	outboxSuffix = "_outbox" // moves of tables with actions, not yet expanded (issue 19)
+	sendsSuffix  = "_sends"  // each action's events: pending, delivered, dead
+	actsSuffix   = "_acts"   // the patterns of the tables that have actions
+	annoSuffix   = "_anno"   // per table: the announcement generation and high water
+	moveSuffix   = "_moved"  // the trigger function that fills the outbox
 )
 
 var identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*$`)
@@ -66,6 +71,11 @@ type names struct {
 	tracks  string // "schema"."name_tracks"
 	audit   string // "schema"."name_audit"
 	feeds   string // "schema"."name_feeds"
+	outbox  string // "schema"."name_outbox"
+	sends   string // "schema"."name_sends"
+	acts    string // "schema"."name_acts"
+	anno    string // "schema"."name_anno"
+	moved   string // "schema"."name_moved": a function
 	nspName string // schema, unquoted, for catalog lookups
 	nsp     string // "schema"
 }
@@ -78,6 +88,11 @@ func newNames(schema, name string) names {
 		tracks:  pgx.Identifier{schema, name + tracksSuffix}.Sanitize(),
 		audit:   pgx.Identifier{schema, name + auditSuffix}.Sanitize(),
 		feeds:   pgx.Identifier{schema, name + feedsSuffix}.Sanitize(),
+		outbox:  pgx.Identifier{schema, name + outboxSuffix}.Sanitize(),
+		sends:   pgx.Identifier{schema, name + sendsSuffix}.Sanitize(),
+		acts:    pgx.Identifier{schema, name + actsSuffix}.Sanitize(),
+		anno:    pgx.Identifier{schema, name + annoSuffix}.Sanitize(),
+		moved:   pgx.Identifier{schema, name + moveSuffix}.Sanitize(),
 		nspName: schema,
 		nsp:     pgx.Identifier{schema}.Sanitize(),
 	}

@@ -99,3 +99,29 @@ func onOrAfter(t time.Time, y int, m time.Month, d int) bool {
 	}
 	return td >= d
 }
+
+// Next returns the start of the period of granularity g that follows the
+// period starting at start (a value Floor returned), as a UTC instant:
+// the first instant after start whose Floor is not start. It probes every
+// quarter of an hour (minute: every minute, day: every hour), so no
+// period is skipped, however long DST makes it. An invalid g gives the
+// zero Time.
+func Next(start time.Time, g Granularity, loc *time.Location) time.Time {
+	var step time.Duration
+	switch g {
+	case Minute:
+		step = time.Minute
+	case Hour:
+		step = 15 * time.Minute
+	case Day:
+		step = time.Hour
+	default:
+		return time.Time{}
+	}
+	base := Floor(start, g, loc)
+	for t := start.Add(step); ; t = t.Add(step) {
+		if f := Floor(t, g, loc); f.After(base) {
+			return f
+		}
+	}
+}

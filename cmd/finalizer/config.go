@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/finalizer-dev/finalizer/actions"
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
@@ -160,6 +161,9 @@ type TableConfig struct {
 	// (ADR 0015); Retire is never (default) or on_clean_termination.
 	Feeders []string `yaml:"feeders"`
 	Retire  string   `yaml:"retire"`
+	// Actions announce each period of the table that becomes final
+	// (issue 19): nats, webhook, marker.
+	Actions []actions.Config `yaml:"actions"`
 }
 
 // Duration is a time.Duration written as "10m" in YAML.
@@ -245,6 +249,33 @@ func (c Config) rules() ([]finalizer.Rule, error) {
 			return nil, fmt.Errorf("config tables[%d]: %w", i, err)
 		}
 		out = append(out, r)
+	}
+	return out, nil
+}
+
+// actionRules validates the actions of every rule and returns the rules
+// that have some, in config order: an unknown kind, a secret's variable
+// that is not set, a marker directory that cannot be written are errors
+// naming the field (tables[i].actions[j]...). It creates a marker's
+// directory when missing, so it runs at serve only.
+func (c Config) actionRules(getenv func(string) string) ([]actions.Rule, error) {
+	var out []actions.Rule
+	for i, t := range c.Tables {
+		if len(t.Actions) == 0 {
+			continue
+		}
+		spec, err := progress.ParseSpec(t.SpecOptions)
+		if err != nil {
+			return nil, fmt.Errorf("config tables[%d] (%s): %w", i, t.Table, err)
+		}
+		as, err := actions.Build(fmt.Sprintf("config tables[%d].actions", i), t.Actions, getenv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, actions.Rule{Table: t.Table, Granularity: spec.Granularity, Location: spec.Location, Actions: as})
+	}
+	if err := actions.Name(out); err != nil {
+		return nil, fmt.Errorf("config tables: %w", err)
 	}
 	return out, nil
 }

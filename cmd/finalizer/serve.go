@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -146,6 +147,10 @@ func serviceOptions(cfg Config, log *zap.Logger, stdout io.Writer) (service.Opti
 	if err != nil {
 		return service.Options{}, err
 	}
+	actionRules, err := cfg.actionRules(os.Getenv)
+	if err != nil {
+		return service.Options{}, err
+	}
 	o := service.Options{
 		Logger: log, Stdout: stdout, DataDir: cfg.DataDir,
 		NATS: listener.Options{
@@ -162,6 +167,7 @@ func serviceOptions(cfg Config, log *zap.Logger, stdout io.Writer) (service.Opti
 			ExpireAfter: time.Duration(cfg.Tracking.ExpireAfter),
 			MaxTrackers: cfg.Tracking.MaxTrackers,
 		},
+		Actions:    actionRules,
 		HTTPListen: cfg.HTTP.Listen,
 		HTTPHandler: func(svc *service.Service) http.Handler {
 			return requireToken(cfg.HTTP.Token, newHTTPHandler(svc))

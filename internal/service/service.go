@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
+	"github.com/finalizer-dev/finalizer/actions"
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
@@ -115,6 +116,13 @@ type Options struct {
 	// run; required with HTTPListen.
 	HTTPHandler func(*Service) http.Handler
 
+	// Actions are the rules with actions (issue 19), in config order;
+	// none: the dispatcher does not run.
+	Actions []actions.Rule
+	// ActionsPollInterval is how often the dispatcher looks at the outbox
+	// and due retries unwoken; 0 = actions.DefaultPollInterval.
+	ActionsPollInterval time.Duration
+
 	// OnEvent, when set, is called for every event the bus takes in or
 	// drops, besides counting it in the metrics. It must not block.
 	OnEvent func(kind progress.Kind, outcome string)
@@ -138,17 +146,19 @@ type Service struct {
 	prom    *prometheus.Registry
 
 	// Set by the start functions, in start order.
-	natsURL   string
-	pgURL     string
-	embedded  *embeddednats.Server
-	cluster   *pgcluster.Cluster
-	store     *control.Store
-	bus       *listener.Listener
-	jetstream bool
-	registry  *finalizer.Registry
-	page      *statuspage.Page
-	httpAddr  string
-	timings   Timings
+	natsURL    string
+	pgURL      string
+	embedded   *embeddednats.Server
+	cluster    *pgcluster.Cluster
+	store      *control.Store
+	bus        *listener.Listener
+	jetstream  bool
+	registry   *finalizer.Registry
+	page       *statuspage.Page
+	outbox     *control.Outbox
+	dispatcher *actions.Dispatcher
+	httpAddr   string
+	timings    Timings
 
 	actors      []actor // started, in start order
 	startFailed bool    // Start failed: its Stop undoes what a first start made
@@ -187,6 +197,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		s.expectFeeders,
 		s.dialBus,
 		s.startRegistry,
+		s.startActions,
 		s.serveAPI,
 		s.discover,
 		s.recover,

@@ -1,0 +1,393 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/finalizer-dev/finalizer/actions"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
+)
+
+// webhookSecret signs the test receivers' webhooks; it must never appear
+// in the service's output.
+const webhookSecret = "s3cr3t-webhook-key-do-not-log"
+
+// receiver is a webhook endpoint (httptest) that verifies each request's
+// signature, fails the first `fail` requests with 500, and records each
+// event it accepted by id.
+type receiver struct {
+	t   *testing.T
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	fail     int // requests still to fail
+	down     bool
+	requests int
+	badSig   int
+	events   []actions.Event // accepted, in arrival order
+	byID     map[string]int  // accepted count per id
+}
+
+func newReceiver(t *testing.T, fail int) *receiver {
+	r := &receiver{t: t, fail: fail, byID: map[string]int{}}
+	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests++
+	err := actions.Verify([]byte(webhookSecret), req.Header.Get("X-Finalizer-Timestamp"), req.Header.Get("X-Finalizer-Signature"), body, time.Now(), 5*time.Minute)
+	if err != nil {
+		r.badSig++
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	if r.down || r.fail > 0 {
+		r.fail--
+		http.Error(w, "not now", http.StatusInternalServerError)
+		return
+	}
+	var ev actions.Event
+	if err := json.Unmarshal(body, &ev); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if req.Header.Get("X-Finalizer-Event-Id") != ev.ID {
+		http.Error(w, "id header differs from the body's", http.StatusBadRequest)
+		return
+	}
+	r.byID[ev.ID]++
+	if r.byID[ev.ID] == 1 {
+		r.events = append(r.events, ev)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (r *receiver) setDown(down bool) {
+	r.mu.Lock()
+	r.down = down
+	r.mu.Unlock()
+}
+
+// accepted returns the events accepted once or more, and the ids
+// accepted more than once.
+func (r *receiver) accepted() ([]actions.Event, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var twice []string
+	for id, n := range r.byID {
+		if n > 1 {
+			twice = append(twice, id)
+		}
+	}
+	return append([]actions.Event(nil), r.events...), twice
+}
+
+// periods lists the events' period starts as 15:04.
+func periods(evs []actions.Event) string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.PeriodStart.UTC().Format("15:04"))
+	}
+	return strings.Join(out, " ")
+}
+
+// finalStream reads every message of the nats action's stream for a
+// table's subject, in stream order.
+func finalStream(t *testing.T, natsURL, subject string) []actions.Event {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "FINALIZER_FINAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int(info.State.Subjects[subject])
+	if n == 0 {
+		return nil
+	}
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.FetchNoWait(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []actions.Event
+	for m := range batch.Messages() {
+		var ev actions.Event
+		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if id := m.Headers().Get("Nats-Msg-Id"); id != ev.ID {
+			t.Errorf("Nats-Msg-Id %q, body id %q", id, ev.ID)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// actionsConfig is a rule for orders-v1 into bronze.orders, hourly, with
+// the given actions (YAML list items, indented by 6).
+func actionsConfig(items ...string) string {
+	return `
+tables:
+  - table: bronze.orders
+    query: orders-v1
+    actions:
+` + strings.Join(items, "\n") + "\n"
+}
+
+func webhookItem(url string) string {
+	return `      - webhook: {url: "` + url + `", secret_env: TEST_WEBHOOK_SECRET, initial_interval: 50ms, max_interval: 200ms}`
+}
+
+// checkJump checks the events of the first verdict (11:00, first) and a
+// jump from 12:00 to 15:00 (12:00, 13:00, 14:00), in order.
+func checkJump(t *testing.T, kind string, evs []actions.Event) {
+	t.Helper()
+	if got := periods(evs); got != "11:00 12:00 13:00 14:00" {
+		t.Fatalf("%s: periods %q, want 11:00 12:00 13:00 14:00 in order", kind, got)
+	}
+	ids := map[string]bool{}
+	for i, e := range evs {
+		if e.Table != "bronze.orders" || e.Granularity != "hour" || !e.PeriodEnd.Equal(e.PeriodStart.Add(time.Hour)) || ids[e.ID] || e.Again {
+			t.Errorf("%s: event %d: %+v", kind, i, e)
+		}
+		ids[e.ID] = true
+		if (i == 0) != e.First {
+			t.Errorf("%s: event %d first=%v", kind, i, e.First)
+		}
+		want := utc("2026-09-28T15:00:00Z")
+		if i == 0 {
+			want = utc("2026-09-28T12:00:00Z")
+		}
+		if !e.FinalizedUntil.Equal(want) || e.RunID != runA || e.QueryID != queryA {
+			t.Errorf("%s: event %d provenance: %+v", kind, i, e)
+		}
+	}
+}
+
+// TestActionsJumpInOrder: a jump of the verdict over three periods
+// (12:00 to 15:00) gives three events in order (12:00, 13:00, 14:00), on
+// each action kind: the NATS stream, the webhook, the marker files. The
+// first verdict announces its one period.
+func TestActionsJumpInOrder(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	rcv := newReceiver(t, 0)
+	markers := t.TempDir()
+	s := startServe(t, serveOpts{pgURL: pgURL, env: []string{"TEST_WEBHOOK_SECRET=" + webhookSecret}, config: actionsConfig(
+		`      - nats: {}`,
+		webhookItem(rcv.srv.URL+"/hook?token=querysecret"),
+		`      - marker: {path: "`+markers+`/{table}/{period}/_SUCCESS"}`,
+	)})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T12:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T12:00:00Z")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T15:20:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T15:00:00Z")
+
+	eventually(t, "four webhook events", func() bool { evs, _ := rcv.accepted(); return len(evs) >= 4 })
+	evs, twice := rcv.accepted()
+	checkJump(t, "webhook", evs)
+	if len(twice) > 0 {
+		t.Errorf("webhook: ids delivered twice: %v", twice)
+	}
+	var stream []actions.Event
+	eventually(t, "four NATS events", func() bool {
+		stream = finalStream(t, s.natsURL, "finalizer.api.final.bronze.orders")
+		return len(stream) >= 4
+	})
+	checkJump(t, "nats", stream)
+	for i := range stream {
+		if stream[i].ID != evs[i].ID {
+			t.Errorf("event %d: nats id %s, webhook id %s: one event, one id", i, stream[i].ID, evs[i].ID)
+		}
+	}
+	var files []actions.Event
+	eventually(t, "four markers", func() bool {
+		files = nil
+		for _, p := range []string{"2026-09-28T11", "2026-09-28T12", "2026-09-28T13", "2026-09-28T14"} {
+			raw, err := os.ReadFile(filepath.Join(markers, "bronze.orders", p, "_SUCCESS"))
+			if err != nil {
+				return false
+			}
+			var ev actions.Event
+			if err := json.Unmarshal(raw, &ev); err != nil {
+				t.Fatalf("marker %s: %v", p, err)
+			}
+			files = append(files, ev)
+		}
+		return true
+	})
+	checkJump(t, "marker", files)
+	// Markers are written in order: each one's mtime is not before the
+	// previous one's.
+	var last time.Time
+	for _, p := range []string{"2026-09-28T11", "2026-09-28T12", "2026-09-28T13", "2026-09-28T14"} {
+		fi, err := os.Stat(filepath.Join(markers, "bronze.orders", p, "_SUCCESS"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.ModTime().Before(last) {
+			t.Errorf("marker %s written before the previous one", p)
+		}
+		last = fi.ModTime()
+	}
+	// No temporary file is left behind.
+	_ = filepath.Walk(markers, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && strings.Contains(filepath.Base(p), ".tmp-") {
+			t.Errorf("temporary marker left: %s", p)
+		}
+		return nil
+	})
+	for _, out := range []string{s.stdout.String(), s.stderr.String()} {
+		if strings.Contains(out, webhookSecret) || strings.Contains(out, "querysecret") {
+			t.Error("the webhook's secret or its URL's query appears in the service's output")
+		}
+	}
+	// The metrics count each delivery, per action.
+	eventually(t, "metrics", func() bool {
+		text := metricText(t, s.httpURL)
+		return strings.Contains(text, `finalizer_action_delivered_total{action="webhook",kind="webhook"} 4`) &&
+			strings.Contains(text, `finalizer_action_delivered_total{action="nats",kind="nats"} 4`) &&
+			strings.Contains(text, `finalizer_action_delivered_total{action="marker",kind="marker"} 4`)
+	})
+}
+
+// TestActionsWebhookRetries: a receiver that fails twice, then succeeds,
+// verifying each request's signature: every event arrives once by id, in
+// order, and the retries are counted.
+func TestActionsWebhookRetries(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	rcv := newReceiver(t, 2)
+	s := startServe(t, serveOpts{pgURL: pgURL, env: []string{"TEST_WEBHOOK_SECRET=" + webhookSecret}, config: actionsConfig(webhookItem(rcv.srv.URL))})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T12:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T12:00:00Z")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T15:20:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T15:00:00Z")
+	eventually(t, "the webhook's events", func() bool { evs, _ := rcv.accepted(); return len(evs) >= 4 })
+	evs, twice := rcv.accepted()
+	if got := periods(evs); got != "11:00 12:00 13:00 14:00" {
+		t.Errorf("periods %q", got)
+	}
+	if len(twice) > 0 {
+		t.Errorf("ids delivered twice: %v", twice)
+	}
+	rcv.mu.Lock()
+	requests, bad := rcv.requests, rcv.badSig
+	rcv.mu.Unlock()
+	if bad > 0 {
+		t.Errorf("%d requests with a bad signature", bad)
+	}
+	if requests != 6 {
+		t.Errorf("%d requests, want 6 (two failures, four events)", requests)
+	}
+	if v := sample(t, s.httpURL, `finalizer_action_retries_total{action="webhook",kind="webhook"}`); v != 2 {
+		t.Errorf("retries metric %v, want 2", v)
+	}
+	if v := sample(t, s.httpURL, `finalizer_action_lag_seconds_count{action="webhook",kind="webhook"}`); v != 4 {
+		t.Errorf("lag observations %v, want 4", v)
+	}
+}
+
+// TestActionsBadConfig: an unknown action, a missing secret, a marker
+// directory that cannot be written are startup errors naming the field.
+func TestActionsBadConfig(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	readOnly := filepath.Join(t.TempDir(), "ro")
+	if err := os.MkdirAll(readOnly, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		// root writes into a read-only directory; not into /proc.
+		readOnly = "/proc/finalizer-actions-test"
+	}
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, item string
+		env        []string
+		want       []string
+	}{
+		{"unknown kind", `      - kafka: {topic: x}`, nil, []string{`unknown key "kafka"`, "tables[0].actions[0]"}},
+		{"no kind", `      - name: x`, nil, []string{"tables[0].actions[0]", "no kind"}},
+		{"two kinds", `      - {nats: {}, marker: {path: /tmp/x}}`, nil, []string{"tables[0].actions[0]", "nats and marker"}},
+		{"missing secret", `      - webhook: {url: "http://127.0.0.1:1/", secret_env: NOT_SET_ANYWHERE}`, nil,
+			[]string{"tables[0].actions[0].webhook.secret_env", "NOT_SET_ANYWHERE"}},
+		{"no secret_env", `      - webhook: {url: "http://127.0.0.1:1/"}`, nil, []string{"tables[0].actions[0].webhook.secret_env", "required"}},
+		{"bad url", `      - webhook: {url: "ftp://x/", secret_env: S}`, []string{"S=x"}, []string{"tables[0].actions[0].webhook.url"}},
+		{"unwritable marker dir", `      - marker: {path: "` + readOnly + `/{table}/_SUCCESS"}`, nil, []string{"tables[0].actions[0].marker.path", readOnly}},
+		{"marker under a file", `      - marker: {path: "` + notDir + `/{table}/_SUCCESS"}`, nil, []string{"tables[0].actions[0].marker.path", notDir}},
+		{"unknown placeholder", `      - marker: {path: "/tmp/{tabel}/_SUCCESS"}`, nil, []string{"tables[0].actions[0].marker.path", "placeholder"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "finalizer.yaml")
+			if err := os.WriteFile(cfg, []byte(actionsConfig(c.item)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, _, stderr := cli(t, c.env, "serve", "--config", cfg, "--data-dir", dir, "--postgres-url", pgURL,
+				"--nats-listen", "127.0.0.1:0", "--http-listen", "off")
+			if code != 2 {
+				t.Fatalf("exit %d, want 2 (a usage error)\n%s", code, stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+}
+
+// sortedIDs returns the ids of evs, sorted.
+func sortedIDs(evs []actions.Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.ID)
+	}
+	sort.Strings(out)
+	return out
+}
+
+var _ = fmt.Sprint
+var _ = sortedIDs
