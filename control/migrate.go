@@ -155,7 +155,7 @@ CREATE TABLE ` + n.sends + ` (
 CREATE INDEX ON ` + n.sends + ` (action, table_name, seq) WHERE state = 'pending';
 CREATE INDEX ON ` + n.sends + ` (done_at) WHERE state <> 'pending';
 COMMENT ON TABLE ` + n.sends + ` IS 'finalizer: one row per event and action: pending (in order per table), delivered, dead (dead-lettered) or superseded (a rewind came first)';
-CREATE FUNCTION ` + n.moved + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
+CREATE FUNCTION ` + n.moved + `() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
 	IF TG_OP = 'INSERT' THEN
 		IF NOT EXISTS (SELECT FROM ` + n.acts + ` WHERE NEW.table_name LIKE pattern) THEN
@@ -171,6 +171,7 @@ BEGIN
 	RETURN NULL;
 END
 $fn$;
+COMMENT ON FUNCTION ` + n.moved + `() IS 'finalizer: writes a move of a table with actions to the outbox; runs as its owner, so a role that may advance verdicts needs no grant on the outbox';
 CREATE TRIGGER finalizer_outbox_first AFTER INSERT ON ` + n.table + ` FOR EACH ROW
 	WHEN (NEW.finalized_until IS NOT NULL) EXECUTE FUNCTION ` + n.moved + `();
 CREATE TRIGGER finalizer_outbox_move AFTER UPDATE OF finalized_until ON ` + n.table + ` FOR EACH ROW
