@@ -4,17 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -379,15 +380,166 @@ func TestActionsBadConfig(t *testing.T) {
 	}
 }
 
-// sortedIDs returns the ids of evs, sorted.
-func sortedIDs(evs []actions.Event) []string {
-	var out []string
-	for _, e := range evs {
-		out = append(out, e.ID)
-	}
-	sort.Strings(out)
-	return out
+// expandLock is the advisory lock the service's expansion of the outbox
+// takes (control.Outbox.Expand): held by a test, the moves stay in the
+// outbox, committed with their verdicts and not yet expanded.
+func expandLock() int64 {
+	h := fnv.New64a()
+	h.Write([]byte(`finalizer actions expand "public"."table_finalization"`))
+	return int64(h.Sum64())
 }
 
-var _ = fmt.Sprint
-var _ = sortedIDs
+// countRows counts the rows of a query.
+func countRows(t *testing.T, pgURL, query string, args ...any) int {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestActionsKillBetweenCommitAndDelivery kills the service (SIGKILL)
+// twice between verdict commits and their deliveries: first with the
+// moves committed and not yet expanded (the test holds the expansion's
+// lock), then with their events queued and failing (the receiver is
+// down). After each restart every event is delivered, none is lost, none
+// arrives twice by id, on the webhook and on the NATS stream.
+func TestActionsKillBetweenCommitAndDelivery(t *testing.T) {
+	ctx := context.Background()
+	pgURL := pgtest.URL(t)
+	rcv := newReceiver(t, 0)
+	cfg := actionsConfig(`      - nats: {}`,
+		`      - webhook: {url: "`+rcv.srv.URL+`", secret_env: TEST_WEBHOOK_SECRET, initial_interval: 50ms, max_interval: 200ms, max_attempts: 100000}`)
+	env := []string{"TEST_WEBHOOK_SECRET=" + webhookSecret}
+	dataDir := t.TempDir()
+	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, env: env, config: cfg})
+
+	// 1. The moves are committed; the expansion is held off.
+	lock, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close(ctx)
+	if _, err := lock.Exec(ctx, "SELECT pg_advisory_lock($1)", expandLock()); err != nil {
+		t.Fatal(err)
+	}
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T12:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T12:00:00Z")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T15:20:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T15:00:00Z")
+	if n := countRows(t, pgURL, "SELECT count(*) FROM public.table_finalization_outbox"); n != 2 {
+		t.Fatalf("%d moves in the outbox, want 2 (committed with the verdicts)", n)
+	}
+	s.kill()
+	if evs, _ := rcv.accepted(); len(evs) != 0 {
+		t.Fatalf("delivered before the kill: %s", periods(evs))
+	}
+	if _, err := lock.Exec(ctx, "SELECT pg_advisory_unlock($1)", expandLock()); err != nil {
+		t.Fatal(err)
+	}
+	s = startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, env: env, config: cfg})
+	eventually(t, "the four events after the restart", func() bool { evs, _ := rcv.accepted(); return len(evs) >= 4 })
+
+	// 2. The events are queued; the receiver fails them.
+	rcv.setDown(true)
+	pub = connect(t, s.natsURL)
+	pub.publish("started", queryA, runB, startedAtJSON(queryA, runB, "orders-v1", "2026-09-28T15:30:00"))
+	pub.publish("progress", queryA, runB, cdcProgressJSON(queryA, runB, "orders-v1", "2026-09-28T17:20:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T17:00:00Z")
+	eventually(t, "the new events tried and failed", func() bool {
+		return countRows(t, pgURL, "SELECT count(*) FROM public.table_finalization_sends WHERE action LIKE 'webhook:%' AND state = 'pending' AND attempts > 0") == 1
+	})
+	s.kill()
+	rcv.setDown(false)
+	s = startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, env: env, config: cfg})
+	eventually(t, "all six events", func() bool { evs, _ := rcv.accepted(); return len(evs) >= 6 })
+	evs, twice := rcv.accepted()
+	if got := periods(evs); got != "11:00 12:00 13:00 14:00 15:00 16:00" {
+		t.Errorf("webhook periods %q", got)
+	}
+	if len(twice) > 0 {
+		t.Errorf("ids delivered twice: %v", twice)
+	}
+	var stream []actions.Event
+	eventually(t, "six NATS events", func() bool {
+		stream = finalStream(t, s.natsURL, "finalizer.api.final.bronze.orders")
+		return len(stream) >= 6
+	})
+	if got := periods(stream); got != "11:00 12:00 13:00 14:00 15:00 16:00" {
+		t.Errorf("nats periods %q", got)
+	}
+	for i := range stream {
+		if i < len(evs) && stream[i].ID != evs[i].ID {
+			t.Errorf("event %d: ids differ between nats and webhook", i)
+		}
+	}
+	if n := countRows(t, pgURL, "SELECT count(*) FROM public.table_finalization_sends WHERE state <> 'delivered'"); n != 0 {
+		t.Errorf("%d events not delivered", n)
+	}
+}
+
+// TestActionsTwoReplicas runs two replicas on one PostgreSQL and one NATS,
+// both tracking the same ten queries: every event is delivered once by id
+// (the webhook receiver counts), in order per table.
+func TestActionsTwoReplicas(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	rcv := newReceiver(t, 0)
+	cfg := `
+tables:
+  - table: "bronze.{name}"
+    query: "cdc_*"
+    actions:
+      - nats: {}
+      - webhook: {url: "` + rcv.srv.URL + `", secret_env: TEST_WEBHOOK_SECRET, initial_interval: 50ms}
+`
+	env := []string{"TEST_WEBHOOK_SECRET=" + webhookSecret}
+	a := startServe(t, serveOpts{pgURL: pgURL, env: env, config: cfg})
+	b := startServe(t, serveOpts{pgURL: pgURL, env: env, config: cfg, natsURL: a.natsURL})
+	pub := connect(t, a.natsURL)
+	const n = 10
+	for i := range n {
+		q, r := fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("00000000-0000-4000-9000-%012d", i)
+		name := fmt.Sprintf("cdc_%d", i)
+		pub.publish("started", q, r, startedJSON(q, r, name))
+		pub.publish("progress", q, r, cdcProgressJSON(q, r, name, "2026-09-28T12:10:00"))
+	}
+	for i := range n {
+		waitVerdict(t, pgURL, fmt.Sprintf("bronze.cdc_%d", i), "2026-09-28T12:00:00Z")
+	}
+	for i := range n {
+		q, r := fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("00000000-0000-4000-9000-%012d", i)
+		pub.publish("progress", q, r, cdcProgressJSON(q, r, fmt.Sprintf("cdc_%d", i), "2026-09-28T15:20:00"))
+	}
+	eventually(t, "every event", func() bool { evs, _ := rcv.accepted(); return len(evs) >= 4*n })
+	evs, twice := rcv.accepted()
+	if len(evs) != 4*n || len(twice) > 0 {
+		t.Fatalf("%d events (want %d), ids delivered twice: %v", len(evs), 4*n, twice)
+	}
+	byTable := map[string][]actions.Event{}
+	for _, e := range evs {
+		byTable[e.Table] = append(byTable[e.Table], e)
+	}
+	for table, es := range byTable {
+		if got := periods(es); got != "11:00 12:00 13:00 14:00" {
+			t.Errorf("%s: periods %q", table, got)
+		}
+	}
+	total := 0.0
+	for _, p := range []*proc{a, b} {
+		total += sample(t, p.httpURL, `finalizer_action_delivered_total{action="webhook",kind="webhook"}`)
+	}
+	if total != 4*n {
+		t.Errorf("the replicas delivered %v webhook events between them, want %d", total, 4*n)
+	}
+	if got := len(finalStream(t, a.natsURL, "finalizer.api.final.bronze.cdc_0")); got != 4 {
+		t.Errorf("%d NATS events of bronze.cdc_0, want 4", got)
+	}
+}
