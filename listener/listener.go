@@ -68,6 +68,9 @@ const (
 	// of a run's failed catch-up from the stream.
 	DefaultRetryMin = 100 * time.Millisecond
 	DefaultRetryMax = 5 * time.Second
+	// DefaultStreamCheckEvery is how often the listener checks that the
+	// stream it ensured still exists (and recreates it when not).
+	DefaultStreamCheckEvery = 5 * time.Second
 	// DefaultMaxInflightAPI bounds the API requests handled at once; more
 	// get an error reply.
 	DefaultMaxInflightAPI = 1024
@@ -153,6 +156,17 @@ type Options struct {
 	// must be fast and safe for concurrent use.
 	OnEvent func(kind progress.Kind, outcome string)
 
+	// OnStreamIncident, when set, is called with StreamDeleted or
+	// StreamPurged when the listener notices that someone deleted or
+	// purged the stream it ensured. It must not block.
+	OnStreamIncident func(kind string)
+	// StreamCheckEvery is how often the listener checks that the stream it
+	// ensured still exists, and recreates it when not; 0 means
+	// DefaultStreamCheckEvery, negative never (no check, no advisories).
+	// The server's advisories (when the login may read them) trigger the
+	// check at once.
+	StreamCheckEvery time.Duration
+
 	// MaxPayload is the largest payload parsed; 0 means DefaultMaxPayload.
 	MaxPayload int
 	// ReconnectWait is the pause between reconnect attempts; 0 means
@@ -212,6 +226,9 @@ func (o Options) withDefaults() Options {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
+	if o.StreamCheckEvery == 0 {
+		o.StreamCheckEvery = DefaultStreamCheckEvery
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -268,18 +285,21 @@ type Listener struct {
 
 	reconnected chan struct{} // a reconnect to handle, buffered 1
 	retryKick   chan struct{} // a failed catch-up to retry, buffered 1
+	streamKick  chan struct{} // an advisory says the stream may be gone, buffered 1
 	connClosed  chan struct{} // closed once the connection is closed
 
-	mu       sync.Mutex
-	closed   bool
-	ensured  bool             // EnsureStream succeeded once: redo it after reconnects
-	stream   jetstream.Stream // the event stream, once known
-	differs  string           // the differences EnsureStream last logged
-	pubJS    int              // publish through JetStream: 0 unknown, 1 yes, -1 no
-	runs     map[*RunSubscription]struct{}
-	discover map[*DiscoverySubscription]struct{}
-	api      map[*APISubscription]struct{}
-	retry    map[*RunSubscription]struct{} // run subscriptions whose catch-up failed
+	mu         sync.Mutex
+	closed     bool
+	ensured    bool                 // EnsureStream succeeded once: redo it after reconnects
+	stream     jetstream.Stream     // the event stream, once known
+	created    time.Time            // the ensured stream's creation time: another means it was replaced
+	advisories []*nats.Subscription // the stream's purge and deletion advisories
+	differs    string               // the differences EnsureStream last logged
+	pubJS      int                  // publish through JetStream: 0 unknown, 1 yes, -1 no
+	runs       map[*RunSubscription]struct{}
+	discover   map[*DiscoverySubscription]struct{}
+	api        map[*APISubscription]struct{}
+	retry      map[*RunSubscription]struct{} // run subscriptions whose catch-up failed
 
 	// The event subscription and its routing table (ADR 0009).
 	routerMu      sync.Mutex
@@ -325,6 +345,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		cancel:      cancel,
 		reconnected: make(chan struct{}, 1),
 		retryKick:   make(chan struct{}, 1),
+		streamKick:  make(chan struct{}, 1),
 		retry:       make(map[*RunSubscription]struct{}),
 		connClosed:  make(chan struct{}),
 		runs:        make(map[*RunSubscription]struct{}),
@@ -440,10 +461,20 @@ func (l *Listener) maintain() {
 	defer l.wg.Done()
 	delay := DefaultRetryMin
 	var retry <-chan time.Time
+	var check <-chan time.Time
+	if l.opts.StreamCheckEvery > 0 {
+		t := time.NewTicker(l.opts.StreamCheckEvery)
+		defer t.Stop()
+		check = t.C
+	}
 	for {
 		select {
 		case <-l.ctx.Done():
 			return
+		case <-check:
+			l.checkStream()
+		case <-l.streamKick:
+			l.checkStream()
 		case <-l.reconnected:
 			l.afterReconnect()
 		case <-l.retryKick:

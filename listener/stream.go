@@ -1,7 +1,9 @@
 package listener
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -92,8 +94,9 @@ func (l *Listener) EnsureStream(ctx context.Context) error {
 	l.mu.Lock()
 	logDiffs := strings.Join(diffs, "; ") != l.differs
 	l.differs = strings.Join(diffs, "; ")
-	l.stream, l.ensured, l.pubJS = st, true, 1
+	l.stream, l.ensured, l.pubJS, l.created = st, true, 1, info.Created
 	l.mu.Unlock()
+	l.watchAdvisories()
 	if logDiffs && len(diffs) > 0 {
 		l.log.Warn("the event stream's settings differ from the configuration; the stream's are kept "+
 			"(change the stream with the nats CLI, or the configuration, to silence this)",
@@ -415,4 +418,170 @@ func (l *Listener) publishViaJetStream(ctx context.Context, subj string) bool {
 	l.pubJS = state
 	l.mu.Unlock()
 	return state > 0
+}
+
+// StreamName returns the name of the event stream.
+func (l *Listener) StreamName() string { return l.opts.Stream }
+
+// StreamReady reports whether the event stream exists: ErrNoStream when it
+// does not (someone deleted it; the listener recreates it, see
+// Options.StreamCheckEvery), ErrNoJetStream without JetStream. It asks the
+// server once, bounded by Options.RequestTimeout, and is meant for a
+// readiness probe.
+func (l *Listener) StreamReady(ctx context.Context) error {
+	if l.isClosed() {
+		return ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
+	defer cancel()
+	_, err := l.js.Stream(ctx, l.opts.Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("%w: %s", ErrNoStream, l.opts.Stream)
+	case noJetStream(err):
+		return ErrNoJetStream
+	case err != nil:
+		return fmt.Errorf("stream %s: %w", l.opts.Stream, err)
+	}
+	return nil
+}
+
+// The incidents of the event stream that Options.OnStreamIncident reports.
+const (
+	// StreamDeleted: the stream was found deleted (or deleted and created
+	// again by someone else); the listener recreated it (or conformed
+	// the new one). What it retained is gone.
+	StreamDeleted = "deleted"
+	// StreamPurged: someone purged the stream (the server's audit
+	// advisory says so). What it retained is gone; the stream still
+	// stores new events.
+	StreamPurged = "purged"
+)
+
+// The server's JetStream advisories the listener reads to notice a purge or
+// a deletion of its stream at once: every JetStream API call's audit, and
+// the deletion of a stream. A login that may not subscribe to them (an
+// external server's narrow permissions) leaves the periodic check.
+const (
+	advisoryAPI           = "$JS.EVENT.ADVISORY.API"
+	advisoryStreamDeleted = "$JS.EVENT.ADVISORY.STREAM.DELETED."
+)
+
+// watchAdvisories subscribes, once, to the advisories of a purge or a
+// deletion of the stream. Its callback parses the small advisory, logs and
+// counts a purge, and hands a deletion to maintain; it does no I/O.
+func (l *Listener) watchAdvisories() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.advisories != nil || l.closed || l.opts.StreamCheckEvery < 0 {
+		return
+	}
+	var subs []*nats.Subscription
+	for _, subj := range []string{advisoryAPI, advisoryStreamDeleted + l.opts.Stream} {
+		sub, err := l.nc.Subscribe(subj, l.onAdvisory)
+		if err != nil {
+			l.log.Debug("no stream advisories; the periodic check notices a deleted stream", zap.String("subject", subj), zap.Error(err))
+			continue
+		}
+		subs = append(subs, sub)
+	}
+	l.advisories = subs
+}
+
+// onAdvisory handles one advisory (see watchAdvisories).
+func (l *Listener) onAdvisory(m *nats.Msg) {
+	if strings.HasPrefix(m.Subject, advisoryStreamDeleted) {
+		l.kickStreamCheck()
+		return
+	}
+	// Every JetStream call is audited: read only those about the stream.
+	if !bytes.Contains(m.Data, []byte("$JS.API.STREAM.PURGE."+l.opts.Stream)) &&
+		!bytes.Contains(m.Data, []byte("$JS.API.STREAM.DELETE."+l.opts.Stream)) {
+		return
+	}
+	var audit struct {
+		Subject  string `json:"subject"`
+		Response string `json:"response"`
+		Client   *struct {
+			User string `json:"user"`
+			Host string `json:"host"`
+			Name string `json:"name"`
+		} `json:"client"`
+	}
+	if json.Unmarshal(m.Data, &audit) != nil {
+		return
+	}
+	switch audit.Subject {
+	case "$JS.API.STREAM.DELETE." + l.opts.Stream:
+		l.kickStreamCheck()
+	case "$JS.API.STREAM.PURGE." + l.opts.Stream:
+		var resp struct {
+			Success bool   `json:"success"`
+			Purged  uint64 `json:"purged"`
+		}
+		if json.Unmarshal([]byte(audit.Response), &resp) != nil || !resp.Success {
+			return
+		}
+		var who []zap.Field
+		if c := audit.Client; c != nil {
+			who = []zap.Field{zap.String("by_user", c.User), zap.String("by_host", c.Host), zap.String("by_client", c.Name)}
+		}
+		l.log.Error("the event stream was purged: the events it retained are gone (runs tracked from now on, "+
+			"and a restart's recovery, miss what was published before); new events are stored again",
+			append([]zap.Field{zap.String("stream", l.opts.Stream), zap.Uint64("purged_messages", resp.Purged)}, who...)...)
+		l.incident(StreamPurged)
+	}
+}
+
+// kickStreamCheck makes maintain check the stream now.
+func (l *Listener) kickStreamCheck() {
+	select {
+	case l.streamKick <- struct{}{}:
+	default:
+	}
+}
+
+// incident reports a stream incident to Options.OnStreamIncident.
+func (l *Listener) incident(kind string) {
+	if l.opts.OnStreamIncident != nil {
+		l.opts.OnStreamIncident(kind)
+	}
+}
+
+// checkStream looks the ensured stream up and recreates it when it is gone,
+// or conforms it when it is another stream of the same name (deleted and
+// created again, by someone else, since the last check). It runs on
+// maintain's goroutine.
+func (l *Listener) checkStream() {
+	l.mu.Lock()
+	ensured, created := l.ensured, l.created
+	l.mu.Unlock()
+	if !ensured || l.nc.IsReconnecting() || l.ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
+	defer cancel()
+	st, err := l.js.Stream(ctx, l.opts.Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		l.log.Error("the event stream was deleted; recreating it (the events it retained are gone: runs tracked "+
+			"from now on, and a restart's recovery, miss what was published before)", zap.String("stream", l.opts.Stream))
+	case err != nil:
+		return // not answering: Ready says so; the next check tries again
+	case st.CachedInfo().Created.Equal(created):
+		return
+	default:
+		l.log.Error("the event stream was deleted and created again by someone else; conforming it "+
+			"(the events it retained are gone)", zap.String("stream", l.opts.Stream),
+			zap.Time("created", st.CachedInfo().Created))
+	}
+	l.incident(StreamDeleted)
+	l.mu.Lock()
+	l.stream, l.pubJS = nil, 0
+	l.mu.Unlock()
+	if err := l.EnsureStream(ctx); err != nil {
+		l.log.Error("recreate the event stream; retrying at the next check", zap.String("stream", l.opts.Stream), zap.Error(err))
+		return
+	}
+	l.log.Info("event stream recreated", zap.String("stream", l.opts.Stream))
 }

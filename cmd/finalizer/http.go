@@ -57,10 +57,10 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 	// nothing more: the reason (which may name the database, its user,
 	// host and port) goes to the log, at most once per part every 10 s.
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		checks := map[string]string{"postgres": "up", "nats": "up"}
+		checks := map[string]string{"postgres": "up", "nats": "up", "stream": "up"}
 		code := http.StatusOK
-		pg, nats := svc.Ready(r.Context()) // as finalizer_postgres_up, finalizer_nats_up
-		for part, err := range map[string]error{"postgres": pg, "nats": nats} {
+		pg, nats, stream := svc.Ready(r.Context()) // as finalizer_postgres_up, finalizer_nats_up, finalizer_stream_up
+		for part, err := range map[string]error{"postgres": pg, "nats": nats, "stream": stream} {
 			if err != nil {
 				checks[part], code = "down", http.StatusServiceUnavailable
 				if ok, n := edgeLog.Allow("readyz/" + part); ok {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,4 +209,33 @@ func (s *Server) Shutdown() {
 		s.unlock()
 		s.log.Info("embedded nats-server stopped")
 	})
+}
+
+// ErrStreamCannotStore is returned by StreamHealth when the server reports
+// a write error of the stream: its file store failed a write (too many
+// open files, a full disk) and refuses every later one until the server
+// restarts.
+var ErrStreamCannotStore = errors.New("embedded nats: the stream cannot store")
+
+// StreamHealth asks the server's own health check (as its /healthz does)
+// about the named stream of the global account, which every user of this
+// server is in: nil when the stream was recovered and has no write error.
+// The file store keeps its first write error and fails every later write
+// with it, so a stream that failed once stays broken until a restart; this
+// is how to tell. It returns ErrStreamCannotStore (with the server's
+// reason) for a write error, and another error when the stream is missing
+// or JetStream is down.
+func (s *Server) StreamHealth(stream string) error {
+	h := s.ns.Healthz(&server.HealthzOptions{Account: s.ns.GlobalAccount().Name, Stream: stream})
+	if h == nil || h.Error == "" && len(h.Errors) == 0 {
+		return nil
+	}
+	msg := h.Error
+	for _, e := range h.Errors {
+		msg += "; " + e.Error
+	}
+	if strings.Contains(msg, "write error") {
+		return fmt.Errorf("%w: %s", ErrStreamCannotStore, msg)
+	}
+	return fmt.Errorf("embedded nats: stream %s: %s", stream, msg)
 }

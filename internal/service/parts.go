@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/net/netutil"
 
@@ -199,6 +200,17 @@ func (s *Service) dialBus(ctx context.Context) error {
 			hook(kind, outcome)
 		}
 	}
+	incidents := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "finalizer_stream_incidents_total",
+		Help: "Times the event stream was found deleted (and recreated) or purged by someone, by kind (deleted, purged).",
+	}, []string{"kind"})
+	for _, kind := range []string{listener.StreamDeleted, listener.StreamPurged} {
+		incidents.WithLabelValues(kind)
+	}
+	if err := s.prom.Register(incidents); err != nil {
+		return fmt.Errorf("stream metrics: %w", err)
+	}
+	o.OnStreamIncident = func(kind string) { incidents.WithLabelValues(kind).Inc() }
 	bus, err := listener.Dial(ctx, o)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)

@@ -123,6 +123,11 @@ type Options struct {
 	// and due retries unwoken; 0 = actions.DefaultPollInterval.
 	ActionsPollInterval time.Duration
 
+	// StoreCheckEvery is how often the embedded NATS server is asked
+	// whether the event stream can still store (see watchStore); 0 =
+	// DefaultStoreCheckEvery, negative = never.
+	StoreCheckEvery time.Duration
+
 	// OnEvent, when set, is called for every event the bus takes in or
 	// drops, besides counting it in the metrics. It must not block.
 	OnEvent func(kind progress.Kind, outcome string)
@@ -196,6 +201,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		s.openStore,
 		s.expectFeeders,
 		s.dialBus,
+		s.watchStore,
 		s.startRegistry,
 		s.startActions,
 		s.serveAPI,

@@ -1,0 +1,113 @@
+package listener_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// TestStreamDeletedOrPurged (issue 9, item 8): anyone who could reach the
+// server could purge or delete the stream, and nothing noticed (/readyz
+// stayed up, recovery data silently gone). A deletion is noticed (by the
+// server's advisory, or the periodic check), said by StreamReady until the
+// stream is back, and the stream is recreated with its settings, storing
+// events again; a purge is logged and counted.
+func TestStreamDeletedOrPurged(t *testing.T) {
+	srv := startNATS(t)
+	ctx := ctxT(t)
+	var mu sync.Mutex
+	incidents := map[string]int{}
+	count := func(kind string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return incidents[kind]
+	}
+	l := dial(t, srv.ClientURL(), listener.Options{
+		StreamCheckEvery: time.Hour, // the advisories alone
+		OnStreamIncident: func(kind string) {
+			mu.Lock()
+			incidents[kind]++
+			mu.Unlock()
+		},
+	})
+	if err := l.EnsureStream(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StreamReady(ctx); err != nil {
+		t.Fatalf("StreamReady: %v", err)
+	}
+	js, err := jetstream.New(rawConn(t, srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, r := uuid(1, 1), uuid(1, 2)
+	stored := func() bool {
+		st, err := js.Stream(ctx, listener.DefaultStream)
+		if err != nil {
+			return false
+		}
+		_, err = st.GetLastMsgForSubject(ctx, "spark.progress."+q+"."+r)
+		return err == nil
+	}
+	publish(t, l, progress.KindProgress, q, r, "orders", 1)
+	eventually(t, "stored", stored)
+
+	// A purge: counted, and the stream still stores.
+	st, err := js.Stream(ctx, listener.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the purge counted", func() bool { return count(listener.StreamPurged) == 1 })
+	if err := l.StreamReady(ctx); err != nil {
+		t.Errorf("StreamReady after a purge: %v", err)
+	}
+
+	// A deletion: recreated at once, and events are stored again.
+	if err := js.DeleteStream(ctx, listener.DefaultStream); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deletion counted", func() bool { return count(listener.StreamDeleted) == 1 })
+	eventually(t, "the stream back", func() bool { return l.StreamReady(ctx) == nil })
+	info, err := js.Stream(ctx, listener.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := info.CachedInfo().Config; cfg.MaxMsgsPerSubject != 1 || cfg.MaxBytes != listener.DefaultMaxBytes {
+		t.Errorf("recreated stream: per subject %d, max bytes %d", cfg.MaxMsgsPerSubject, cfg.MaxBytes)
+	}
+	publish(t, l, progress.KindProgress, q, r, "orders", 2)
+	eventually(t, "stored again", stored)
+	if n := count(listener.StreamPurged); n != 1 {
+		t.Errorf("purges counted: %d, want 1", n)
+	}
+}
+
+// TestStreamReadyWhileDeleted: while the stream is deleted (here nothing
+// recreates it), StreamReady says it is missing, for /readyz.
+func TestStreamReadyWhileDeleted(t *testing.T) {
+	srv := startNATS(t)
+	ctx := ctxT(t)
+	l := dial(t, srv.ClientURL(), listener.Options{StreamCheckEvery: -1})
+	if err := l.EnsureStream(ctx); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(rawConn(t, srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, listener.DefaultStream); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StreamReady(ctx); !errors.Is(err, listener.ErrNoStream) {
+		t.Errorf("StreamReady with the stream deleted: %v, want ErrNoStream", err)
+	}
+}
