@@ -93,7 +93,7 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 	// Up or down, nothing more (issue 9, item 9): before, the body held the
 	// driver's error, with the database's user, name, host and port.
 	var parts map[string]string
-	if err := json.Unmarshal([]byte(body), &parts); err != nil || parts["postgres"] != "down" || parts["nats"] != "up" || len(parts) != 2 {
+	if err := json.Unmarshal([]byte(body), &parts); err != nil || parts["postgres"] != "down" || parts["nats"] != "up" || parts["stream"] != "up" || len(parts) != 3 {
 		t.Errorf("/readyz body while PostgreSQL is down: %s", body)
 	}
 	if !strings.Contains(s.stderr.String(), `"msg":"not ready"`) {
