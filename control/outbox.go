@@ -523,7 +523,27 @@ func (o *Outbox) Backlogs(ctx context.Context, table string) ([]Backlog, error) 
 	if o.closed.Load() {
 		return nil, fmt.Errorf("read action backlog: %w", ErrClosed)
 	}
-	rows, err := o.pool.Query(ctx, `
+	return backlogs(ctx, o.pool, o.n, table)
+}
+
+// ActionBacklogs is Outbox.Backlogs on the Store's pool (for `finalizer
+// status`, which opens a Store only). A database not migrated to the
+// actions' tables gives none.
+func (s *Store) ActionBacklogs(ctx context.Context, table string) ([]Backlog, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("read action backlog: %w", ErrClosed)
+	}
+	return backlogs(ctx, s.pool, s.n, table)
+}
+
+// queryer is what backlogs needs of a pool.
+type queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func backlogs(ctx context.Context, pool queryer, n names, table string) ([]Backlog, error) {
+	o := struct{ n names }{n}
+	rows, err := pool.Query(ctx, `
 WITH s AS (
 	SELECT action, table_name, state, moved_at, attempts, last_error, next_at, seq FROM `+o.n.sends+`
 	WHERE state IN ('pending', 'dead') AND ($1 = '' OR table_name = $1)

@@ -543,3 +543,61 @@ tables:
 		t.Errorf("%d NATS events of bronze.cdc_0, want 4", got)
 	}
 }
+
+// TestActionsStuckIsVisible: a webhook that keeps failing is a stuck
+// action in `finalizer status`, in /v1/tables/{t} and in the metrics;
+// one out of attempts is dead-lettered and counted.
+func TestActionsStuckIsVisible(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	rcv := newReceiver(t, 0)
+	rcv.setDown(true)
+	s := startServe(t, serveOpts{pgURL: pgURL, env: []string{"TEST_WEBHOOK_SECRET=" + webhookSecret}, config: actionsConfig(
+		`      - name: patient
+        webhook: {url: "`+rcv.srv.URL+`/a", secret_env: TEST_WEBHOOK_SECRET, initial_interval: 50ms, max_interval: 100ms, max_attempts: 100000}`,
+		`      - name: fragile
+        webhook: {url: "`+rcv.srv.URL+`/b", secret_env: TEST_WEBHOOK_SECRET, initial_interval: 50ms, max_attempts: 2}`,
+	)})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T12:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T12:00:00Z")
+	eventually(t, "the fragile webhook's event dead-lettered", func() bool {
+		return sample(t, s.httpURL, `finalizer_action_dead_lettered_total{action="fragile",kind="webhook"}`) == 1
+	})
+	var st struct {
+		Actions []struct {
+			Action, Name string
+			LastError    string `json:"last_error"`
+			Pending      int
+			Attempts     int
+			Dead         int
+			Stuck        bool
+		} `json:"actions"`
+	}
+	eventually(t, "the stuck action in /v1/tables/bronze.orders", func() bool {
+		getJSON(t, s.httpURL+"/v1/tables/bronze.orders", &st)
+		for _, a := range st.Actions {
+			if a.Name == "patient" && a.Stuck && a.Pending == 1 && a.Attempts > 0 && strings.Contains(a.LastError, "HTTP 500") {
+				return true
+			}
+		}
+		return false
+	})
+	code, out, _ := cli(t, nil, "status", "--postgres-url", pgURL, "--http-url", s.httpURL)
+	if code != 0 || !strings.Contains(out, "ACTION STUCK bronze.orders webhook:") || !strings.Contains(out, "HTTP 500") ||
+		!strings.Contains(out, "1 events dead-lettered") {
+		t.Errorf("status (exit %d) does not show the stuck and the dead-lettered action:\n%s", code, out)
+	}
+	if v := sample(t, s.httpURL, `finalizer_action_pending{action="patient",kind="webhook"}`); v != 1 {
+		t.Errorf("pending metric %v, want 1", v)
+	}
+	if v := sample(t, s.httpURL, `finalizer_action_oldest_pending_seconds{action="patient",kind="webhook"}`); v <= 0 {
+		t.Errorf("oldest pending %v, want > 0", v)
+	}
+	if v := sample(t, s.httpURL, `finalizer_action_dead{action="fragile",kind="webhook"}`); v != 1 {
+		t.Errorf("dead metric %v, want 1", v)
+	}
+	// Once the receiver is back, the stuck action catches up.
+	rcv.setDown(false)
+	eventually(t, "the patient webhook's event", func() bool { evs, _ := rcv.accepted(); return len(evs) == 1 })
+}

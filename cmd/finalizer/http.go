@@ -103,6 +103,10 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			return
 		}
 		all := tableStatuses(vs, fs, registry.Status(), time.Now().UTC(), "") // sorted by table
+		if err := withActions(r.Context(), svc, all, ""); err != nil {
+			httpError(w, err)
+			return
+		}
 		after := r.URL.Query().Get("after")
 		start := sort.Search(len(all), func(i int) bool { return all[i].Table > after })
 		page, next := all[start:], ""
@@ -133,7 +137,12 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		if err != nil {
 			v = control.Verdict{Table: table} // held before its first verdict
 		}
-		writeJSON(w, http.StatusOK, toTableStatus(v, time.Now().UTC(), registry.Status(), fs))
+		st := []tableStatus{toTableStatus(v, time.Now().UTC(), registry.Status(), fs)}
+		if err := withActions(r.Context(), svc, st, table); err != nil {
+			httpError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, st[0])
 	})
 	mux.HandleFunc("POST /v1/tables/{table}/feeders/{query}/retire", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
@@ -236,6 +245,25 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 // offsetAsSpace is an RFC 3339 time whose "+" offset arrived as a space:
 // a "+" in a URL query that was not written as %2B decodes to " ".
 var offsetAsSpace = regexp.MustCompile(`^(\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d+)?)?) (\d\d:\d\d)$`)
+
+// withActions adds the actions' backlogs (of table, "" for all) to the
+// tables' statuses, with the config's names of the actions.
+func withActions(ctx context.Context, svc *service.Service, tables []tableStatus, table string) error {
+	ob := svc.Outbox()
+	if ob == nil {
+		return nil
+	}
+	bs, err := ob.Backlogs(ctx, table)
+	if err != nil {
+		return err
+	}
+	var names map[string]string
+	if d := svc.Dispatcher(); d != nil {
+		names = d.ActionNames()
+	}
+	attachActions(tables, bs, names, time.Now().UTC())
+	return nil
+}
 
 // parseURLTime reads a time from a URL query: as on the command line, and
 // with the "+" of a positive offset accepted when it arrived as a space.

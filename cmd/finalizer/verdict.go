@@ -209,6 +209,9 @@ type tableStatus struct {
 	Feeders []feederStatus            `json:"feeders"`
 	HeldBy  string                    `json:"held_by,omitempty"`
 	Runs    []finalizer.TrackerStatus `json:"runs"`
+	// Actions are the table's actions with events waiting or
+	// dead-lettered (issue 19); none when all were delivered.
+	Actions []actionStatus `json:"actions,omitempty"`
 }
 
 // feederStatus is one feeder of a table in tableStatus.
@@ -418,6 +421,11 @@ typo: the nearest known name is suggested).`,
 				known = nil
 			}
 			out := tableStatuses(verdicts, feeders, known, now, table)
+			if bs, err := s.ActionBacklogs(ctx, table); err == nil {
+				attachActions(out, bs, nil, now)
+			} else if !errors.Is(err, control.ErrNotMigrated) {
+				return usageError(err)
+			}
 			if asJSON {
 				doc := map[string]any{"tables": out, "runs": runs}
 				if runsErr != nil {
@@ -509,6 +517,7 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 	}
 	tw.Flush()
 	printFeeders(w, tables)
+	printActions(w, tables)
 	for _, t := range tables {
 		if t.Mark != "" {
 			fmt.Fprintf(w, "\nMARKED %s since %s (%d signs): %s\n  its history may have changed under the verdict: look, then `finalizer rewind --table %s --to TS --reason ...` or `finalizer acknowledge --table %s --reason ...`\n",
