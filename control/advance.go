@@ -9,12 +9,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/zap"
 )
 
 // statements are the SQL texts of one control table, built once from its
 // quoted names.
 type statements struct {
+	sole       string
+	lockKeys   string
+	lockRows   string
+	promote    string
+	promoteOne string
 	advance    string
 	settle     string
 	get        string
@@ -33,11 +37,10 @@ const markColumns = `mark, marked_at, marks, rewound_at`
 // readColumns are what scanVerdict reads.
 const readColumns = verdictColumns + `, ` + markColumns
 
-// forwardOnly ends the upsert of Advance and AdvanceBatch: the one place
-// that says a verdict only moves forward. It writes the provenance with
-// the move and returns the rows that moved (the insert's target is aliased
-// c).
-const forwardOnly = `ON CONFLICT (table_name) DO UPDATE SET
+// provenanceSet is the SET list of an upsert of the control table that
+// moves a verdict: the time and the provenance of the move (the insert's
+// target is aliased c, the proposed row EXCLUDED).
+const provenanceSet = `
 		finalized_until = EXCLUDED.finalized_until,
 		end_time        = EXCLUDED.end_time,
 		end_offset      = EXCLUDED.end_offset,
@@ -45,9 +48,7 @@ const forwardOnly = `ON CONFLICT (table_name) DO UPDATE SET
 		run_id          = EXCLUDED.run_id,
 		batch_id        = EXCLUDED.batch_id,
 		sources         = EXCLUDED.sources,
-		updated_at      = EXCLUDED.updated_at
-	WHERE c.finalized_until IS NULL OR EXCLUDED.finalized_until > c.finalized_until
-	RETURNING ` + readColumns
+		updated_at      = EXCLUDED.updated_at`
 
 // rfc3339 is the SQL text of a timestamptz column col as Go's
 // time.RFC3339Nano writes it in UTC: the notification says what is stored,
@@ -58,57 +59,199 @@ func rfc3339(col string) string {
 		ELSE '.' || rtrim(to_char(` + col + ` AT TIME ZONE 'UTC', 'US'), '0') END || 'Z'`
 }
 
-// moveToLowest is the end of the advance and settle statements. It needs
-// a CTE "input" (table_name, payload: the notification up to the time)
-// and a CTE "state": the feeders of the input's tables that are not
-// retired, one row each. Per table, the feeder with the lowest watermark
-// holds it (one that has not reported, a NULL watermark, holds it where it
-// stands); the table's verdict is upserted forward-only to that watermark,
-// with that feeder's provenance, and a notification goes out per moved
-// row in the same transaction. A table the snapshot already shows at or
-// beyond it is not offered to the upsert: a no-op is a read.
+// notifyAndReturn ends the sole and the advance statements. It needs a
+// CTE "input" (table_name, payload: the notification up to the time) and
+// a CTE "moved" (the table rows that moved, readColumns and solo): a
+// notification goes out per moved row in the same transaction, and the
+// statement returns, per table of the input, (moved, readColumns,
+// notified, solo, written) where written is the extra expression (the
+// feeder rows the statement wrote, or 0). The second branch reads the
+// standing rows of the tables that did not move, as of the statement's
+// snapshot.
 //
 // The "notified" CTE is a SELECT: it runs only because the first branch
-// reads it, once per moved row. The second branch reads the standing rows
-// of the tables that did not move (as of the statement's snapshot: see
-// AdvanceBatch for why that can be stale).
-func moveToLowest(n names) string {
+// reads it, once per moved row.
+func notifyAndReturn(n names, written string) string {
+	return `, notified AS (
+	SELECT pg_notify('` + NotifyChannel + `', p.payload || ` + rfc3339("m.finalized_until") + ` || '"}')
+	FROM moved m JOIN (SELECT DISTINCT table_name, payload FROM input) p USING (table_name)
+)
+SELECT true, ` + readColumns + `, (SELECT count(*) FROM notified), solo, ` + written + ` FROM moved
+UNION ALL
+SELECT false, ` + readColumns + `, 0, solo, ` + written + ` FROM ` + n.table + `
+WHERE table_name IN (SELECT table_name FROM input) AND table_name NOT IN (SELECT table_name FROM moved)`
+}
+
+// moveToLowest is the end of the advance and settle statements. It needs
+// a CTE "input" (table_name, payload) and a CTE "state": the feeders of
+// the input's tables that are not retired, one row each, exactly as they
+// stand (both statements run under the tables' advisory locks, see
+// lockKeys). Per table, the feeder with the lowest watermark holds it (one
+// that has not reported, a NULL watermark, holds it where it stands); the
+// table's verdict is upserted forward-only to that watermark, with that
+// feeder's provenance. A table left with one active feeder becomes solo
+// again when it moves (see the sole statement). A table the snapshot
+// already shows at or beyond it is not offered to the upsert: a no-op is a
+// read.
+func moveToLowest(n names, written string) string {
 	return `, low AS (
-	SELECT DISTINCT ON (table_name) table_name, feeder, finalized_until, end_time, end_offset, run_id, batch_id, sources
-	FROM state ORDER BY table_name, finalized_until NULLS FIRST, feeder
+	SELECT DISTINCT ON (table_name) table_name, feeder, finalized_until, end_time, end_offset, run_id, batch_id, sources, active
+	FROM (SELECT *, count(*) OVER (PARTITION BY table_name) AS active FROM state) s
+	ORDER BY table_name, finalized_until NULLS FIRST, feeder
 ), moved AS (
-	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `)
-	SELECT l.table_name, l.finalized_until, l.end_time, l.end_offset, nullif(l.feeder, ''), l.run_id, l.batch_id, l.sources, now()
+	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `, solo)
+	SELECT l.table_name, l.finalized_until, l.end_time, l.end_offset, nullif(l.feeder, ''), l.run_id, l.batch_id, l.sources, now(), l.active = 1
 	FROM low l
 	WHERE l.finalized_until IS NOT NULL
 		AND NOT EXISTS (SELECT FROM ` + n.table + ` x WHERE x.table_name = l.table_name AND x.finalized_until >= l.finalized_until)
 	ORDER BY l.table_name
-` + forwardOnly + `
-), notified AS (
-	SELECT pg_notify('` + NotifyChannel + `', p.payload || ` + rfc3339("m.finalized_until") + ` || '"}')
-	FROM moved m JOIN (SELECT DISTINCT table_name, payload FROM input) p USING (table_name)
-)
-SELECT true, ` + readColumns + `, (SELECT count(*) FROM notified) FROM moved
-UNION ALL
-SELECT false, ` + readColumns + `, 0 FROM ` + n.table + `
-WHERE table_name IN (SELECT table_name FROM input) AND table_name NOT IN (SELECT table_name FROM moved)`
+	ON CONFLICT (table_name) DO UPDATE SET` + provenanceSet + `,
+		solo            = EXCLUDED.solo
+	WHERE c.finalized_until IS NULL OR EXCLUDED.finalized_until > c.finalized_until
+	RETURNING ` + readColumns + `, solo
+)` + notifyAndReturn(n, written)
 }
 
 // feederColumns are read, in this order, by scanFeeder.
 const feederColumns = `table_name, feeder, query_name, finalized_until, end_time, run_id, batch_id, expected, joined_at, updated_at, retired_at, retired_why`
 
+// feedersView is the feeders table as readers see it: a solo table's one
+// feeder has its watermark and provenance in the table's own row (the
+// sole statement writes nothing else), so its row here, if any, is read
+// through that one; a solo table whose feeder has no row here yet (a
+// table migrated in place) shows it all the same.
+func feedersView(n names) string {
+	return `(
+	SELECT f.table_name, f.feeder, f.query_name,
+		CASE WHEN c.solo THEN c.finalized_until ELSE f.finalized_until END AS finalized_until,
+		CASE WHEN c.solo THEN c.end_time ELSE f.end_time END AS end_time,
+		CASE WHEN c.solo THEN c.run_id ELSE f.run_id END AS run_id,
+		CASE WHEN c.solo THEN c.batch_id ELSE f.batch_id END AS batch_id,
+		f.expected, f.joined_at,
+		CASE WHEN c.solo THEN c.updated_at ELSE f.updated_at END AS updated_at,
+		f.retired_at, f.retired_why
+	FROM ` + n.feeds + ` f LEFT JOIN ` + n.table + ` c
+		ON c.solo AND c.table_name = f.table_name AND coalesce(c.query_id, '') = f.feeder
+	UNION ALL
+	SELECT c.table_name, coalesce(c.query_id, ''), NULL, c.finalized_until, c.end_time, c.run_id, c.batch_id,
+		false, c.updated_at, c.updated_at, NULL, NULL
+	FROM ` + n.table + ` c
+	WHERE c.solo AND NOT EXISTS (SELECT FROM ` + n.feeds + ` x WHERE x.table_name = c.table_name AND x.feeder = coalesce(c.query_id, ''))
+) v`
+}
+
+// promoted is the end of the promote statements: a CTE "promoted" returns
+// the solo rows just made shared (their one feeder's id, watermark and
+// provenance, as the table's row has them), and their feeder's row is
+// brought up to them, forward-only, so that the feeders table holds every
+// feeder from then on.
+func promoted(n names) string {
+	return `
+INSERT INTO ` + n.feeds + ` AS f (table_name, feeder, finalized_until, end_time, end_offset, run_id, batch_id, sources)
+SELECT table_name, feeder, finalized_until, end_time, end_offset, run_id, batch_id, sources FROM promoted ORDER BY table_name
+ON CONFLICT (table_name, feeder) DO UPDATE SET
+	finalized_until = EXCLUDED.finalized_until,
+	end_time        = EXCLUDED.end_time,
+	end_offset      = EXCLUDED.end_offset,
+	run_id          = EXCLUDED.run_id,
+	batch_id        = EXCLUDED.batch_id,
+	sources         = EXCLUDED.sources,
+	updated_at      = now()
+WHERE f.finalized_until IS NULL OR f.finalized_until < EXCLUDED.finalized_until`
+}
+
+// promotedColumns are what a promote's UPDATE returns for promoted.
+const promotedColumns = `c.table_name, coalesce(c.query_id, '') AS feeder, c.finalized_until, c.end_time, c.end_offset, c.run_id, c.batch_id, c.sources`
+
 func newStatements(n names) statements {
 	return statements{
-		// One statement, so one transaction and one round trip, whatever
-		// the number of feeders: the feeder's own watermark moves
-		// forward-only ("fed"), an expected feeder configured by the
-		// query's name is resolved to its id ("resolved"), and the table
-		// moves to the lowest watermark of its feeders as this statement
-		// sees them: its own writes fresh, the other feeders' rows from
-		// its snapshot ("state"). A feeder already at or beyond its
-		// candidate is not offered to the upsert, so a no-op advance is a
-		// read. Rows are written in (table, feeder) then table order, so
-		// two statements meeting the same rows cannot deadlock.
+		// sole is the advance of a table's one feeder (ADR 0015): a solo
+		// table keeps its feeder's watermark in its own row, so the
+		// advance is one statement writing one row, as before feeders
+		// existed. It moves only a row that is solo, whose feeder is the
+		// advancing query, and that stands before the candidate; the
+		// upsert's conflict arm checks that again on the row as it stands
+		// once locked (READ COMMITTED re-reads a row a concurrent
+		// transaction changed), so a promotion (a second feeder joining)
+		// that commits first makes it move nothing. A row not offered is
+		// not locked: a no-op is a read. Every other advance (no row yet,
+		// a shared table, another query) goes to the advance statement;
+		// the caller tells them apart by what this returns. Rows are
+		// offered in table order, so two statements cannot deadlock.
+		sole: `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::text[])
+		AS i(table_name, feeder, finalized_until, end_time, end_offset, run_id, batch_id, sources, payload)
+), moved AS (
+	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `, solo)
+	SELECT i.table_name, i.finalized_until, i.end_time, i.end_offset::jsonb, nullif(i.feeder, ''), i.run_id, i.batch_id, i.sources::jsonb, now(), false
+	FROM input i
+	WHERE EXISTS (SELECT FROM ` + n.table + ` x WHERE x.table_name = i.table_name AND x.solo
+		AND coalesce(x.query_id, '') = i.feeder AND x.finalized_until < i.finalized_until)
+	ORDER BY i.table_name
+	ON CONFLICT (table_name) DO UPDATE SET` + provenanceSet + `
+	WHERE c.solo AND coalesce(c.query_id, '') = coalesce(EXCLUDED.query_id, '') AND c.finalized_until < EXCLUDED.finalized_until
+	RETURNING ` + readColumns + `, solo
+)` + notifyAndReturn(n, "0"),
+		// lockKeys takes the transaction-level advisory lock of each of
+		// the tables ($1, under the control table's key $2), in key
+		// order. Everything that reads or writes the feeders table to
+		// move a verdict, add, retire or un-retire a feeder, or promote
+		// a solo table takes them first, in a transaction of its own, so
+		// those transactions on one table run one after the other and
+		// each statement after the locks sees every earlier one's commit:
+		// the lowest watermark is computed from the feeders as they
+		// stand, never from a stale snapshot. The sole statement takes
+		// none: it is kept out by the solo flag and the row lock.
+		lockKeys: `
+SELECT count(pg_advisory_xact_lock(k)) FROM (
+	SELECT DISTINCT hashtextextended($2 || t, 0) AS k FROM unnest($1::text[]) AS t ORDER BY 1
+) keys`,
+		// lockRows locks, in table order, the table rows an advance's
+		// transaction may write: those its candidates may move, and solo
+		// ones it must promote (another query's advance). Taking them up
+		// front, in order, keeps it from deadlocking with a concurrent
+		// sole statement over several tables.
+		lockRows: `
+SELECT count(*) FROM (
+	SELECT c.table_name FROM ` + n.table + ` c
+	WHERE EXISTS (SELECT FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS i(table_name, feeder, finalized_until)
+		WHERE i.table_name = c.table_name AND (c.finalized_until IS NULL OR c.finalized_until < i.finalized_until
+			OR (c.solo AND coalesce(c.query_id, '') <> i.feeder)))
+	ORDER BY c.table_name FOR UPDATE
+) locked`,
+		// promote makes shared each solo table of the input that another
+		// query ($2) advances or joins, and writes its one feeder's row
+		// from the table's row. A retired query adds no feeder: its
+		// advance is recorded in its own row and the table stays solo. It runs after lockKeys (and, in an
+		// advance, lockRows): the UPDATE reads the row as the last sole
+		// statement left it.
+		promote: `
+WITH promoted AS (
+	UPDATE ` + n.table + ` c SET solo = false
+	WHERE c.solo AND EXISTS (SELECT FROM unnest($1::text[], $2::text[]) AS i(table_name, feeder)
+		WHERE i.table_name = c.table_name AND i.feeder <> coalesce(c.query_id, '')
+			AND NOT EXISTS (SELECT FROM ` + n.feeds + ` r WHERE r.table_name = i.table_name AND r.feeder = i.feeder AND r.retired_at IS NOT NULL))
+	RETURNING ` + promotedColumns + `
+)` + promoted(n),
+		// promoteOne makes table $1 shared if it is solo: before an
+		// operator's retirement, un-retirement or rewind, and before an
+		// expected feeder is added.
+		promoteOne: `
+WITH promoted AS (
+	UPDATE ` + n.table + ` c SET solo = false WHERE c.table_name = $1 AND c.solo
+	RETURNING ` + promotedColumns + `
+)` + promoted(n),
+		// advance is the advance of a shared table, of a table's first
+		// verdict, and of any feeder whose sole statement did not apply,
+		// in one statement run after lockKeys, lockRows and promote: the
+		// feeder's own watermark moves forward-only ("fed"), an expected
+		// feeder configured by the query's name is resolved to its id
+		// ("resolved"), and the table moves to the lowest watermark of
+		// its feeders: its own writes fresh, the others as they stand
+		// ("state"). A feeder already at or beyond its candidate is not
+		// offered to the upsert, so a no-op advance is a read. Rows are
+		// written in (table, feeder) then table order.
 		advance: `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[])
@@ -143,23 +286,21 @@ WITH input AS (
 	WHERE f.table_name IN (SELECT table_name FROM input) AND f.retired_at IS NULL
 		AND (f.table_name, f.feeder) NOT IN (SELECT table_name, feeder FROM fed)
 		AND (f.table_name, f.feeder) NOT IN (SELECT table_name, feeder FROM resolved)
-)` + moveToLowest(n),
+)` + moveToLowest(n, "(SELECT count(*) FROM fed)"),
 		// settle moves tables to the lowest watermark of their feeders as
-		// they stand: after a retirement, and after an advance that left
-		// its table behind its own candidate (held, or a snapshot that
-		// missed a concurrent writer). A new statement sees every commit
-		// before it began.
+		// they stand, after lockKeys: after a retirement, or when an
+		// operator asks.
 		settle: `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[]) AS i(table_name, payload)
 ), state AS (
 	SELECT f.table_name, f.feeder, f.finalized_until, f.end_time, f.end_offset, f.run_id, f.batch_id, f.sources FROM ` + n.feeds + ` f
 	WHERE f.table_name IN (SELECT table_name FROM input) AND f.retired_at IS NULL
-)` + moveToLowest(n),
+)` + moveToLowest(n, "0"),
 		get:        `SELECT ` + readColumns + ` FROM ` + n.table + ` WHERE table_name = $1`,
 		list:       `SELECT ` + readColumns + ` FROM ` + n.table + ` ORDER BY table_name`,
-		feeders:    `SELECT ` + feederColumns + ` FROM ` + n.feeds + ` WHERE table_name = $1 ORDER BY joined_at, feeder`,
-		allFeeders: `SELECT ` + feederColumns + ` FROM ` + n.feeds + ` ORDER BY table_name, joined_at, feeder`,
+		feeders:    `SELECT ` + feederColumns + ` FROM ` + feedersView(n) + ` WHERE table_name = $1 ORDER BY joined_at, feeder`,
+		allFeeders: `SELECT ` + feederColumns + ` FROM ` + feedersView(n) + ` ORDER BY table_name, joined_at, feeder`,
 	}
 }
 
@@ -217,13 +358,15 @@ func (a Advance) check() (time.Time, string, error) {
 // Advance moves the watermark of a.Table's feeder a.QueryID (the query
 // that wrote the data) forward to a.FinalizedUntil, and the table's
 // verdict forward to the lowest watermark of the table's feeders that are
-// not retired (ADR 0015), in one statement, so in one transaction and one
-// round trip. A table with one feeder moves with it, as before feeders
-// existed: the row is inserted when the table has none, and updated only
-// when its finalized_until is NULL or earlier than the candidate, with the
-// provenance (end_time, end_offset, query_id, run_id, batch_id) of the
-// feeder that holds the table and updated_at. When, and only when, the row
-// moved, the same transaction sends a notification on NotifyChannel.
+// not retired (ADR 0015). A table with one feeder (solo) keeps that
+// feeder's watermark in its own row and moves with it in one statement
+// writing one row, as before feeders existed: updated only when its
+// finalized_until is earlier than the candidate, with the provenance
+// (end_time, end_offset, query_id, run_id, batch_id) and updated_at. A
+// table with several feeders, and a table's first verdict, take one
+// transaction of four statements in one round trip (see AdvanceBatch).
+// When, and only when, the table's row moved, the same transaction sends
+// a notification on NotifyChannel.
 //
 // It returns the table's verdict as it stands after the call and whether
 // this call moved it. The verdict may be behind the candidate: another
@@ -243,50 +386,11 @@ func (a Advance) check() (time.Time, string, error) {
 // written, and retrying is safe because the advance is idempotent),
 // ErrNotMigrated (no control table).
 func (s *Store) Advance(ctx context.Context, a Advance) (v Verdict, moved bool, err error) {
-	op := "advance " + a.Table
-	if s.closed.Load() {
-		return Verdict{}, false, fmt.Errorf("%s: %w", op, ErrClosed)
-	}
-	r, err := newBatchRow(0, a)
+	res, err := s.advanceAll(ctx, []Advance{a}, "advance "+a.Table)
 	if err != nil {
 		return Verdict{}, false, err
 	}
-	k := feederKey{a.Table, a.QueryID}
-	rows, order := map[feederKey]*batchRow{k: r}, []feederKey{k}
-	verdicts, movedBy, err := s.advance(ctx, []Advance{a}, rows, order)
-	if err != nil && r.offset != nil && offsetRefused(err) {
-		// The offset is provenance; the verdict must not wait on it (a
-		// database whose encoding is not UTF-8 refuses more than jsonbSafe
-		// knows). Advance without it.
-		s.log.Warn("postgresql refused the end offset; advancing without it",
-			zap.String("table", a.Table), zap.String("run_id", a.RunID), zap.Error(err))
-		r.offset = nil
-		verdicts, movedBy, err = s.advance(ctx, []Advance{a}, rows, order)
-	}
-	if err != nil {
-		return Verdict{}, false, wrap(ctx, op, err)
-	}
-	v, ok := verdicts[a.Table]
-	moved = movedBy[a.Table]
-	if ok && !v.FinalizedUntil.Before(r.until) {
-		return v, moved, nil
-	}
-	// The table is behind the candidate: another feeder holds it, or the
-	// statement's snapshot, taken before it waited for a concurrent
-	// writer's commit, missed that writer's row. A new statement sees
-	// every commit before it began (see AdvanceBatch).
-	settled, settledMoved, err := s.settle(ctx, []string{a.Table})
-	if err != nil {
-		// The feeder's watermark is stored; retrying (the tracker does) is
-		// a no-op for it and settles the table.
-		return Verdict{}, false, wrap(ctx, op+": settle", err)
-	}
-	if sv, ok := settled[a.Table]; ok {
-		v = sv
-	} else {
-		v = Verdict{Table: a.Table} // held before its first verdict
-	}
-	return v, moved || settledMoved[a.Table], nil
+	return res[0].Verdict, res[0].Moved, res[0].Err
 }
 
 // Get returns the table's verdict, or ErrNotFound when it has none, or

@@ -447,9 +447,10 @@ func TestConcurrentAdvanceManyTables(t *testing.T) {
 	}
 }
 
-// TestAdvanceReadsBackConcurrentInsert holds a concurrent insert open
-// while Advance runs: Advance waits for it and must then return the other
-// writer's row, which its own snapshot cannot see.
+// TestAdvanceReadsBackConcurrentInsert holds a concurrent first verdict
+// open (another replica's, under the table's lock as every first verdict
+// is) while Advance runs: Advance waits for it and must then return the
+// other writer's row.
 func TestAdvanceReadsBackConcurrentInsert(t *testing.T) {
 	s, url := newStore(t, Options{})
 	ctx := context.Background()
@@ -459,6 +460,9 @@ func TestAdvanceReadsBackConcurrentInsert(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, s.sql.lockKeys, []string{"t"}, s.n.table); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := tx.Exec(ctx, "INSERT INTO "+s.n.table+" (table_name, finalized_until, run_id) VALUES ('t', $1, 'other')", at(16, 0)); err != nil {
 		t.Fatal(err)
 	}

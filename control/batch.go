@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -22,39 +23,54 @@ type AdvanceResult struct {
 // feederKey is one feeder of one table.
 type feederKey struct{ table, feeder string }
 
-// AdvanceBatch applies many advances in one statement, so in one
-// transaction and one round trip: the group commit of advances that land
-// at the same moment (ADR 0008). Each advance is treated as Advance treats
-// it (the feeder's watermark and the table's verdict move forward-only, a
-// notification per moved table in the same transaction), and its result
-// is at the same index of the returned slice. Advances of the same feeder
-// of a table are applied as if one after the other, highest candidate
-// first; advances of several feeders of one table move the table once, to
-// the lowest watermark, and the first of them reports the move.
+// AdvanceBatch applies many advances at once: the group commit of
+// advances that land at the same moment (ADR 0008). Each advance is
+// treated as Advance treats it (the feeder's watermark and the table's
+// verdict move forward-only, a notification per moved table in the same
+// transaction), and its result is at the same index of the returned
+// slice. Advances of the same feeder of a table are applied as if one
+// after the other, highest candidate first; advances of several feeders
+// of one table move the table once, to the lowest watermark, and the
+// first of them reports the move.
 //
-// An advance whose table ends behind its candidate (held by another
-// feeder, or read from a snapshot that missed a concurrent writer) is
-// settled by a second statement, which sees every commit before it began:
-// so whichever of two concurrent feeders commits last moves the table to
-// where both allow (ADR 0015). A table with one feeder never needs it.
+// It takes one round trip when every table is solo (one feeder, its
+// watermark in the table's row, ADR 0015): the sole statement, one row
+// written per moved table. The advances it does not apply (a table's
+// first verdict, a table with several feeders, another query's advance of
+// a solo table, several feeders of one table in the batch) take one more:
+// one transaction of four statements (the tables' advisory locks, their
+// rows' locks, the promotion of solo tables another query joins, the
+// advance through the feeders table), so that each table moves to the
+// lowest watermark of its feeders as they stand.
 //
 // An invalid advance gets ErrInvalidAdvance in its result and is not sent.
 // One advance the database refuses never fails the others, whatever the
-// error: when the statement fails for any reason but the database's
+// error: when a statement fails for any reason but the database's
 // availability, the batch is applied again in halves, down to single
-// advances (each applied as Advance applies it, so an EndOffset the
-// database refuses is dropped), so that k refused advances cost about
-// k·log2(n) statements and only they carry an error.
+// advances (an EndOffset the database refuses is then dropped), so that k
+// refused advances cost about k·log2(n) statements and only they carry an
+// error.
 //
 // The returned error is for the batch as a whole: PostgreSQL unreachable
 // (ErrUnavailable), no control table (ErrNotMigrated), the store closed
 // (ErrClosed) or ctx done. Then the advances not applied before it carry
-// it in their results; those applied before it (by earlier halves) carry
-// their own.
+// it in their results; those applied before it (by earlier statements)
+// carry their own.
 func (s *Store) AdvanceBatch(ctx context.Context, as []Advance) ([]AdvanceResult, error) {
+	return s.advanceAll(ctx, as, "")
+}
+
+// advanceAll is Advance and AdvanceBatch: it validates the advances, keeps
+// the highest candidate of each feeder of a table, applies them and
+// assembles the results. op names the call in an error of the whole; ""
+// names a batch.
+func (s *Store) advanceAll(ctx context.Context, as []Advance, op string) ([]AdvanceResult, error) {
 	res := make([]AdvanceResult, len(as))
 	if s.closed.Load() {
-		err := fmt.Errorf("advance batch: %w", ErrClosed)
+		if op == "" {
+			op = "advance batch"
+		}
+		err := fmt.Errorf("%s: %w", op, ErrClosed)
 		for i := range res {
 			res[i].Err = err
 		}
@@ -88,43 +104,13 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []Advance) ([]AdvanceResult
 	})
 	b.verdicts = make(map[string]Verdict, len(order))
 	b.moved = make(map[string]bool, len(order))
-	b.settled = make(map[string]bool)
 	b.failed = make(map[feederKey]error)
 	batchErr := s.applyBatch(ctx, b, order, true)
 	if batchErr != nil {
-		batchErr = wrap(ctx, fmt.Sprintf("advance batch of %d feeders", len(order)), batchErr)
-	}
-	// Tables left behind a candidate are settled by a new statement.
-	var behind []string
-	for _, k := range order {
-		v, ok := b.verdicts[k.table]
-		applied := ok || b.moved[k.table]
-		if b.failed[k] != nil || b.settled[k.table] || (!applied && batchErr != nil) {
-			continue
+		if op == "" {
+			op = fmt.Sprintf("advance batch of %d feeders", len(order))
 		}
-		if (!ok || v.FinalizedUntil.Before(b.rows[k].until)) && (len(behind) == 0 || behind[len(behind)-1] != k.table) {
-			behind = append(behind, k.table)
-		}
-	}
-	var settleErr error
-	if len(behind) > 0 && batchErr == nil {
-		settled, settledMoved, err := s.settle(ctx, behind)
-		if err != nil {
-			// The feeders' watermarks are stored; a retry of their
-			// advances (the trackers do) is a no-op for them and settles
-			// the tables.
-			settleErr = wrap(ctx, fmt.Sprintf("advance batch: settle %d tables", len(behind)), err)
-		}
-		for table, v := range settled {
-			b.verdicts[table] = v
-			b.moved[table] = b.moved[table] || settledMoved[table]
-		}
-	}
-	unsettled := make(map[string]bool, len(behind))
-	if settleErr != nil {
-		for _, t := range behind {
-			unsettled[t] = true
-		}
+		batchErr = wrap(ctx, op, batchErr)
 	}
 	reported := make(map[string]bool, len(b.verdicts))
 	for i, a := range as {
@@ -136,10 +122,8 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []Advance) ([]AdvanceResult
 		switch {
 		case b.failed[k] != nil:
 			res[i].Err = b.failed[k]
-		case !ok && !b.moved[a.Table] && batchErr != nil:
+		case !b.applied[k] && batchErr != nil:
 			res[i].Err = batchErr
-		case unsettled[a.Table]:
-			res[i].Err = settleErr
 		default:
 			if !ok {
 				v = Verdict{Table: a.Table} // held before its first verdict
@@ -151,9 +135,6 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []Advance) ([]AdvanceResult
 			res[i] = AdvanceResult{Verdict: v, Moved: mv}
 		}
 	}
-	if batchErr == nil && settleErr != nil && len(unsettled) == len(b.verdicts) {
-		batchErr = settleErr
-	}
 	return res, batchErr
 }
 
@@ -163,7 +144,7 @@ type batch struct {
 	rows     map[feederKey]*batchRow // the row sent for each feeder of a table: its highest candidate
 	verdicts map[string]Verdict      // the table rows the statements returned
 	moved    map[string]bool         // which of them moved
-	settled  map[string]bool         // tables an Advance of its own settled already
+	applied  map[feederKey]bool      // feeders whose advance committed
 	failed   map[feederKey]error     // feeders whose own advance failed
 }
 
@@ -196,50 +177,215 @@ func newBatchRow(i int, a Advance) (*batchRow, error) {
 	return r, nil
 }
 
-// applyBatch applies the rows of the feeders in order (sorted) with one
-// statement and records what it returned in b. When the statement fails
-// for a reason that may be one row's, it applies each half in turn; a
-// single feeder left is applied with Advance, and its failure is recorded
-// in b.failed. It returns only an error of the batch as a whole (see
-// batchWide), at which point it stops.
+// applyBatch applies the rows of the feeders in order (sorted) and records
+// what the statements returned in b. When a statement fails for a reason
+// that may be one row's, it applies each half in turn; a single feeder
+// left whose end offset the database refused is applied again without it
+// (the offset is provenance; the verdict must not wait on it), and a
+// failure of its own is recorded in b.failed. It returns only an error of
+// the batch as a whole (see batchWide), at which point it stops.
 func (s *Store) applyBatch(ctx context.Context, b *batch, order []feederKey, top bool) error {
-	if len(order) == 1 && !top {
-		k := order[0]
-		v, moved, err := s.Advance(ctx, b.as[b.rows[k].i])
-		switch {
-		case err == nil:
-			b.verdicts[k.table], b.moved[k.table] = v, b.moved[k.table] || moved
-			b.settled[k.table] = true
-		case batchWide(ctx, err):
-			return err
-		default:
-			b.failed[k] = err
-		}
-		return nil
-	}
-	verdicts, moved, err := s.advance(ctx, b.as, b.rows, order)
+	err := s.apply(ctx, b, order)
 	switch {
 	case err == nil:
-		// Recorded only once the statement succeeded: a failed one
-		// committed nothing.
-		for t, v := range verdicts {
-			b.verdicts[t], b.moved[t] = v, b.moved[t] || moved[t]
-		}
 		return nil
 	case batchWide(ctx, err):
 		return err
+	case len(order) == 1:
+		k := order[0]
+		if r := b.rows[k]; r.offset != nil && offsetRefused(err) {
+			// A database whose encoding is not UTF-8 refuses more than
+			// jsonbSafe knows.
+			s.log.Warn("postgresql refused the end offset; advancing without it",
+				zap.String("table", k.table), zap.String("run_id", b.as[r.i].RunID), zap.Error(err))
+			r.offset = nil
+			if err = s.apply(ctx, b, order); err == nil {
+				return nil
+			}
+			if batchWide(ctx, err) {
+				return err
+			}
+		}
+		b.failed[k] = wrap(ctx, "advance "+k.table, err)
+		return nil
 	case top:
 		s.log.Warn("postgresql refused a group commit of advances; applying it in halves so that one advance cannot fail the others",
 			zap.Int("feeders", len(order)), zap.Error(err))
 	}
 	n := len(order)
-	if n == 1 {
-		return s.applyBatch(ctx, b, order, false)
-	}
 	if err := s.applyBatch(ctx, b, order[:n/2], false); err != nil {
 		return err
 	}
 	return s.applyBatch(ctx, b, order[n/2:], false)
+}
+
+// record keeps what a statement that committed returned for the feeders
+// in keys.
+func (b *batch) record(keys []feederKey, verdicts map[string]Verdict, moved map[string]bool) {
+	if b.applied == nil {
+		b.applied = make(map[feederKey]bool, len(keys))
+	}
+	for _, k := range keys {
+		b.applied[k] = true
+		if v, ok := verdicts[k.table]; ok {
+			b.verdicts[k.table] = v
+		}
+		b.moved[k.table] = b.moved[k.table] || moved[k.table]
+	}
+}
+
+// apply applies the rows of the feeders in order: the sole statement for
+// the feeders alone in the batch on their table, then one transaction
+// through the feeders table for the rest and for those the sole statement
+// did not apply. What committed is recorded in b, so an error of the
+// second leaves the first's recorded.
+func (s *Store) apply(ctx context.Context, b *batch, order []feederKey) error {
+	var sole, rest []feederKey
+	for j, k := range order { // sorted: one table's feeders are adjacent
+		if (j > 0 && order[j-1].table == k.table) || (j+1 < len(order) && order[j+1].table == k.table) {
+			rest = append(rest, k)
+		} else {
+			sole = append(sole, k)
+		}
+	}
+	if len(sole) > 0 {
+		res, err := s.runSole(ctx, b, sole)
+		if err != nil {
+			return err
+		}
+		var done []feederKey
+		for _, k := range sole {
+			v, ok := res.verdicts[k.table]
+			switch {
+			case ok && res.moved[k.table],
+				// A no-op: the table is solo, this query is its feeder,
+				// and it stands at or past the candidate.
+				ok && res.solo[k.table] && v.QueryID == k.feeder && !v.FinalizedUntil.Before(b.rows[k].until):
+				done = append(done, k)
+			default:
+				rest = append(rest, k)
+			}
+		}
+		b.record(done, res.verdicts, res.moved)
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	sort.Slice(rest, func(x, y int) bool {
+		if rest[x].table != rest[y].table {
+			return rest[x].table < rest[y].table
+		}
+		return rest[x].feeder < rest[y].feeder
+	})
+	res, err := s.runShared(ctx, b, rest)
+	if err != nil {
+		return err
+	}
+	b.record(rest, res.verdicts, res.moved)
+	return nil
+}
+
+// moves is what the sole, advance and settle statements return: the table
+// rows, by table, which of them moved, which are solo, and how many feeder
+// rows the statement wrote.
+type moves struct {
+	verdicts map[string]Verdict
+	moved    map[string]bool
+	solo     map[string]bool
+	written  int64
+}
+
+// columns are the arrays of the rows of keys, as the sole and advance
+// statements take them.
+type columns struct {
+	tables, feeders, payloads []string
+	names, offsets, runs, srcs []*string
+	untils                     []time.Time
+	ends                       []*time.Time
+	batches                    []int64
+}
+
+func (b *batch) columns(keys []feederKey) columns {
+	n := len(keys)
+	c := columns{
+		tables: make([]string, n), feeders: make([]string, n), payloads: make([]string, n),
+		names: make([]*string, n), offsets: make([]*string, n), runs: make([]*string, n), srcs: make([]*string, n),
+		untils: make([]time.Time, n), ends: make([]*time.Time, n), batches: make([]int64, n),
+	}
+	for j, k := range keys {
+		r := b.rows[k]
+		a := &b.as[r.i]
+		c.tables[j], c.feeders[j], c.untils[j], c.offsets[j], c.batches[j], c.srcs[j], c.payloads[j] = k.table, k.feeder, r.until, r.offset, a.BatchID, r.sources, r.payload
+		if !a.EndTime.IsZero() {
+			c.ends[j] = &a.EndTime
+		}
+		if a.QueryName != "" {
+			c.names[j] = &a.QueryName
+		}
+		if a.RunID != "" {
+			c.runs[j] = &a.RunID
+		}
+	}
+	return c
+}
+
+// runSole runs the sole statement over the rows of keys.
+func (s *Store) runSole(ctx context.Context, b *batch, keys []feederKey) (moves, error) {
+	c := b.columns(keys)
+	m, err := scanMoves(s.pool.Query(ctx, s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads))
+	if err == nil {
+		s.stats.soleStatements.Add(1)
+		s.stats.sole.Add(int64(len(keys)))
+	}
+	return m, err
+}
+
+// runShared applies the rows of keys through the feeders table: one
+// transaction (implicit: one round trip, one Sync) of lockKeys, lockRows,
+// promote and advance.
+func (s *Store) runShared(ctx context.Context, b *batch, keys []feederKey) (moves, error) {
+	c := b.columns(keys)
+	var pb pgx.Batch
+	pb.Queue(s.sql.lockKeys, distinct(c.tables), s.n.table)
+	pb.Queue(s.sql.lockRows, c.tables, c.feeders, c.untils)
+	pb.Queue(s.sql.promote, c.tables, c.feeders)
+	pb.Queue(s.sql.advance, c.tables, c.feeders, c.names, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads)
+	m, err := s.sendLocked(ctx, &pb)
+	if err == nil {
+		s.stats.advanceStatements.Add(1)
+		s.stats.advanced.Add(int64(len(keys)))
+		s.stats.feederWrites.Add(m.written)
+	}
+	return m, err
+}
+
+// sendLocked sends a batch whose last statement returns moves (advance or
+// settle), every statement before it a command, as one implicit
+// transaction.
+func (s *Store) sendLocked(ctx context.Context, pb *pgx.Batch) (m moves, err error) {
+	br := s.pool.SendBatch(ctx, pb)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	for range pb.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			return moves{}, err
+		}
+	}
+	return scanMoves(br.Query())
+}
+
+// distinct returns the distinct strings of sorted ss.
+func distinct(ss []string) []string {
+	out := make([]string, 0, len(ss))
+	for i, s := range ss {
+		if i == 0 || ss[i-1] != s {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // batchWide reports whether err, from a statement of a batch, is about the
@@ -257,85 +403,58 @@ func batchWide(ctx context.Context, err error) bool {
 	return false
 }
 
-// advance runs the advance statement over the rows in order and returns
-// the table rows it returned, by table, and which of them moved.
-func (s *Store) advance(ctx context.Context, as []Advance, rows map[feederKey]*batchRow, order []feederKey) (map[string]Verdict, map[string]bool, error) {
-	n := len(order)
-	var (
-		tables   = make([]string, n)
-		feeders  = make([]string, n)
-		names    = make([]*string, n)
-		untils   = make([]time.Time, n)
-		ends     = make([]*time.Time, n)
-		offsets  = make([]*string, n)
-		runs     = make([]*string, n)
-		batches  = make([]int64, n)
-		sources  = make([]*string, n)
-		payloads = make([]string, n)
-	)
-	for j, k := range order {
-		r := rows[k]
-		a := &as[r.i]
-		tables[j], feeders[j], untils[j], offsets[j], batches[j], sources[j], payloads[j] = k.table, k.feeder, r.until, r.offset, a.BatchID, r.sources, r.payload
-		if !a.EndTime.IsZero() {
-			ends[j] = &a.EndTime
-		}
-		if a.QueryName != "" {
-			names[j] = &a.QueryName
-		}
-		if a.RunID != "" {
-			runs[j] = &a.RunID
-		}
-	}
-	verdicts, moved, err := scanMoves(s.pool.Query(ctx, s.sql.advance, tables, feeders, names, untils, ends, offsets, runs, batches, sources, payloads))
-	if err == nil {
-		s.stats.advanceStatements.Add(1)
-		s.stats.advanced.Add(int64(n))
-	}
-	return verdicts, moved, err
-}
-
 // settle moves each of tables to the lowest watermark of its feeders as
-// they stand, forward-only, and returns their rows and which moved.
-func (s *Store) settle(ctx context.Context, tables []string) (map[string]Verdict, map[string]bool, error) {
+// they stand, forward-only, in q (a transaction that holds the tables'
+// advisory locks), and returns their rows and which moved.
+func (s *Store) settle(ctx context.Context, q pgx.Tx, tables []string) (moves, error) {
 	payloads := make([]string, len(tables))
 	for i, t := range tables {
 		p, err := payloadPrefix(t)
 		if err != nil {
-			return nil, nil, err
+			return moves{}, err
 		}
 		payloads[i] = p
 	}
-	verdicts, moved, err := scanMoves(s.pool.Query(ctx, s.sql.settle, tables, payloads))
+	m, err := scanMoves(q.Query(ctx, s.sql.settle, tables, payloads))
 	if err == nil {
 		s.stats.settleStatements.Add(1)
 		s.stats.settled.Add(int64(len(tables)))
 	}
-	return verdicts, moved, err
+	return m, err
 }
 
-// scanMoves reads what moveToLowest returns.
-func scanMoves(rows pgx.Rows, err error) (map[string]Verdict, map[string]bool, error) {
+// lockTables takes the advisory locks of tables (see lockKeys) in tx.
+func (s *Store) lockTables(ctx context.Context, tx pgx.Tx, tables ...string) error {
+	sorted := slices.Clone(tables)
+	slices.Sort(sorted)
+	_, err := tx.Exec(ctx, s.sql.lockKeys, distinct(sorted), s.n.table)
+	return err
+}
+
+// scanMoves reads what notifyAndReturn returns.
+func scanMoves(rows pgx.Rows, err error) (moves, error) {
 	if err != nil {
-		return nil, nil, err
+		return moves{}, err
 	}
 	defer rows.Close()
-	verdicts := make(map[string]Verdict)
-	moved := make(map[string]bool)
+	m := moves{verdicts: make(map[string]Verdict), moved: make(map[string]bool), solo: make(map[string]bool)}
 	for rows.Next() {
 		var (
-			mv       bool
+			mv, solo bool
 			notified int64
+			written  int64
 		)
-		v, err := scanVerdict(rows, &mv, &notified)
+		v, err := scanVerdict(rows, &mv, &notified, &solo, &written)
 		if err != nil {
-			return nil, nil, err
+			return moves{}, err
 		}
-		verdicts[v.Table] = v
-		moved[v.Table] = mv
+		m.verdicts[v.Table] = v
+		m.moved[v.Table] = mv
+		m.solo[v.Table] = solo
+		m.written = written
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		return moves{}, err
 	}
-	return verdicts, moved, nil
+	return m, nil
 }

@@ -120,17 +120,32 @@ func (s *Store) ExpectFeeders(ctx context.Context, table string, feeders []strin
 			return nil, fmt.Errorf("%s: %w: a feeder name must be a non-empty query name or id without control characters", op, ErrInvalidAdvance)
 		}
 	}
-	rows, err := s.pool.Query(ctx, `
+	var added []string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.lockTables(ctx, tx, table); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
 INSERT INTO `+s.n.feeds+` AS f (table_name, feeder, expected)
 SELECT $1, e.name, true FROM unnest($2::text[]) AS e(name)
 WHERE NOT EXISTS (SELECT FROM `+s.n.feeds+` x WHERE x.table_name = $1 AND (x.feeder = e.name OR x.query_name = e.name))
+	AND NOT EXISTS (SELECT FROM `+s.n.table+` c WHERE c.table_name = $1 AND c.solo AND c.query_id = e.name)
 ORDER BY e.name
 ON CONFLICT (table_name, feeder) DO NOTHING
 RETURNING feeder`, table, feeders)
-	if err != nil {
-		return nil, wrap(ctx, op, err)
-	}
-	added, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		if added, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+		if len(added) > 0 {
+			// A solo table's one feeder joins the feeders table beside
+			// the expected ones, which hold the table from now on.
+			_, err = tx.Exec(ctx, s.sql.promoteOne, table)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, wrap(ctx, op, err)
 	}
@@ -157,13 +172,35 @@ func (s *Store) JoinFeeder(ctx context.Context, table, query, name string) (bool
 	if strings.TrimSpace(query) == "" || CheckTableName(query) != nil {
 		return false, fmt.Errorf("%s: %w: a feeder must be a non-empty query id without control characters", op, ErrInvalidAdvance)
 	}
-	tag, err := s.pool.Exec(ctx, `
-INSERT INTO `+s.n.feeds+` (table_name, feeder, query_name) VALUES ($1, $2, $3)
-ON CONFLICT (table_name, feeder) DO NOTHING`, table, query, nullString(name))
+	// One round trip, one implicit transaction: the table's lock, the
+	// promotion of a solo table that another query feeds, the row.
+	var pb pgx.Batch
+	pb.Queue(s.sql.lockKeys, []string{table}, s.n.table)
+	pb.Queue(s.sql.promote, []string{table}, []string{query})
+	pb.Queue(`
+INSERT INTO `+s.n.feeds+` AS f (table_name, feeder, query_name) VALUES ($1, $2, $3)
+ON CONFLICT (table_name, feeder) DO UPDATE SET query_name = EXCLUDED.query_name
+	WHERE f.query_name IS NULL AND EXCLUDED.query_name IS NOT NULL
+RETURNING (xmax = 0)`, table, query, nullString(name))
+	br := s.pool.SendBatch(ctx, &pb)
+	added := false
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&added)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return false, wrap(ctx, op, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return added, nil
 }
 
 // RetireFeeder retires the feeders of table whose query name or id is
@@ -173,9 +210,10 @@ ON CONFLICT (table_name, feeder) DO NOTHING`, table, query, nullString(name))
 // table's verdict after the move and whether it moved; ErrNoFeeder when no
 // active feeder matches.
 //
-// The retirement commits before the table is settled in a new statement,
-// so an advance of another feeder running at the same time is seen by
-// one of the two.
+// The retirement and the table's move are one transaction under the
+// table's advisory lock, as every advance through the feeders table is, so
+// an advance of another feeder running at the same time is seen by it, or
+// sees it.
 func (s *Store) RetireFeeder(ctx context.Context, table, query, why string) ([]Feeder, Verdict, bool, error) {
 	op := fmt.Sprintf("retire feeder %s of %s", query, table)
 	if s.closed.Load() {
@@ -190,46 +228,142 @@ func (s *Store) RetireFeeder(ctx context.Context, table, query, why string) ([]F
 	if err := CheckTableName(query); err != nil { // the same rules as a name
 		return nil, Verdict{}, false, fmt.Errorf("retire feeder of %s: %w: the query name or id is invalid", table, ErrNoFeeder)
 	}
-	// By id (or an expected feeder's configured name): that feeder. By
-	// name: only when the name is one active feeder's, so that the old
-	// and the new query of a redeploy (one name, two ids) are never
-	// retired together.
-	rows, err := s.pool.Query(ctx, `
+	var (
+		retired []Feeder
+		ids     []string
+		m       moves
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		retired, ids = nil, nil
+		if err := s.lockTables(ctx, tx, table); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.sql.promoteOne, table); err != nil {
+			return err
+		}
+		// By id (or an expected feeder's configured name): that feeder.
+		// By name: only when the name is one active feeder's, so that the
+		// old and the new query of a redeploy (one name, two ids) are
+		// never retired together.
+		rows, err := tx.Query(ctx, `
 UPDATE `+s.n.feeds+` SET retired_at = now(), retired_why = $3
 WHERE table_name = $1 AND retired_at IS NULL AND (feeder = $2 OR (query_name = $2
 	AND NOT EXISTS (SELECT FROM `+s.n.feeds+` x WHERE x.table_name = $1 AND x.feeder = $2 AND x.retired_at IS NULL)
 	AND (SELECT count(*) FROM `+s.n.feeds+` x WHERE x.table_name = $1 AND x.query_name = $2 AND x.retired_at IS NULL) = 1))
 RETURNING `+feederColumns, table, query, nullString(why))
-	if err != nil {
-		return nil, Verdict{}, false, wrap(ctx, op, err)
-	}
-	retired, err := pgx.CollectRows(rows, scanFeeder)
-	if err != nil {
-		return nil, Verdict{}, false, wrap(ctx, op, err)
-	}
-	if len(retired) == 0 {
-		rows, err := s.pool.Query(ctx, `SELECT feeder FROM `+s.n.feeds+` WHERE table_name = $1 AND query_name = $2 AND retired_at IS NULL ORDER BY feeder`, table, query)
 		if err != nil {
-			return nil, Verdict{}, false, wrap(ctx, op, err)
+			return err
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, Verdict{}, false, wrap(ctx, op, err)
+		if retired, err = pgx.CollectRows(rows, scanFeeder); err != nil {
+			return err
 		}
-		if len(ids) > 1 {
-			return nil, Verdict{}, false, fmt.Errorf("%s: %w: %s", op, ErrAmbiguousFeeder, strings.Join(ids, ", "))
+		if len(retired) == 0 {
+			rows, err := tx.Query(ctx, `SELECT feeder FROM `+s.n.feeds+` WHERE table_name = $1 AND query_name = $2 AND retired_at IS NULL ORDER BY feeder`, table, query)
+			if err != nil {
+				return err
+			}
+			if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				return err
+			}
+			return errNothingRetired // rolls the promotion back: nothing changed
 		}
+		// The table moves forward to the lowest watermark of the others,
+		// in the same transaction, under the table's lock.
+		m, err = s.settle(ctx, tx, []string{table})
+		return err
+	})
+	switch {
+	case errors.Is(err, errNothingRetired) && len(ids) > 1:
+		return nil, Verdict{}, false, fmt.Errorf("%s: %w: %s", op, ErrAmbiguousFeeder, strings.Join(ids, ", "))
+	case errors.Is(err, errNothingRetired):
 		return nil, Verdict{}, false, fmt.Errorf("%s: %w", op, ErrNoFeeder)
+	case err != nil:
+		return nil, Verdict{}, false, wrap(ctx, op, err)
 	}
-	verdicts, moved, err := s.settle(ctx, []string{table})
-	if err != nil {
-		return retired, Verdict{}, false, wrap(ctx, op+": retired, but settling the table", err)
-	}
-	v, ok := verdicts[table]
+	v, ok := m.verdicts[table]
 	if !ok {
 		v = Verdict{Table: table}
 	}
-	return retired, v, moved[table], nil
+	return retired, v, m.moved[table], nil
+}
+
+// errNothingRetired rolls back a retirement or un-retirement that matched
+// no feeder.
+var errNothingRetired = errors.New("no feeder matched")
+
+// UnretireFeeder takes a retired feeder of table back (by query id, or by
+// name when exactly one retired feeder has that name): it holds the table
+// again from its watermark on, as a feeder joining behind does (the table
+// never moves back; it holds until the feeder passes it). Its
+// retired_why is cleared; the caller says who did it and why. It returns the feeders taken back and the table's verdict; ErrNoFeeder
+// when no retired feeder matches, ErrAmbiguousFeeder when a name matches
+// several.
+func (s *Store) UnretireFeeder(ctx context.Context, table, query string) ([]Feeder, Verdict, error) {
+	op := fmt.Sprintf("unretire feeder %s of %s", query, table)
+	if s.closed.Load() {
+		return nil, Verdict{}, fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	if table == "" || query == "" {
+		return nil, Verdict{}, fmt.Errorf("%s: %w: table and query are required", op, ErrNoFeeder)
+	}
+	if err := CheckTableName(table); err != nil {
+		return nil, Verdict{}, fmt.Errorf("unretire feeder: %w", err)
+	}
+	if err := CheckTableName(query); err != nil {
+		return nil, Verdict{}, fmt.Errorf("unretire feeder of %s: %w: the query name or id is invalid", table, ErrNoFeeder)
+	}
+	var (
+		back []Feeder
+		ids  []string
+		v    Verdict
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		back, ids = nil, nil
+		if err := s.lockTables(ctx, tx, table); err != nil {
+			return err
+		}
+		// A solo table's feeder joins the feeders table first, so that
+		// the one taken back holds the table beside it.
+		if _, err := tx.Exec(ctx, s.sql.promoteOne, table); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+UPDATE `+s.n.feeds+` SET retired_at = NULL, retired_why = NULL
+WHERE table_name = $1 AND retired_at IS NOT NULL AND (feeder = $2 OR (query_name = $2
+	AND NOT EXISTS (SELECT FROM `+s.n.feeds+` x WHERE x.table_name = $1 AND x.feeder = $2)
+	AND (SELECT count(*) FROM `+s.n.feeds+` x WHERE x.table_name = $1 AND x.query_name = $2 AND x.retired_at IS NOT NULL) = 1))
+RETURNING `+feederColumns, table, query)
+		if err != nil {
+			return err
+		}
+		if back, err = pgx.CollectRows(rows, scanFeeder); err != nil {
+			return err
+		}
+		if len(back) == 0 {
+			rows, err := tx.Query(ctx, `SELECT feeder FROM `+s.n.feeds+` WHERE table_name = $1 AND query_name = $2 AND retired_at IS NOT NULL ORDER BY feeder`, table, query)
+			if err != nil {
+				return err
+			}
+			if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				return err
+			}
+			return errNothingRetired
+		}
+		v, err = scanVerdict(tx.QueryRow(ctx, s.sql.get, table))
+		if errors.Is(err, pgx.ErrNoRows) {
+			v, err = Verdict{Table: table}, nil
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, errNothingRetired) && len(ids) > 1:
+		return nil, Verdict{}, fmt.Errorf("%s: %w: %s", op, ErrAmbiguousFeeder, strings.Join(ids, ", "))
+	case errors.Is(err, errNothingRetired):
+		return nil, Verdict{}, fmt.Errorf("%s: %w: no retired feeder of that name or id", op, ErrNoFeeder)
+	case err != nil:
+		return nil, Verdict{}, wrap(ctx, op, err)
+	}
+	return back, v, nil
 }
 
 // Settle moves table forward to the lowest watermark of its feeders as
@@ -240,15 +374,23 @@ func (s *Store) Settle(ctx context.Context, table string) (Verdict, bool, error)
 	if s.closed.Load() {
 		return Verdict{}, false, fmt.Errorf("settle %s: %w", table, ErrClosed)
 	}
-	verdicts, moved, err := s.settle(ctx, []string{table})
+	var m moves
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.lockTables(ctx, tx, table); err != nil {
+			return err
+		}
+		var err error
+		m, err = s.settle(ctx, tx, []string{table})
+		return err
+	})
 	if err != nil {
 		return Verdict{}, false, wrap(ctx, "settle "+table, err)
 	}
-	v, ok := verdicts[table]
+	v, ok := m.verdicts[table]
 	if !ok {
 		return Verdict{}, false, fmt.Errorf("settle %s: %w", table, ErrNotFound)
 	}
-	return v, moved[table], nil
+	return v, m.moved[table], nil
 }
 
 // scanFeeder reads feederColumns.

@@ -502,14 +502,15 @@ func TestFeedersRandomized(t *testing.T) {
 	}
 }
 
-// TestConcurrentFeedersSettle forces the race group commit and replicas
-// make likely at the top of an hour: feeder b's statement takes its
-// snapshot, then waits (here on a lock held by another session) while
-// feeder a's advance commits. a sees b behind and the table held; b's
-// statement sees a behind from its snapshot. Without the second,
-// settling statement the table would stay behind both until the next
-// period; with it, b's call moves it.
-func TestConcurrentFeedersSettle(t *testing.T) {
+// TestConcurrentFeedersSerialize forces the race group commit and replicas
+// make likely at the top of an hour: feeder b's transaction holds the
+// table's lock and waits (here on its feeder row, locked by another
+// session) while feeder a advances. Before the tables' locks, each could
+// read the other behind from its snapshot and both leave the table behind
+// until the next period (a second, settling statement repaired it); now
+// a's transaction waits for b's and reads b's commit, so the table moves
+// to 15:00 with whichever commits last, and no settle is needed.
+func TestConcurrentFeedersSerialize(t *testing.T) {
 	s, url := newStore(t, Options{})
 	ctx := context.Background()
 	feed(t, s, "t", "a", "", at(14, 0))
@@ -528,35 +529,46 @@ func TestConcurrentFeedersSettle(t *testing.T) {
 		moved bool
 		err   error
 	}
-	done := make(chan result, 1)
+	bDone, aDone := make(chan result, 1), make(chan result, 1)
 	go func() {
 		v, moved, err := s.Advance(ctx, Advance{Table: "t", QueryID: "b", FinalizedUntil: at(15, 0)})
-		done <- result{v, moved, err}
+		bDone <- result{v, moved, err}
 	}()
 	monitor := connect(t, url)
-	eventually(t, "b's advance to wait for the lock", func() bool {
-		var waiting bool
-		if err := monitor.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
-			AND wait_event_type = 'Lock' AND application_name = $1)`, DefaultApplicationName).Scan(&waiting); err != nil {
-			t.Fatal(err)
+	waiting := func(n int) func() bool {
+		return func() bool {
+			var w int
+			if err := monitor.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+				AND wait_event_type = 'Lock' AND application_name = $1`, DefaultApplicationName).Scan(&w); err != nil {
+				t.Fatal(err)
+			}
+			return w >= n
 		}
-		return waiting
-	})
-	if got, moved := feed(t, s, "t", "a", "", at(15, 0)); moved || !got.Equal(at(14, 0)) {
-		t.Fatalf("a at 15:00 while b is in flight: %v, moved %v; want held at 14:00", got, moved)
 	}
+	eventually(t, "b's advance to wait for the lock", waiting(1))
+	go func() {
+		v, moved, err := s.Advance(ctx, Advance{Table: "t", QueryID: "a", FinalizedUntil: at(15, 0)})
+		aDone <- result{v, moved, err}
+	}()
+	eventually(t, "a's advance to wait for b's", waiting(2))
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
+	b, a := <-bDone, <-aDone
+	if a.err != nil || b.err != nil {
+		t.Fatal(a.err, b.err)
 	}
-	if !r.moved || !r.v.FinalizedUntil.Equal(at(15, 0)) {
-		t.Errorf("b's advance = %v, moved %v; want the table moved to 15:00", r.v.FinalizedUntil, r.moved)
+	if b.moved || !b.v.FinalizedUntil.Equal(at(14, 0)) {
+		t.Errorf("b's advance = %v, moved %v; want held at 14:00 by a", b.v.FinalizedUntil, b.moved)
+	}
+	if !a.moved || !a.v.FinalizedUntil.Equal(at(15, 0)) {
+		t.Errorf("a's advance = %v, moved %v; want the table moved to 15:00", a.v.FinalizedUntil, a.moved)
 	}
 	if got := verdictOf(t, s, "t"); !got.Equal(at(15, 0)) {
 		t.Errorf("table at %v, want 15:00", got)
+	}
+	if st := s.Stats(); st.SettleStatements != 0 {
+		t.Errorf("%d settle statements; an advance needs none", st.SettleStatements)
 	}
 }
 

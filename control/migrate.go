@@ -178,11 +178,22 @@ CREATE TRIGGER finalizer_outbox_move AFTER UPDATE OF finalized_until ON ` + n.ta
 	WHEN (NEW.actions AND NEW.finalized_until IS DISTINCT FROM OLD.finalized_until) EXECUTE FUNCTION ` + n.moved + `();
 `
 	}},
+	{5, "solo tables: a table's one feeder kept in the table's own row (ADR 0015)", func(n names) string {
+		return `
+ALTER TABLE ` + n.table + ` ADD COLUMN solo boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN ` + n.table + `.solo IS 'true: query_id is the table''s one active feeder and finalized_until its watermark (the feeders table is not read nor written for it); false: the table is at the lowest watermark of its active feeders in the feeders table';
+UPDATE ` + n.table + ` c SET solo = true
+WHERE c.finalized_until IS NOT NULL
+	AND (SELECT count(*) FROM ` + n.feeds + ` f WHERE f.table_name = c.table_name AND f.retired_at IS NULL) = 1
+	AND EXISTS (SELECT FROM ` + n.feeds + ` f WHERE f.table_name = c.table_name AND f.retired_at IS NULL
+		AND f.feeder = coalesce(c.query_id, '') AND f.finalized_until = c.finalized_until);
+`
+	}},
 }
 
 // SchemaVersion is the control-table schema version this binary migrates
 // to and works with: the version of the last of its migrations.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // Migrate creates the control table and the tables beside it, or brings
 // them up to SchemaVersion. It creates the schema if it is missing. It

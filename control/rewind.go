@@ -125,6 +125,15 @@ func (s *Store) Rewind(ctx context.Context, r Rewind) (AuditEntry, error) {
 	to := r.To.UTC().Truncate(time.Microsecond)
 	var e AuditEntry
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Under the table's lock, as every change of its feeders: a solo
+		// table's one feeder joins the feeders table (the table's row
+		// loses its query), and the rewind takes them all back.
+		if err := s.lockTables(ctx, tx, r.Table); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.sql.promoteOne, r.Table); err != nil {
+			return err
+		}
 		v, err := scanVerdict(tx.QueryRow(ctx, s.sql.get+" FOR UPDATE", r.Table))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound

@@ -119,21 +119,34 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 // StoreStats counts the statements of a Store's advances since Open
 // (ADR 0015): what a table with several feeders costs beyond one feeder.
 type StoreStats struct {
-	AdvanceStatements int64 // advance statements that succeeded
-	Advanced          int64 // feeder rows they offered
-	SettleStatements  int64 // settle statements that succeeded
+	// SoleStatements are the sole statements that succeeded (the advance
+	// of a table's one feeder, one row per table); Sole the advances they
+	// were offered, including those they passed on to a shared
+	// transaction.
+	SoleStatements int64
+	Sole           int64
+	// AdvanceStatements are the shared transactions that succeeded (an
+	// advance through the feeders table); Advanced the feeder rows they
+	// were offered, FeederWrites the feeder rows they wrote.
+	AdvanceStatements int64
+	Advanced          int64
+	FeederWrites      int64
+	SettleStatements  int64 // settle statements that succeeded (retirements, Settle)
 	Settled           int64 // tables they settled
 }
 
 type storeStats struct {
-	advanceStatements, advanced, settleStatements, settled atomic.Int64
+	soleStatements, sole, advanceStatements, advanced, feederWrites, settleStatements, settled atomic.Int64
 }
 
 // Stats returns the counts of the Store's statements so far.
 func (s *Store) Stats() StoreStats {
 	return StoreStats{
+		SoleStatements:    s.stats.soleStatements.Load(),
+		Sole:              s.stats.sole.Load(),
 		AdvanceStatements: s.stats.advanceStatements.Load(),
 		Advanced:          s.stats.advanced.Load(),
+		FeederWrites:      s.stats.feederWrites.Load(),
 		SettleStatements:  s.stats.settleStatements.Load(),
 		Settled:           s.stats.settled.Load(),
 	}
