@@ -242,7 +242,7 @@ func (b *batch) record(keys []feederKey, verdicts map[string]Verdict, moved map[
 func (s *Store) apply(ctx context.Context, b *batch, order []feederKey) error {
 	var sole, rest []feederKey
 	for j, k := range order { // sorted: one table's feeders are adjacent
-		if (j > 0 && order[j-1].table == k.table) || (j+1 < len(order) && order[j+1].table == k.table) {
+		if (j > 0 && order[j-1].table == k.table) || (j+1 < len(order) && order[j+1].table == k.table) || s.shared.has(k.table) {
 			rest = append(rest, k)
 		} else {
 			sole = append(sole, k)
@@ -267,6 +267,7 @@ func (s *Store) apply(ctx context.Context, b *batch, order []feederKey) error {
 			}
 		}
 		b.record(done, res.verdicts, res.moved)
+		s.shared.note(res.solo)
 	}
 	if len(rest) == 0 {
 		return nil
@@ -282,6 +283,7 @@ func (s *Store) apply(ctx context.Context, b *batch, order []feederKey) error {
 		return err
 	}
 	b.record(rest, res.verdicts, res.moved)
+	s.shared.note(res.solo)
 	return nil
 }
 
@@ -298,7 +300,7 @@ type moves struct {
 // columns are the arrays of the rows of keys, as the sole and advance
 // statements take them.
 type columns struct {
-	tables, feeders, payloads []string
+	tables, feeders, payloads  []string
 	names, offsets, runs, srcs []*string
 	untils                     []time.Time
 	ends                       []*time.Time

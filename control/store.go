@@ -58,6 +58,7 @@ type Store struct {
 
 	lis       *listener
 	stats     storeStats
+	shared    sharedHint
 	closed    atomic.Bool
 	closeOnce sync.Once
 }
@@ -233,4 +234,43 @@ func classify(err error) error {
 		return ErrUnavailable
 	}
 	return nil
+}
+
+// sharedHint remembers the tables the last advance found shared (several
+// feeders), so that their next advance goes to the feeders table directly
+// instead of trying the sole statement first. It is only a hint: a table
+// that became solo again is advanced through the feeders table once more
+// (which says it is solo), and one that became shared is passed on by the
+// sole statement.
+type sharedHint struct {
+	mu     sync.Mutex
+	tables map[string]struct{}
+}
+
+// maxSharedHints bounds the hint's memory; past it, shared tables try the
+// sole statement first.
+const maxSharedHints = 100_000
+
+func (h *sharedHint) has(table string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.tables[table]
+	return ok
+}
+
+// note records what a statement returned of each table: solo or shared.
+func (h *sharedHint) note(solo map[string]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for t, so := range solo {
+		switch {
+		case so:
+			delete(h.tables, t)
+		case len(h.tables) < maxSharedHints:
+			if h.tables == nil {
+				h.tables = make(map[string]struct{})
+			}
+			h.tables[t] = struct{}{}
+		}
+	}
 }

@@ -56,16 +56,18 @@ func TestQuickBench(t *testing.T) {
 		t.Errorf("latency phase: %d crossings measured, %d missing, %.3f writes per (table, period); want some, none, 1.00",
 			l.Probes, l.Missing, l.WritesPerPeriod)
 	}
-	// Tables of one feeder: one advance per (table, period) and no settle;
-	// of three: one advance per feeder and period, at most one settle each.
+	// Tables of one feeder: one row write per (table, period), the
+	// table's own, by the sole statement; of three: one feeder row per
+	// feeder and period plus the table's move, no settle.
 	if len(res.Feeders) != 2 {
 		t.Fatalf("feeders phase: %+v", res.Feeders)
 	}
-	if f := res.Feeders[0]; f.FeedersPerTable != 1 || f.AdvancesPerPeriod != 1 || f.SettlesPerPeriod != 0 || f.MovesPerPeriod != 1 {
-		t.Errorf("one feeder per table: %+v; want 1 advance, no settle and 1 move per (table, period)", f)
+	if f := res.Feeders[0]; f.FeedersPerTable != 1 || f.WritesPerPeriod != 1 || f.FeederWritesPerPeriod != 0 || f.SolePerPeriod != 1 ||
+		f.AdvancesPerPeriod != 0 || f.SettlesPerPeriod != 0 || f.MovesPerPeriod != 1 {
+		t.Errorf("one feeder per table: %+v; want 1 write (the table's), by 1 sole advance, per (table, period)", f)
 	}
-	if f := res.Feeders[1]; f.FeedersPerTable != 3 || f.AdvancesPerPeriod != 3 || f.SettlesPerPeriod > 3 || f.MovesPerPeriod != 1 {
-		t.Errorf("three feeders per table: %+v; want 3 advances, at most 3 settles and 1 move per (table, period)", f)
+	if f := res.Feeders[1]; f.FeedersPerTable != 3 || f.WritesPerPeriod > 4 || f.AdvancesPerPeriod != 3 || f.SettlesPerPeriod != 0 || f.MovesPerPeriod != 1 {
+		t.Errorf("three feeders per table: %+v; want at most 4 writes (3 feeder rows, 1 move), 3 advances, no settle per (table, period)", f)
 	}
 	if res.BurstSeconds <= 0 || res.RecoverySeconds <= 0 || res.FirstVerdictsSeconds <= 0 {
 		t.Errorf("burst %.3f s, recovery %.3f s, first verdicts %.3f s: a phase did not run", res.BurstSeconds,

@@ -21,17 +21,22 @@ type Feeders struct {
 	Tables          int `json:"tables"`
 	FeedersPerTable int `json:"feeders_per_table"`
 	Periods         int `json:"periods"`
-	// Per (table, period): feeder rows offered by advance statements (one
-	// per feeder and period; a group commit shares one statement), and
-	// tables settled (a second statement for a table its advance left
-	// behind its candidate: held by another feeder; a read unless it
-	// moves the table).
-	AdvancesPerPeriod float64 `json:"advances_per_period"`
-	SettlesPerPeriod  float64 `json:"settles_per_period"`
-	// MovesPerPeriod is the table's own row writes per (table, period):
-	// its verdict's moves (each feeder's own row is written by its
-	// advance).
-	MovesPerPeriod float64 `json:"moves_per_period"`
+	// Per (table, period): WritesPerPeriod is every row the advances wrote
+	// (the table's own row and feeder rows): 1.00 for one feeder, as
+	// before feeders existed; for k feeders, at most one feeder row per
+	// feeder plus the table's own move. MovesPerPeriod is the table's own
+	// row writes (its verdict's moves), FeederWritesPerPeriod the feeder
+	// rows written. SolePerPeriod are the advances the sole statement (one
+	// row, ADR 0015) took, AdvancesPerPeriod those that went through the
+	// feeders table (one transaction of four statements per group commit),
+	// SettlesPerPeriod the settle statements (none since advances through
+	// the feeders table serialize per table).
+	WritesPerPeriod       float64 `json:"writes_per_period"`
+	MovesPerPeriod        float64 `json:"moves_per_period"`
+	FeederWritesPerPeriod float64 `json:"feeder_writes_per_period"`
+	SolePerPeriod         float64 `json:"sole_per_period"`
+	AdvancesPerPeriod     float64 `json:"advances_per_period"`
+	SettlesPerPeriod      float64 `json:"settles_per_period"`
 	// MsPerPeriod is the wall time of one period of every group commit.
 	MsPerPeriod float64 `json:"ms_per_period"`
 }
@@ -96,9 +101,12 @@ func (r *runner) feeders(ctx context.Context, tables, k, periods int) (Feeders, 
 	elapsed := time.Since(start)
 	s1 := store.Stats()
 	cells := float64(tables * periods)
+	out.SolePerPeriod = float64(s1.Sole-s0.Sole) / cells
 	out.AdvancesPerPeriod = float64(s1.Advanced-s0.Advanced) / cells
 	out.SettlesPerPeriod = float64(s1.Settled-s0.Settled) / cells
 	out.MovesPerPeriod = float64(moves.Load()) / cells
+	out.FeederWritesPerPeriod = float64(s1.FeederWrites-s0.FeederWrites) / cells
+	out.WritesPerPeriod = out.MovesPerPeriod + out.FeederWritesPerPeriod
 	out.MsPerPeriod = float64(elapsed.Milliseconds()) / float64(periods)
 	// Every table ends at the last period: the slowest feeder's.
 	v, err := store.Get(ctx, "bench.feeders.t00000")
@@ -108,7 +116,7 @@ func (r *runner) feeders(ctx context.Context, tables, k, periods int) (Feeders, 
 	if want := base.Add(time.Duration(periods) * time.Hour); !v.FinalizedUntil.Equal(want) {
 		return out, fmt.Errorf("feeders: a table of %d feeders ended at %v, want %v", k, v.FinalizedUntil, want)
 	}
-	r.say("feeders: %d tables x %d feeders, %d periods: per (table, period) %.2f feeder advances (one row write each), %.2f settles, %.2f moves of the table; %.1f ms per period",
-		tables, k, periods, out.AdvancesPerPeriod, out.SettlesPerPeriod, out.MovesPerPeriod, out.MsPerPeriod)
+	r.say("feeders: %d tables x %d feeders, %d periods: per (table, period) %.2f row writes (%.2f of the table's row, %.2f feeder rows), %.2f sole advances, %.2f through the feeders table, %.2f settles; %.1f ms per period",
+		tables, k, periods, out.WritesPerPeriod, out.MovesPerPeriod, out.FeederWritesPerPeriod, out.SolePerPeriod, out.AdvancesPerPeriod, out.SettlesPerPeriod, out.MsPerPeriod)
 	return out, nil
 }
