@@ -24,13 +24,22 @@ type Namer interface {
 	RunName(ctx context.Context, queryID, runID string) (string, error)
 }
 
-// ListenerBus adapts a *listener.Listener to Bus and Namer: its
+// CatchUpHolder is optional on a Bus: HoldCatchUps defers the catch-up
+// from the stream of every run subscribed until release, which catches
+// them all up at once (one read of the stream instead of one per run).
+// Recover holds while it subscribes the runs of a restart.
+type CatchUpHolder interface {
+	HoldCatchUps() (release func(context.Context) error)
+}
+
+// ListenerBus adapts a *listener.Listener to Bus, Namer and CatchUpHolder: its
 // Subscribe returns the concrete *listener.RunSubscription.
 type ListenerBus struct{ L *listener.Listener }
 
 var (
-	_ Bus   = ListenerBus{}
-	_ Namer = ListenerBus{}
+	_ Bus           = ListenerBus{}
+	_ Namer         = ListenerBus{}
+	_ CatchUpHolder = ListenerBus{}
 )
 
 // Subscribe subscribes box to the run's events (see listener.Subscribe).
@@ -41,6 +50,9 @@ func (b ListenerBus) Subscribe(queryID, runID string, box *listener.Mailbox) (Ru
 	}
 	return s, nil
 }
+
+// HoldCatchUps defers the runs' catch-ups (see listener.HoldCatchUps).
+func (b ListenerBus) HoldCatchUps() func(context.Context) error { return b.L.HoldCatchUps() }
 
 // RunName looks the run's query name up in what JetStream retained.
 func (b ListenerBus) RunName(ctx context.Context, queryID, runID string) (string, error) {

@@ -15,9 +15,21 @@ import (
 
 // Recover resumes the persisted explicit tracks that are not done and
 // tracks every retained run that a rule matches, subscribing several at
-// once. Each tracker applies its run's retained progress at once. Errors of
-// single runs are logged; Recover returns the first of them, if any.
+// once. When the Bus is a CatchUpHolder, the runs' catch-ups from the
+// stream wait until all are subscribed and are then done at once (one read
+// of the stream, not one per run; a failure there is retried per run in
+// the background). Each tracker applies its run's retained progress as
+// soon as it has it. Errors of single runs are logged; Recover returns the
+// first of them, if any.
 func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []listener.Run) error {
+	if h, ok := r.cfg.Bus.(CatchUpHolder); ok {
+		release := h.HoldCatchUps()
+		defer func() {
+			if err := release(ctx); err != nil {
+				r.log.Warn("could not catch the recovered runs up from the stream at once; each is retried on its own", zap.Error(err))
+			}
+		}()
+	}
 	var (
 		mu    sync.Mutex
 		first error

@@ -300,6 +300,8 @@ type Listener struct {
 	discover   map[*DiscoverySubscription]struct{}
 	api        map[*APISubscription]struct{}
 	retry      map[*RunSubscription]struct{} // run subscriptions whose catch-up failed
+	holds      int                           // HoldCatchUps not released yet
+	held       map[*RunSubscription]struct{} // run subscriptions whose catch-up waits for the release
 
 	// The event subscription and its routing table (ADR 0009).
 	routerMu      sync.Mutex
@@ -347,6 +349,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		retryKick:   make(chan struct{}, 1),
 		streamKick:  make(chan struct{}, 1),
 		retry:       make(map[*RunSubscription]struct{}),
+		held:        make(map[*RunSubscription]struct{}),
 		connClosed:  make(chan struct{}),
 		runs:        make(map[*RunSubscription]struct{}),
 		discover:    make(map[*DiscoverySubscription]struct{}),
@@ -575,14 +578,11 @@ func (l *Listener) afterReconnect() {
 		l.log.Warn("flush after reconnect", zap.Error(err))
 		return
 	}
-	failed := 0
-	for _, s := range runs {
-		ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
-		if err := l.catchUp(ctx, s); err != nil {
-			failed++
-			l.catchUpLater(s, err)
-		}
-		cancel()
+	// One scan of the stream for many runs, a lookup each for a few; a
+	// run whose catch-up failed is retried on its own.
+	failed := ""
+	if err := l.catchUpMany(l.ctx, runs); err != nil {
+		failed = err.Error()
 	}
 	// Once more, shortly: on a cluster, the replica that answered may lag
 	// the leader by a message, and the other servers learn of the new
@@ -598,7 +598,7 @@ func (l *Listener) afterReconnect() {
 	for _, s := range disc {
 		l.rescan(l.ctx, s) // Retained bounds itself
 	}
-	l.log.Info("caught up after reconnect", zap.Int("runs", len(runs)), zap.Int("failed", failed))
+	l.log.Info("caught up after reconnect", zap.Int("runs", len(runs)), zap.String("failed", failed))
 }
 
 // reensure runs EnsureStream after a reconnect, retrying with backoff for

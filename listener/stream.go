@@ -260,47 +260,53 @@ func (l *Listener) eventStream(ctx context.Context) (jetstream.Stream, error) {
 }
 
 // Retained lists the runs the stream holds events of, sorted by query id
-// and run id, with the name from each run's last progress or started event
-// and Terminated set when its termination is retained. It returns
+// and run id, with the name from each run's retained progress (else its
+// started event) and Terminated set when its termination is retained. It reads
+// the stream once (scanStream), however many runs it holds, with no
+// overall deadline but ctx's: each read is bounded on its own. It returns
 // ErrNoJetStream or ErrNoStream when there is no stream to read.
 func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
-	ctx, cancel := l.withTimeout(ctx, 4*l.opts.RequestTimeout)
-	defer cancel()
-	st, err := l.eventStream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(l.opts.Prefix+".>"))
-	if err != nil {
-		return nil, fmt.Errorf("list retained subjects: %w", err)
-	}
 	type key struct{ q, r string }
-	kinds := make(map[key]map[progress.Kind]bool)
-	for subj := range info.State.Subjects {
-		es, ok := l.splitSubject(subj)
+	type seen struct {
+		kinds [progress.KindTerminated + 1]bool
+		name  string
+	}
+	all := make(map[key]*seen)
+	err := l.scanStream(ctx, eventKinds, func(subject string, data []byte) {
+		es, ok := l.splitSubject(subject)
 		if !ok {
-			continue
+			return
 		}
 		k := key{es.queryID, es.runID}
-		if kinds[k] == nil {
-			kinds[k] = make(map[progress.Kind]bool, 4)
+		r := all[k]
+		if r == nil {
+			r = &seen{}
+			all[k] = r
 		}
-		kinds[k][es.kind] = true
+		r.kinds[es.kind] = true
+		// The progress's name counts over the started event's.
+		if es.kind == progress.KindProgress || (es.kind == progress.KindStarted && r.name == "") {
+			if ev, _, err := l.check(es, data); err == nil && ev.Name != "" {
+				r.name = ev.Name
+			}
+		}
+	})
+	if err != nil {
+		if errors.Is(err, ErrNoJetStream) || errors.Is(err, ErrNoStream) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("read retained runs: %w", err)
 	}
-	runs := make([]Run, 0, len(kinds))
-	for k, has := range kinds {
-		r := Run{QueryID: k.q, RunID: k.r, Terminated: has[progress.KindTerminated]}
+	runs := make([]Run, 0, len(all))
+	for k, r := range all {
+		run := Run{QueryID: k.q, RunID: k.r, Name: r.name, Terminated: r.kinds[progress.KindTerminated]}
 		for _, kind := range []progress.Kind{progress.KindTerminated, progress.KindProgress, progress.KindIdle, progress.KindStarted} {
-			if has[kind] {
-				r.Kind = kind
+			if r.kinds[kind] {
+				run.Kind = kind
 				break
 			}
 		}
-		r.Name = l.retainedName(ctx, k.q, k.r, has[progress.KindProgress], has[progress.KindStarted])
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("read retained runs: %w", err)
-		}
-		runs = append(runs, r)
+		runs = append(runs, run)
 	}
 	sort.Slice(runs, func(i, j int) bool {
 		if runs[i].QueryID != runs[j].QueryID {

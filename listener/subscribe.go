@@ -56,6 +56,7 @@ func (s *RunSubscription) Unsubscribe() error {
 		s.l.mu.Lock()
 		delete(s.l.runs, s)
 		delete(s.l.retry, s)
+		delete(s.l.held, s)
 		s.l.mu.Unlock()
 		s.l.unrouteRun(s)
 	})
@@ -246,8 +247,10 @@ func (l *Listener) unrouteRun(s *RunSubscription) {
 // published in between is seen at least once. If the connection is down at
 // that moment, the catch-up happens after the reconnect; if the catch-up
 // fails (JetStream does not answer), it is retried in the background until
-// it succeeds or the subscription ends. Subscribe returns an error, and no
-// subscription, when the ids are not valid subject tokens.
+// it succeeds or the subscription ends. Under HoldCatchUps the catch-up
+// waits for the release, which catches up every run held with one scan of
+// the stream. Subscribe returns an error, and no subscription, when the
+// ids are not valid subject tokens.
 func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*RunSubscription, error) {
 	if err := checkToken("query id", queryID); err != nil {
 		return nil, err
@@ -279,6 +282,10 @@ func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*RunSubscript
 	}
 	if l.afterFlush != nil {
 		l.afterFlush()
+	}
+	if l.holdCatchUp(s) {
+		// HoldCatchUps' release catches this run up with the others.
+		return s, nil
 	}
 	if err := l.catchUp(ctx, s); err != nil && !l.nc.IsReconnecting() {
 		// JetStream did not answer (a clustered stream electing its
