@@ -601,3 +601,45 @@ func TestActionsStuckIsVisible(t *testing.T) {
 	rcv.setDown(false)
 	eventually(t, "the patient webhook's event", func() bool { evs, _ := rcv.accepted(); return len(evs) == 1 })
 }
+
+// TestActionsRewindAnnouncesAgain: after an operator's rewind (ADR 0019),
+// the periods that become final again are announced again, with new ids
+// and the flag that says so; pending events of the rewound periods are
+// not delivered.
+func TestActionsRewindAnnouncesAgain(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	rcv := newReceiver(t, 0)
+	s := startServe(t, serveOpts{pgURL: pgURL, env: []string{"TEST_WEBHOOK_SECRET=" + webhookSecret}, config: actionsConfig(webhookItem(rcv.srv.URL))})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T12:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T12:00:00Z")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T15:20:00"))
+	eventually(t, "four events", func() bool { evs, _ := rcv.accepted(); return len(evs) >= 4 })
+	if code, out, e := cli(t, nil, "rewind", "--table", "bronze.orders", "--to", "2026-09-28T13:00:00Z", "--reason", "test", "--by", "test",
+		"--postgres-url", pgURL); code != 0 {
+		t.Fatalf("rewind: %d %s %s", code, out, e)
+	}
+	eventually(t, "the rewind", func() bool {
+		return countRows(t, pgURL, "SELECT count(*) FROM public.table_finalization WHERE table_name = 'bronze.orders' AND finalized_until = '2026-09-28T13:00:00Z'") == 1
+	})
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T16:20:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T16:00:00Z")
+	eventually(t, "seven events", func() bool { evs, _ := rcv.accepted(); return len(evs) >= 7 })
+	evs, twice := rcv.accepted()
+	if got := periods(evs); got != "11:00 12:00 13:00 14:00 13:00 14:00 15:00" || len(twice) > 0 {
+		t.Fatalf("periods %q, twice %v", got, twice)
+	}
+	for i, e := range evs {
+		again, gen := i == 4 || i == 5, int64(0)
+		if i >= 4 {
+			gen = 1
+		}
+		if e.Again != again || e.Generation != gen {
+			t.Errorf("event %d (%s): again %v generation %d, want %v %d", i, e.PeriodStart.Format("15:04"), e.Again, e.Generation, again, gen)
+		}
+	}
+	if evs[4].ID == evs[2].ID {
+		t.Error("a period announced again kept its id")
+	}
+}
