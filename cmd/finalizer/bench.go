@@ -83,6 +83,7 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the NATS store and the throwaway cluster (empty: a temporary one)")
 	fs.BoolVar(&cfg.Naive, "naive", true, "also run the naive baseline (one upsert per event)")
 	fs.BoolVar(&cfg.NoGroupCommit, "no-group-commit", false, "one statement per advance (ADR 0008 off), to measure what group commit changes")
+	fs.StringVar(&cfg.Actions, "actions", "", "give every bench table an action: nats or marker (issue 19), to measure what actions cost")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU profile per phase and a heap profile here")
 	fs.DurationVar(&cfg.WaitTimeout, "wait-timeout", bench.DefaultWaitTimeout, "bound of every wait for verdicts")
 	fs.StringVar(&logLevel, "log-level", "", "log the service at this level on stderr (empty: no logs)")

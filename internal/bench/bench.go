@@ -18,10 +18,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/finalizer-dev/finalizer/actions"
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
 	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
 )
 
 // Defaults of Config.
@@ -90,6 +92,10 @@ type Config struct {
 	// NoGroupCommit turns the group commit of advances off (ADR 0008), to
 	// measure what it changes.
 	NoGroupCommit bool
+	// Actions gives every bench table an action (issue 19): "" none,
+	// "nats" (the JetStream event) or "marker" (a file under the work
+	// dir), to measure what actions cost the hot path.
+	Actions string
 	// ProfileDir, when set, receives a CPU profile per phase
 	// (cpu-<phase>.pprof) and a heap profile after tracking (heap.pprof).
 	ProfileDir string
@@ -144,6 +150,11 @@ func (c Config) Validate() error {
 	case "", "mixed", "explicit", "rule":
 	default:
 		return fmt.Errorf("tracking %q: want mixed, explicit or rule", c.Tracking)
+	}
+	switch c.Actions {
+	case "", "nats", "marker":
+	default:
+		return fmt.Errorf("actions %q: want nats or marker", c.Actions)
 	}
 	if c.PerPeriod == 1 {
 		return errors.New("per-period must be at least 2: every event would cross a period")
@@ -335,7 +346,30 @@ func (r *runner) serviceConfig() serviceConfig {
 	return serviceConfig{
 		NATSURL: r.natsURL, PostgresURL: r.pgURL, ControlTable: r.schema + ".table_finalization",
 		Prefix: prefix, Rules: r.rules(), Logger: r.cfg.Logger, NoGroupCommit: r.cfg.NoGroupCommit,
+		Actions: r.actionRules(),
 	}
+}
+
+// actionRules gives every bench table (bench.{name}: the ruled and the
+// explicit ones alike) the configured action, by the minute.
+func (r *runner) actionRules() []actions.Rule {
+	var cfg actions.Config
+	switch r.cfg.Actions {
+	case "nats":
+		cfg.NATS = &actions.NATSConfig{}
+	case "marker":
+		cfg.Marker = &actions.MarkerConfig{Path: filepath.Join(r.work, "markers", "{table}", "{period}", "_SUCCESS")}
+	default:
+		return nil
+	}
+	as, err := actions.Build("bench", []actions.Config{cfg}, nil)
+	if err != nil {
+		r.say("actions: %v", err)
+		return nil
+	}
+	rules := []actions.Rule{{Table: "bench.{name}", Granularity: progress.Minute, Location: time.UTC, Actions: as}}
+	_ = actions.Name(rules)
+	return rules
 }
 
 // profile runs fn under a CPU profile named after the phase, when asked.

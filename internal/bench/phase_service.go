@@ -28,6 +28,10 @@ func (r *runner) runService(ctx context.Context) error {
 		return err
 	}
 	stop := func() {
+		if r.cfg.Actions != "" {
+			r.say("actions (%s): %d events delivered, lag p50 of the move to the delivery not kept (see the metrics)", r.cfg.Actions,
+				int(svc.metric("finalizer_action_delivered_total")))
+		}
 		r.res.AdvanceRetries += int(svc.metric("finalizer_advance_retries_total"))
 		r.res.AdvanceFailures += int(svc.metric("finalizer_advance_failures_total"))
 		svc.stop(ctx)

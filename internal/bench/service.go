@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/finalizer-dev/finalizer/actions"
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/service"
 	"github.com/finalizer-dev/finalizer/listener"
@@ -39,6 +40,8 @@ type serviceConfig struct {
 	Logger       *zap.Logger
 	// NoGroupCommit: one statement per advance (ADR 0008 off).
 	NoGroupCommit bool
+	// Actions are the rules with actions (issue 19).
+	Actions []actions.Rule
 }
 
 // startService starts the service as serve does, recovering explicit
@@ -51,6 +54,7 @@ func startService(ctx context.Context, c serviceConfig) (*benchService, error) {
 		PostgresURL:  c.PostgresURL,
 		ControlTable: c.ControlTable,
 		Registry:     finalizer.RegistryConfig{Rules: c.Rules},
+		Actions:      c.Actions,
 		OnEvent: func(kind progress.Kind, outcome string) {
 			switch {
 			case outcome != listener.OutcomeAccepted && outcome != listener.OutcomeSuperseded:
