@@ -1,7 +1,10 @@
 package actions
 
 import (
+	"bytes"
 	"fmt"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +150,29 @@ func TestTemplateRegexp(t *testing.T) {
 		if re.MatchString(s) != want {
 			t.Errorf("%q: %v", s, !want)
 		}
+	}
+}
+
+// TestPythonVerifier runs the README's Python verifier
+// (examples/verify_webhook.py) against Sign: a valid signature passes, a
+// changed body or key fails. It needs python3 (skipped without it).
+func TestPythonVerifier(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	body := []byte(`{"id":"a290e3fc0bd42d9acbd4ebb89657e866","table":"bronze.orders"}`)
+	sig := Sign([]byte("k3y"), ts, body)
+	run := func(key string, b []byte) error {
+		cmd := exec.Command(py, "../examples/verify_webhook.py", key, ts, sig)
+		cmd.Stdin = bytes.NewReader(b)
+		return cmd.Run()
+	}
+	if err := run("k3y", body); err != nil {
+		t.Fatalf("a valid signature failed: %v", err)
+	}
+	if run("other", body) == nil || run("k3y", append(body, ' ')) == nil {
+		t.Error("a wrong key or body verified")
 	}
 }
