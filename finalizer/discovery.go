@@ -211,10 +211,19 @@ func (r *Registry) consider(ctx context.Context, runID string) {
 			}
 		}
 		r.mu.Unlock()
-		if name == "" {
+		switch near, ok := nearMiss(r.cfg.Rules, name); {
+		case name == "":
 			r.log.Info("run seen without a query name and no rule matches its id; not decided until an event carries its name",
 				zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID))
-		} else {
+		case ok:
+			// A silent "not yet" must say why: the name is one case or
+			// separator away from a rule's query.
+			if allow, n := r.refuseLog.Allow("near-miss/" + near.Query); allow {
+				r.log.Warn("run not tracked: its query name matches no rule, but differs from a rule's query only in case or separators (- _ . / and space); fix the name or the rule",
+					zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID), zap.String("name", name),
+					zap.String("rule_query", near.Query), zap.String("rule_table", near.Table), zap.Int("suppressed", n))
+			}
+		default:
 			r.log.Debug("run matches no table; ignored", zap.String("query_id", run.QueryID),
 				zap.String("run_id", run.RunID), zap.String("name", name))
 		}

@@ -2,8 +2,10 @@ package finalizer
 
 import (
 	"fmt"
-	"path"
 	"strings"
+	"sync"
+
+	"github.com/gobwas/glob"
 
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -14,8 +16,8 @@ type Rule struct {
 	// Table is the tracked table's name; "{name}" and "{id}" are replaced
 	// with the query's name and id.
 	Table string
-	// Query matches the query's name or its id; it may be a glob
-	// (path.Match syntax: *, ?, [a-z]).
+	// Query matches the query's name or its id; it may be a glob (see
+	// MatchQuery: `*` matches any characters, `/` and `.` included).
 	Query string
 	// Spec says how a progress becomes a candidate.
 	Spec progress.Spec
@@ -50,7 +52,7 @@ func (r Rule) Validate() error {
 	if r.Query == "" {
 		return fmt.Errorf("table %q: query is empty", r.Table)
 	}
-	if _, err := path.Match(r.Query, ""); err != nil {
+	if _, err := compileQuery(r.Query); err != nil {
 		return fmt.Errorf("table %q: query %q is not a valid glob: %w", r.Table, r.Query, err)
 	}
 	rest := strings.NewReplacer("{name}", "", "{id}", "").Replace(r.Table)
@@ -77,11 +79,8 @@ func (r Rule) Validate() error {
 // name ("" when the query has none), and the table it tracks. A template
 // that needs {name} does not match a query without a name.
 func (r Rule) Match(queryID, name string) (string, bool) {
-	byID, _ := path.Match(r.Query, queryID)
-	byName := false
-	if name != "" {
-		byName, _ = path.Match(r.Query, name)
-	}
+	byID := MatchQuery(r.Query, queryID)
+	byName := name != "" && MatchQuery(r.Query, name)
 	if !byID && !byName {
 		return "", false
 	}
@@ -90,3 +89,71 @@ func (r Rule) Match(queryID, name string) (string, bool) {
 	}
 	return strings.NewReplacer("{name}", name, "{id}", queryID).Replace(r.Table), true
 }
+
+// MatchQuery reports whether pattern, a rule's query, matches s, a query's
+// name or id. A query name is not a path: `*` matches any characters,
+// `/` and `.` included (`ingest*` matches `ingest/orders`); `?` matches
+// one character; `[abc]`, `[a-z]` one of a set and `[!a-z]` (or `[^a-z]`)
+// one character outside it; `{a,b}` either alternative; `\` takes the
+// next character literally. Matching is case-sensitive, as Spark's names
+// are. A pattern that does not compile matches nothing (Rule.Validate
+// refuses it).
+func MatchQuery(pattern, s string) bool {
+	g, err := compileQuery(pattern)
+	return err == nil && g.Match(s)
+}
+
+// queryGlobs caches compiled query patterns: a rule's pattern is matched
+// against every new run.
+var queryGlobs sync.Map // pattern -> *glob.Pattern
+
+// compileQuery compiles a query pattern with no separator, so that `*`
+// crosses `/` and `.`; `[^` is read as `[!` (path.Match's negation, which
+// earlier versions took).
+func compileQuery(pattern string) (*glob.Pattern, error) {
+	if g, ok := queryGlobs.Load(pattern); ok {
+		return g.(*glob.Pattern), nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(pattern); i++ {
+		c := pattern[i]
+		b.WriteByte(c)
+		switch {
+		case c == '\\' && i+1 < len(pattern):
+			i++
+			b.WriteByte(pattern[i])
+		case c == '[' && i+1 < len(pattern) && pattern[i+1] == '^':
+			b.WriteByte('!')
+			i++
+		}
+	}
+	g, err := glob.Compile(b.String())
+	if err != nil {
+		return nil, err
+	}
+	queryGlobs.Store(pattern, g)
+	return g, nil
+}
+
+// nearMiss returns the first rule whose query would match name but for
+// case or the separator used (`-`, `_`, `.`, `/` and a space are taken as
+// one): a name close to a pattern, most likely meant to be tracked, that
+// an operator should hear of rather than find untracked.
+func nearMiss(rules []Rule, name string) (Rule, bool) {
+	if name == "" {
+		return Rule{}, false
+	}
+	folded := foldName(name)
+	for _, r := range rules {
+		if MatchQuery(foldName(r.Query), folded) {
+			return r, true
+		}
+	}
+	return Rule{}, false
+}
+
+// foldName lowercases s and writes every separator as `_`.
+var foldName = func() func(string) string {
+	sep := strings.NewReplacer("-", "_", ".", "_", "/", "_", " ", "_")
+	return func(s string) string { return sep.Replace(strings.ToLower(s)) }
+}()

@@ -1,9 +1,17 @@
 package finalizer_test
 
 import (
+	"context"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
 )
 
 func TestRuleMatch(t *testing.T) {
@@ -70,5 +78,75 @@ func TestRuleFeedersValidate(t *testing.T) {
 				t.Errorf("Validate = %v, want ok %v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// Issue 18: `*` stopped at `/` (path.Match), so a query named
+// ingest/orders was silently untracked by `query: "ingest*"`. A query name
+// is not a path: `*` matches any characters.
+func TestMatchQuery(t *testing.T) {
+	tests := []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"ingest*", "ingest/orders", true},
+		{"ingest*", "ingest.orders/eu", true},
+		{"*orders", "ingest/eu/orders", true},
+		{"ingest/*", "ingest/orders", true},
+		{"ingest/*", "ingest_orders", false},
+		{"ingest*", "Ingest/orders", false}, // case-sensitive
+		{"cdc_?", "cdc_a", true},
+		{"cdc_?", "cdc_ab", false},
+		{"region-[a-e]u", "region-eu", true},
+		{"region-[!a-e]u", "region-eu", false},
+		{"region-[^a-e]u", "region-us", false},
+		{"region-[^a-e]u", "region-xu", true}, // path.Match's negation still reads as one
+		{"{orders,users}_raw", "users_raw", true},
+		{`lit\*`, "lit*", true},
+		{`lit\*`, "litx", false},
+		{"exact", "exact", true},
+		{"exact", "exactly", false},
+		{"[", "[", false}, // does not compile: matches nothing
+	}
+	for _, tt := range tests {
+		if got := finalizer.MatchQuery(tt.pattern, tt.s); got != tt.want {
+			t.Errorf("MatchQuery(%q, %q) = %v, want %v", tt.pattern, tt.s, got, tt.want)
+		}
+	}
+	if err := (finalizer.Rule{Table: "t", Query: "["}).Validate(); err == nil {
+		t.Error("Validate accepted a pattern that does not compile")
+	}
+	if table, ok := (finalizer.Rule{Table: "bronze.{name}", Query: "ingest*"}).Match("q", "ingest/orders"); !ok || table != "bronze.ingest/orders" {
+		t.Errorf("Match = %q, %v", table, ok)
+	}
+}
+
+// Issue 18: a name that no rule matches but that is one case or separator
+// away from a rule's query is said at WARN with the rule (a silent "not
+// yet" says why); a name far from every rule stays a debug line.
+func TestNearMissIsLogged(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{
+		Bus: newFakeBus(), Store: newFakeStore(), Logger: zap.New(core),
+		Rules: []finalizer.Rule{{Table: "bronze.{name}", Query: "ingest_*", Spec: hourSpec(t)}},
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = reg.Close(ctx)
+	})
+	near, far := "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
+	reg.Discovered(listener.Run{QueryID: queryA, RunID: near, Name: "Ingest-orders", Kind: progress.KindStarted})
+	reg.Discovered(listener.Run{QueryID: queryA, RunID: far, Name: "reporting", Kind: progress.KindStarted})
+	eventually(t, "both runs decided", func() bool { return reg.Known(near) && reg.Known(far) })
+	warned := logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("name", "Ingest-orders"))
+	if warned.Len() != 1 || warned.All()[0].ContextMap()["rule_query"] != "ingest_*" {
+		t.Fatalf("near miss: %d warnings %v, want one naming the rule ingest_*", warned.Len(), warned.All())
+	}
+	if n := logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("name", "reporting")).Len(); n != 0 {
+		t.Errorf("a far name warned %d times", n)
+	}
+	if len(reg.Status()) != 0 {
+		t.Errorf("a near miss was tracked: %+v", reg.Status())
 	}
 }

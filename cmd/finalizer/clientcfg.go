@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -191,11 +190,10 @@ func ruleCouldWrite(r finalizer.Rule, table string) bool {
 		return true
 	}
 	id := got["id"]
-	if byName, _ := path.Match(r.Query, name); byName {
+	if finalizer.MatchQuery(r.Query, name) {
 		return true
 	}
-	byID, _ := path.Match(r.Query, id)
-	return id != "" && byID
+	return id != "" && finalizer.MatchQuery(r.Query, id)
 }
 
 // placeholder is a table template's {name} or {id}.
