@@ -167,6 +167,13 @@ type Options struct {
 	// check at once.
 	StreamCheckEvery time.Duration
 
+	// RouterPendingMsgs and RouterPendingBytes bound the backlog of the
+	// one event subscription (ADR 0009); 0 means DefaultRouterPendingMsgs
+	// and DefaultRouterPendingBytes. Beyond them the client drops messages
+	// (a slow consumer), and the listener catches every run up from the
+	// stream once the backlog is down again.
+	RouterPendingMsgs, RouterPendingBytes int
+
 	// MaxPayload is the largest payload parsed; 0 means DefaultMaxPayload.
 	MaxPayload int
 	// ReconnectWait is the pause between reconnect attempts; 0 means
@@ -225,6 +232,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.RouterPendingMsgs <= 0 {
+		o.RouterPendingMsgs = DefaultRouterPendingMsgs
+	}
+	if o.RouterPendingBytes <= 0 {
+		o.RouterPendingBytes = DefaultRouterPendingBytes
 	}
 	if o.StreamCheckEvery == 0 {
 		o.StreamCheckEvery = DefaultStreamCheckEvery
@@ -286,6 +299,7 @@ type Listener struct {
 	reconnected chan struct{} // a reconnect to handle, buffered 1
 	retryKick   chan struct{} // a failed catch-up to retry, buffered 1
 	streamKick  chan struct{} // an advisory says the stream may be gone, buffered 1
+	slowKick    chan struct{} // the event subscription dropped messages, buffered 1
 	connClosed  chan struct{} // closed once the connection is closed
 
 	mu         sync.Mutex
@@ -348,6 +362,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		reconnected: make(chan struct{}, 1),
 		retryKick:   make(chan struct{}, 1),
 		streamKick:  make(chan struct{}, 1),
+		slowKick:    make(chan struct{}, 1),
 		retry:       make(map[*RunSubscription]struct{}),
 		held:        make(map[*RunSubscription]struct{}),
 		connClosed:  make(chan struct{}),
@@ -379,6 +394,16 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 			subj := ""
 			if sub != nil {
 				subj = sub.Subject
+			}
+			if errors.Is(err, nats.ErrSlowConsumer) && l.isRouter(sub) {
+				// Reported once per episode: recover what it drops.
+				l.log.Warn("the event subscription is a slow consumer and drops messages; every run catches up "+
+					"from the stream once the backlog is down", zap.String("subject", subj))
+				select {
+				case l.slowKick <- struct{}{}:
+				default:
+				}
+				return
 			}
 			if ok, n := l.warn.Allow("nats-error"); ok {
 				l.log.Warn("nats asynchronous error", zap.String("subject", subj),
@@ -478,6 +503,8 @@ func (l *Listener) maintain() {
 			l.checkStream()
 		case <-l.streamKick:
 			l.checkStream()
+		case <-l.slowKick:
+			l.afterSlowConsumer()
 		case <-l.reconnected:
 			l.afterReconnect()
 		case <-l.retryKick:
@@ -578,8 +605,16 @@ func (l *Listener) afterReconnect() {
 		l.log.Warn("flush after reconnect", zap.Error(err))
 		return
 	}
-	// One scan of the stream for many runs, a lookup each for a few; a
-	// run whose catch-up failed is retried on its own.
+	failed := l.catchUpAll(runs, disc)
+	l.log.Info("caught up after reconnect", zap.Int("runs", len(runs)), zap.String("failed", failed))
+}
+
+// catchUpAll catches every run subscription of runs up from the stream
+// (one scan of the stream for many runs, a lookup each for a few; a run
+// whose catch-up failed is retried on its own, and every one gets a
+// second look shortly after) and rescans the retained runs for each
+// discovery. It returns the first failure's text, "" without.
+func (l *Listener) catchUpAll(runs []*RunSubscription, disc []*DiscoverySubscription) string {
 	failed := ""
 	if err := l.catchUpMany(l.ctx, runs); err != nil {
 		failed = err.Error()
@@ -598,7 +633,65 @@ func (l *Listener) afterReconnect() {
 	for _, s := range disc {
 		l.rescan(l.ctx, s) // Retained bounds itself
 	}
-	l.log.Info("caught up after reconnect", zap.Int("runs", len(runs)), zap.String("failed", failed))
+	return failed
+}
+
+// subscriptions returns the live run and discovery subscriptions.
+func (l *Listener) subscriptions() ([]*RunSubscription, []*DiscoverySubscription) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	runs := make([]*RunSubscription, 0, len(l.runs))
+	for s := range l.runs {
+		runs = append(runs, s)
+	}
+	disc := make([]*DiscoverySubscription, 0, len(l.discover))
+	for s := range l.discover {
+		disc = append(disc, s)
+	}
+	return runs, disc
+}
+
+// afterSlowConsumer recovers what the event subscription dropped as a slow
+// consumer (its backlog beyond Options.RouterPendingMsgs or
+// RouterPendingBytes: a flood of large payloads): once the backlog is down
+// to half the limits, every run is caught up from the stream, which holds
+// each run's newest events, and discovery rescans. When more was dropped
+// meanwhile, it does so again. It runs on maintain's goroutine.
+func (l *Listener) afterSlowConsumer() {
+	l.routerMu.Lock()
+	sub := l.router
+	l.routerMu.Unlock()
+	if sub == nil {
+		return
+	}
+	for round := 1; l.ctx.Err() == nil; round++ {
+		before, err := sub.Dropped()
+		if err != nil {
+			return // unsubscribed: closing
+		}
+		for {
+			msgs, bytes, err := sub.Pending()
+			if err != nil {
+				return
+			}
+			if msgs <= l.opts.RouterPendingMsgs/2 && bytes <= l.opts.RouterPendingBytes/2 {
+				break
+			}
+			select {
+			case <-l.ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		runs, disc := l.subscriptions()
+		failed := l.catchUpAll(runs, disc)
+		after, err := sub.Dropped()
+		l.log.Info("caught up after the event subscription dropped messages (slow consumer)",
+			zap.Int("runs", len(runs)), zap.String("failed", failed), zap.Int("dropped", after), zap.Int("round", round))
+		if err != nil || after == before {
+			return
+		}
+	}
 }
 
 // reensure runs EnsureStream after a reconnect, retrying with backoff for

@@ -146,7 +146,7 @@ func (l *Listener) ensureRouter(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("subscribe %s: %w", subject, err)
 		}
-		if err := sub.SetPendingLimits(DefaultRouterPendingMsgs, DefaultRouterPendingBytes); err != nil {
+		if err := sub.SetPendingLimits(l.opts.RouterPendingMsgs, l.opts.RouterPendingBytes); err != nil {
 			_ = sub.Unsubscribe()
 			return fmt.Errorf("subscribe %s: pending limits: %w", subject, err)
 		}
@@ -164,6 +164,13 @@ func (l *Listener) ensureRouter(ctx context.Context) error {
 	}
 	l.routerFlushed = true
 	return nil
+}
+
+// isRouter reports whether sub is the event subscription.
+func (l *Listener) isRouter(sub *nats.Subscription) bool {
+	l.routerMu.Lock()
+	defer l.routerMu.Unlock()
+	return sub != nil && sub == l.router
 }
 
 // route is the event subscription's callback: it hands a message to the
