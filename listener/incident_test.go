@@ -84,7 +84,8 @@ func TestStreamDeletedOrPurged(t *testing.T) {
 	if cfg := info.CachedInfo().Config; cfg.MaxMsgsPerSubject != 1 || cfg.MaxBytes != listener.DefaultMaxBytes {
 		t.Errorf("recreated stream: per subject %d, max bytes %d", cfg.MaxMsgsPerSubject, cfg.MaxBytes)
 	}
-	publish(t, l, progress.KindProgress, q, r, "orders", 2)
+	// As a Spark driver publishes: plainly.
+	rawPublish(t, rawConn(t, srv.ClientURL()), "spark.progress."+q+"."+r, progressJSON(q, r, "orders", 2))
 	eventually(t, "stored again", stored)
 	if n := count(listener.StreamPurged); n != 1 {
 		t.Errorf("purges counted: %d, want 1", n)
