@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,7 +30,10 @@ type clientConfig struct {
 	dataDir      string
 	controlTable string
 	configFile   string
-	rules        []finalizer.Rule
+	// httpURL is the service's HTTP API: --http-url (or its variable)
+	// when set, else the --config file's http.listen, else the default.
+	httpURL string
+	rules   []finalizer.Rule
 	managed      bool // postgresURL is the managed cluster's, read from dataDir
 }
 
@@ -61,7 +65,35 @@ func resolveClient(fs *pflag.FlagSet) (clientConfig, error) {
 			*dst = f.Value.String()
 		}
 	}
+	if f := fs.Lookup("http-url"); f != nil {
+		c.httpURL = f.Value.String()
+		if !f.Changed && file != "" {
+			c.httpURL = listenURL(cfg.HTTP.Listen)
+		}
+	}
 	return c, nil
+}
+
+// listenURL is the URL a client on this host reaches an HTTP listen
+// address at: a wildcard host is the loopback, "" or "off" (no HTTP API)
+// is "".
+func listenURL(listen string) string {
+	if listen == "" || listen == "off" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "http://" + listen // refused by serve; the client's error says so
+	}
+	switch ip := net.ParseIP(host); {
+	case host == "":
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified() && ip.To4() != nil:
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified():
+		host = "::1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // openStore opens the control table for a client command.
@@ -101,7 +133,7 @@ func openStore(ctx context.Context, fs *pflag.FlagSet) (*control.Store, clientCo
 // service (read from its HTTP API when reachable). When nothing could, it
 // returns an error with exit code 3 that names the table and the closest
 // table with a verdict.
-func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, httpURL, httpToken string) error {
+func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, httpToken string) error {
 	tracks, err := s.Tracks(ctx)
 	if err != nil {
 		return usageError(err)
@@ -116,7 +148,7 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 			return nil
 		}
 	}
-	runs, runsErr := fetchRuns(ctx, httpURL, httpToken)
+	runs, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
 	for _, r := range runs {
 		if r.Table == table {
 			return nil

@@ -71,7 +71,7 @@ Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection erro
 			switch {
 			case errors.Is(err, control.ErrNotFound):
 				if !allowMissing {
-					if err := knownTable(cmd.Context(), s, c, table, httpURL, httpToken); err != nil {
+					if err := knownTable(cmd.Context(), s, c, table, httpToken); err != nil {
 						return err
 					}
 				}
@@ -149,7 +149,7 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 			defer s.Close()
 			if !allowMissing {
 				if _, err := s.Get(ctx, table); errors.Is(err, control.ErrNotFound) {
-					if err := knownTable(ctx, s, c, table, httpURL, httpToken); err != nil {
+					if err := knownTable(ctx, s, c, table, httpToken); err != nil {
 						return timedOut(err)
 					}
 				}
@@ -181,7 +181,7 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 // wait use to ask the service whether a tracker writes a table.
 func addMissingFlags(fs *pflag.FlagSet, allow *bool, httpURL, httpToken *string) {
 	fs.BoolVar(allow, "allow-missing", false, "a table with no verdict and nothing that could write one is not final yet, not exit 3")
-	fs.StringVar(httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, asked whether a tracker writes a table without a verdict ("" to skip)`)
+	fs.StringVar(httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, asked whether a tracker writes a table without a verdict ("" to skip; default: the --config file's http.listen when given)`)
 	fs.StringVar(httpToken, "http-token", "", "bearer token of the service's HTTP API (prefer FINALIZER_HTTP_TOKEN)")
 }
 
@@ -401,7 +401,7 @@ typo: the nearest known name is suggested).`,
 					// No verdict yet: a table a track, rule or tracker will
 					// write is shown as such; anything else is a typo, told
 					// apart (exit 3, with the nearest name) as wait does.
-					if err := knownTable(ctx, s, c, table, httpURL, httpToken); err != nil {
+					if err := knownTable(ctx, s, c, table, httpToken); err != nil {
 						return err
 					}
 					verdicts = []control.Verdict{{Table: table}}
@@ -414,10 +414,10 @@ typo: the nearest known name is suggested).`,
 					return usageError(err)
 				}
 			}
-			runs, runsErr := fetchRuns(ctx, httpURL, httpToken)
+			runs, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
 			now := time.Now().UTC()
 			known := runs
-			if runsErr != nil || httpURL == "" {
+			if runsErr != nil || c.httpURL == "" {
 				known = nil
 			}
 			out := tableStatuses(verdicts, feeders, known, now, table)
@@ -442,7 +442,7 @@ typo: the nearest known name is suggested).`,
 	fs := cmd.Flags()
 	fs.StringVar(&table, "table", "", "show only this table")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
-	fs.StringVar(&httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, for tracked runs ("" to skip)`)
+	fs.StringVar(&httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, for tracked runs ("" to skip; default: the --config file's http.listen when given)`)
 	fs.StringVar(&httpToken, "http-token", "", "bearer token of the service's HTTP API (prefer FINALIZER_HTTP_TOKEN)")
 	addPostgresClientFlags(fs)
 	return cmd
