@@ -294,17 +294,19 @@ var errNothingRetired = errors.New("no feeder matched")
 // UnretireFeeder takes a retired feeder of table back (by query id, or by
 // name when exactly one retired feeder has that name): it holds the table
 // again from its watermark on, as a feeder joining behind does (the table
-// never moves back; it holds until the feeder passes it). Its
-// retired_why is cleared; the caller says who did it and why. It returns the feeders taken back and the table's verdict; ErrNoFeeder
-// when no retired feeder matches, ErrAmbiguousFeeder when a name matches
-// several.
-func (s *Store) UnretireFeeder(ctx context.Context, table, query string) ([]Feeder, Verdict, error) {
+// never moves back; it holds until the feeder passes it). Its retired_why
+// is cleared, and an audit entry (ActionUnretire: who, why, the feeder as
+// FromQueryID, the table's verdict as From and To) is written for each
+// feeder taken back, in the same transaction. by is required. It returns
+// the feeders taken back and the table's verdict; ErrNoFeeder when no
+// retired feeder matches, ErrAmbiguousFeeder when a name matches several.
+func (s *Store) UnretireFeeder(ctx context.Context, table, query, reason, by string) ([]Feeder, Verdict, error) {
 	op := fmt.Sprintf("unretire feeder %s of %s", query, table)
 	if s.closed.Load() {
 		return nil, Verdict{}, fmt.Errorf("%s: %w", op, ErrClosed)
 	}
-	if table == "" || query == "" {
-		return nil, Verdict{}, fmt.Errorf("%s: %w: table and query are required", op, ErrNoFeeder)
+	if table == "" || query == "" || strings.TrimSpace(by) == "" {
+		return nil, Verdict{}, fmt.Errorf("%s: %w: table, query and the operator are required", op, ErrNoFeeder)
 	}
 	if err := CheckTableName(table); err != nil {
 		return nil, Verdict{}, fmt.Errorf("unretire feeder: %w", err)
@@ -353,7 +355,23 @@ RETURNING `+feederColumns, table, query)
 		if errors.Is(err, pgx.ErrNoRows) {
 			v, err = Verdict{Table: table}, nil
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		for _, f := range back {
+			why := "feeder " + f.Feeder + " takes the table back"
+			if reason != "" {
+				why += ": " + reason
+			}
+			// The audit entry's provenance is the feeder's: who holds
+			// the table again.
+			if _, err := s.audit(ctx, tx, ActionUnretire, table, why, by,
+				Verdict{FinalizedUntil: v.FinalizedUntil, QueryID: f.Feeder, RunID: f.RunID, BatchID: f.BatchID, EndTime: f.EndTime},
+				v.FinalizedUntil); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	switch {
 	case errors.Is(err, errNothingRetired) && len(ids) > 1:

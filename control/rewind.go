@@ -19,6 +19,9 @@ const (
 	// ActionAcknowledge cleared a table's mark without moving its verdict
 	// (Store.Acknowledge).
 	ActionAcknowledge = "acknowledge"
+	// ActionUnretire took a retired feeder back (Store.UnretireFeeder):
+	// it holds the table again.
+	ActionUnretire = "unretire"
 )
 
 // The errors of rewinds and marks, wrapped with context.
@@ -59,7 +62,7 @@ type Acknowledge struct {
 type AuditEntry struct {
 	ID     int64
 	Table  string
-	Action string // ActionRewind or ActionAcknowledge
+	Action string // ActionRewind, ActionAcknowledge or ActionUnretire
 	At     time.Time
 	By     string // the operator named by the request
 	DBUser string // the PostgreSQL role that made it
@@ -284,7 +287,7 @@ INSERT INTO `+s.n.audit+` (table_name, action, by_operator, reason, from_until, 
 	from_query_id, from_run_id, from_batch_id, from_end_time, cleared_mark, cleared_marks)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 RETURNING `+auditColumns,
-		table, action, by, reason, nullTime(v.FinalizedUntil), to, nullString(v.QueryID), nullString(v.RunID),
+		table, action, by, reason, nullTime(v.FinalizedUntil), nullTime(to), nullString(v.QueryID), nullString(v.RunID),
 		batch, nullTime(v.EndTime), nullString(v.Mark), marks)
 	return scanAudit(row)
 }

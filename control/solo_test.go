@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -122,17 +123,21 @@ func TestSoloToSharedAndBack(t *testing.T) {
 	if got, moved := feed(t, s, "t", "a", "", at(17, 0)); !moved || !got.Equal(at(17, 0)) {
 		t.Fatalf("a alone at 17:00: %v, moved %v", got, moved)
 	}
-	back, v, err := s.UnretireFeeder(ctx, "t", "b")
+	back, v, err := s.UnretireFeeder(ctx, "t", "b", "rerun", "ops")
 	if err != nil || len(back) != 1 || back[0].Feeder != "b" || !v.FinalizedUntil.Equal(at(17, 0)) {
 		t.Fatalf("unretire b: %+v, %v, %v", back, v, err)
 	}
 	if soloOf(t, s, conn, "t") {
 		t.Fatal("solo with an un-retired feeder")
 	}
+	if es, err := s.Audit(ctx, "t", 10); err != nil || len(es) != 1 || es[0].Action != ActionUnretire || es[0].By != "ops" ||
+		es[0].FromQueryID != "b" || !strings.Contains(es[0].Reason, "rerun") || !es[0].To.Equal(at(17, 0)) {
+		t.Errorf("audit of the unretire = %+v, %v", es, err)
+	}
 	if got, moved := feed(t, s, "t", "a", "", at(18, 0)); moved || !got.Equal(at(17, 0)) {
 		t.Fatalf("a at 18:00 with b back at 15:00: %v, moved %v; want held at 17:00", got, moved)
 	}
-	if _, _, err := s.UnretireFeeder(ctx, "t", "b"); err == nil {
+	if _, _, err := s.UnretireFeeder(ctx, "t", "b", "", "ops"); err == nil {
 		t.Error("unretiring an active feeder succeeded")
 	}
 }

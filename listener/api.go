@@ -249,10 +249,17 @@ func (l *Listener) request(ctx context.Context, subject string, req, reply any) 
 // RetireRequest asks the service to retire a query from a table's feeders
 // (ADR 0015; `finalizer feeders retire` does it in PostgreSQL directly).
 // Query is the query's name or id; Reason is kept with the feeder.
+//
+// The same request on UnretireSubject takes a retired feeder back
+// (`finalizer feeders unretire`): By names the operator, kept in the
+// audit table with Reason.
 type RetireRequest struct {
 	Table  string `json:"table"`
 	Query  string `json:"query"`
 	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
+	// Unretire is set by ServeRetire for a request on UnretireSubject.
+	Unretire bool `json:"-"`
 }
 
 // RetireReply answers a RetireRequest: the feeders retired, the table's
@@ -262,6 +269,7 @@ type RetireReply struct {
 	OK             bool     `json:"ok"`
 	Error          string   `json:"error,omitempty"`
 	Retired        []string `json:"retired,omitempty"`
+	Unretired      []string `json:"unretired,omitempty"`
 	FinalizedUntil string   `json:"finalized_until,omitempty"`
 	Moved          bool     `json:"moved,omitempty"`
 }
@@ -269,9 +277,13 @@ type RetireReply struct {
 // RetireSubject is the subject of RetireRequests under an API prefix.
 func RetireSubject(apiPrefix string) string { return apiPrefix + ".feeders.retire" }
 
-// ServeRetire answers RetireRequests on RetireSubject with retire, each in
-// a goroutine the Listener owns, until the returned APISubscription is
-// unsubscribed.
+// UnretireSubject is the subject of the requests that take a retired
+// feeder back, under an API prefix.
+func UnretireSubject(apiPrefix string) string { return apiPrefix + ".feeders.unretire" }
+
+// ServeRetire answers RetireRequests on RetireSubject and UnretireSubject
+// (with Unretire set) with retire, each in a goroutine the Listener owns,
+// until the returned APISubscription is unsubscribed.
 func (l *Listener) ServeRetire(retire func(context.Context, RetireRequest) RetireReply) (*APISubscription, error) {
 	if retire == nil {
 		return nil, errors.New("serve retire: nil handler")
@@ -280,19 +292,27 @@ func (l *Listener) ServeRetire(retire func(context.Context, RetireRequest) Retir
 		return nil, ErrClosed
 	}
 	s := &APISubscription{subscription{l: l}}
-	sub, err := l.subscribe(RetireSubject(l.opts.APIPrefix), func(m *nats.Msg) {
-		l.handle(m, func(ctx context.Context) any {
-			var req RetireRequest
-			if err := json.Unmarshal(m.Data, &req); err != nil {
-				return RetireReply{Error: "bad retire request: " + err.Error()}
-			}
-			return retire(ctx, req)
-		}, func(msg string) any { return RetireReply{Error: msg} })
-	})
-	if err != nil {
-		return nil, err
+	for _, unretire := range []bool{false, true} {
+		subject, what := RetireSubject(l.opts.APIPrefix), "retire"
+		if unretire {
+			subject, what = UnretireSubject(l.opts.APIPrefix), "unretire"
+		}
+		sub, err := l.subscribe(subject, func(m *nats.Msg) {
+			l.handle(m, func(ctx context.Context) any {
+				var req RetireRequest
+				if err := json.Unmarshal(m.Data, &req); err != nil {
+					return RetireReply{Error: "bad " + what + " request: " + err.Error()}
+				}
+				req.Unretire = unretire
+				return retire(ctx, req)
+			}, func(msg string) any { return RetireReply{Error: msg} })
+		})
+		if err != nil {
+			_ = s.Unsubscribe()
+			return nil, err
+		}
+		s.subs = append(s.subs, sub)
 	}
-	s.subs = append(s.subs, sub)
 	if err := register(l, l.api, s); err != nil {
 		_ = s.Unsubscribe()
 		return nil, err

@@ -270,6 +270,62 @@ tables:
 	holdsAt(t, pgURL, "silver.orders", "2026-09-28T17:00:00Z")
 	pub.publish("progress", live, liveRun, progressAt(live, liveRun, "orders-live", 4, "2026-09-28T18:05:00"))
 	waitVerdict(t, pgURL, "silver.orders", "2026-09-28T18:00:00Z")
+
+	// Taken back by the CLI, audited: the failed backfill holds the table
+	// again from its 10:00 (the table does not move back), and retired
+	// again the table moves on.
+	code, out, e = cli(t, nil, "feeders", "unretire", "--postgres-url", pgURL, "--table", "silver.orders", "--query", "orders-backfill-2", "--reason", "rerun", "--by", "alice")
+	if code != 0 || !strings.Contains(out, "feeder "+bf2+" (orders-backfill-2) holds the table again, from 2026-09-28T10:00:00Z") {
+		t.Fatalf("feeders unretire: %d\n%s\n%s", code, out, e)
+	}
+	if code, _, _ := cli(t, nil, "feeders", "unretire", "--postgres-url", pgURL, "--table", "silver.orders", "--query", "orders-backfill-2"); code != 2 {
+		t.Errorf("unretiring an active feeder: exit %d, want 2", code)
+	}
+	pub.publish("progress", live, liveRun, progressAt(live, liveRun, "orders-live", 5, "2026-09-28T19:05:00"))
+	eventually(t, "the taken-back backfill to hold the table", func() bool {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.orders", &doc)
+		return strings.HasPrefix(doc.HeldBy, "held by orders-backfill-2 at 2026-09-28T10:00:00Z")
+	})
+	holdsAt(t, pgURL, "silver.orders", "2026-09-28T18:00:00Z")
+	if code, out, _ := cli(t, nil, "audit", "--postgres-url", pgURL, "--table", "silver.orders"); code != 0 ||
+		!strings.Contains(out, "unretire") || !strings.Contains(out, "alice") || !strings.Contains(out, "rerun") {
+		t.Errorf("audit after unretire: %d\n%s", code, out)
+	}
+	if code, _, e := cli(t, nil, "feeders", "retire", "--postgres-url", pgURL, "--table", "silver.orders", "--query", bf2); code != 0 {
+		t.Fatalf("retire again: %d %s", code, e)
+	}
+	waitVerdict(t, pgURL, "silver.orders", "2026-09-28T19:00:00Z")
+
+	// The HTTP and NATS twins of unretire.
+	resp, err = http.Post(s.httpURL+"/v1/tables/silver.orders/feeders/orders-backfill-3/unretire", "application/json", strings.NewReader(`{"reason":"again","by":"bob"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Unretired []string `json:"unretired"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&back); err != nil || resp.StatusCode != http.StatusOK || len(back.Unretired) != 1 || back.Unretired[0] != bf3 {
+		t.Errorf("POST unretire: %s, %+v, %v", resp.Status, back, err)
+	}
+	resp.Body.Close()
+	msg, err = nc.Request("finalizer.api.feeders.unretire", []byte(`{"table":"silver.orders","query":"orders-backfill-4","reason":"again","by":"carol"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unreply struct {
+		OK        bool     `json:"ok"`
+		Unretired []string `json:"unretired"`
+	}
+	if err := json.Unmarshal(msg.Data, &unreply); err != nil || !unreply.OK || len(unreply.Unretired) != 1 || unreply.Unretired[0] != bf4 {
+		t.Errorf("NATS unretire reply %s: %+v, %v", msg.Data, unreply, err)
+	}
+	pub.publish("progress", live, liveRun, progressAt(live, liveRun, "orders-live", 6, "2026-09-28T20:05:00"))
+	holdsAt(t, pgURL, "silver.orders", "2026-09-28T19:00:00Z")
+	if code, out, _ := cli(t, nil, "audit", "--postgres-url", pgURL, "--table", "silver.orders"); code != 0 ||
+		strings.Count(out, "unretire") != 3 || !strings.Contains(out, "bob") || !strings.Contains(out, "carol") {
+		t.Errorf("audit after three unretires: %d\n%s", code, out)
+	}
 }
 
 // Two replicas and a kill -9 with several feeders of one table, progress

@@ -15,7 +15,7 @@ import (
 func newFeedersCmd(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "feeders",
-		Short: "List or retire the queries that write a table (its feeders)",
+		Short: "List, retire or take back the queries that write a table (its feeders)",
 		Long: `A table written by several queries is final only as far as the slowest of them (ADR 0015):
 each query (by its id, stable across restarts from the same checkpoint) is a feeder with its
 own watermark, and the table's finalized_until is the lowest watermark of its feeders that
@@ -23,7 +23,7 @@ are not retired. A query that stopped for good (a finished backfill, the old que
 redeploy with a new checkpoint) holds its tables until it is retired.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newFeedersListCmd(stdout), newFeedersRetireCmd(stdout))
+	cmd.AddCommand(newFeedersListCmd(stdout), newFeedersRetireCmd(stdout), newFeedersUnretireCmd(stdout))
 	return cmd
 }
 
@@ -118,7 +118,7 @@ Retire a query that stopped writing the table for good: a finished backfill, the
 query of a redeploy that started from a new checkpoint (a new query id), an expected
 feeder that will never come. Do not retire a query that still writes the table: the table
 could then be declared final ahead of its data. A retired query that reports again is
-recorded but does not hold the table.
+recorded but does not hold the table (finalizer feeders unretire takes it back).
 
 The same is available as POST /v1/tables/{table}/feeders/{query}/retire on the service's
 HTTP API and as the NATS request <api_prefix>.feeders.retire ({"table", "query", "reason"}).
@@ -165,6 +165,64 @@ Exit codes: 0 retired, 2 usage or connection error (or no such active feeder).`,
 	fs.StringVar(&query, "query", "", "the query's name or id (required)")
 	fs.StringVar(&reason, "reason", "", "why, kept with the feeder")
 	fs.StringVar(&by, "by", "", "who asks, kept with the feeder (default: the OS user @ host)")
+	addPostgresClientFlags(fs)
+	return cmd
+}
+
+func newFeedersUnretireCmd(stdout io.Writer) *cobra.Command {
+	var table, query, reason, by string
+	cmd := &cobra.Command{
+		Use:   "unretire --table T --query Q [--reason R] [--by WHO]",
+		Short: "Take a retired query back: it holds the table again",
+		Long: `Takes the retired query Q (its id, or its name when exactly one retired feeder of the
+table has it) back into the table's feeders: it holds the table again from its own
+watermark on. The table never moves back: if the query is behind it, the table holds
+until the query passes it, then follows the lowest watermark again.
+
+Use it for a query retired by mistake, or retired on a clean termination
+(retire: on_clean_termination) that was started again from the same checkpoint (the
+same query id) and writes the table again. Who and why are kept in the audit table
+(finalizer audit, action "unretire").
+
+The same is available as POST /v1/tables/{table}/feeders/{query}/unretire on the
+service's HTTP API ({"reason", "by"}) and as the NATS request
+<api_prefix>.feeders.unretire ({"table", "query", "reason", "by"}).
+
+Exit codes: 0 taken back, 2 usage or connection error (or no such retired feeder).`,
+		Example: `  finalizer feeders unretire --table silver.all --query backfill-2026 --reason "rerun from the same checkpoint"`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := required("table", table, "query", query); err != nil {
+				return err
+			}
+			if by == "" {
+				by = defaultOperator()
+			}
+			s, _, err := openStore(cmd.Context(), cmd.Flags())
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			back, v, err := s.UnretireFeeder(cmd.Context(), table, query, reason, by)
+			if err != nil {
+				return usageError(err)
+			}
+			for _, f := range back {
+				fmt.Fprintf(stdout, "%s: feeder %s (%s) holds the table again, from %s\n", table, f.Feeder, f.Name(), fmtTime(f.FinalizedUntil))
+			}
+			if v.FinalizedUntil.IsZero() {
+				fmt.Fprintf(stdout, "%s: no verdict yet\n", table)
+			} else {
+				fmt.Fprintf(stdout, "%s: final until %s\n", table, v.FinalizedUntil.Format(time.RFC3339))
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&table, "table", "", "the table (required)")
+	fs.StringVar(&query, "query", "", "the retired query's name or id (required)")
+	fs.StringVar(&reason, "reason", "", "why, kept in the audit table")
+	fs.StringVar(&by, "by", "", "who asks, kept in the audit table (default: the OS user @ host)")
 	addPostgresClientFlags(fs)
 	return cmd
 }

@@ -188,6 +188,51 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, resp)
 	})
+	mux.HandleFunc("POST /v1/tables/{table}/feeders/{query}/unretire", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Reason string `json:"reason"`
+			By     string `json:"by"`
+		}
+		if r.ContentLength != 0 {
+			if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&body); err != nil {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body: want {\"reason\": \"...\", \"by\": \"...\"}: " + err.Error()})
+				return
+			}
+		}
+		by := strings.TrimSpace(body.By)
+		if by == "" {
+			by = "HTTP API"
+		}
+		table, ok := table(w, r)
+		if !ok {
+			return
+		}
+		query := r.PathValue("query")
+		back, v, err := store.UnretireFeeder(r.Context(), table, query, strings.TrimSpace(body.Reason), by)
+		if errors.Is(err, control.ErrNoFeeder) {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+			return
+		}
+		if errors.Is(err, control.ErrAmbiguousFeeder) {
+			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+			return
+		}
+		if err != nil {
+			httpError(w, err)
+			return
+		}
+		ids := make([]string, 0, len(back))
+		for _, f := range back {
+			ids = append(ids, f.Feeder)
+		}
+		log.Info("feeder taken back; it holds the table again", zap.String("table", table), zap.String("query", query),
+			zap.Strings("feeders", ids), zap.String("reason", body.Reason), zap.String("by", by))
+		resp := map[string]any{"table": table, "unretired": ids}
+		if !v.FinalizedUntil.IsZero() {
+			resp["finalized_until"] = v.FinalizedUntil
+		}
+		writeJSON(w, http.StatusOK, resp)
+	})
 	mux.HandleFunc("GET /v1/tables/{table}/final", func(w http.ResponseWriter, r *http.Request) {
 		table, ok := table(w, r)
 		if !ok {

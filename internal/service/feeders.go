@@ -55,6 +55,9 @@ func (s *Service) handleRetire(ctx context.Context, r listener.RetireRequest) li
 	}
 	ctx, cancel := context.WithTimeout(ctx, retireTimeout)
 	defer cancel()
+	if r.Unretire {
+		return s.handleUnretire(ctx, r)
+	}
 	why := strings.TrimSpace(r.Reason)
 	if why == "" {
 		why = "retired over NATS"
@@ -72,6 +75,30 @@ func (s *Service) handleRetire(ctx context.Context, r listener.RetireRequest) li
 	}
 	s.log.Info("feeder retired", zap.String("table", r.Table), zap.String("query", r.Query),
 		zap.Strings("feeders", reply.Retired), zap.String("reason", why), zap.Bool("moved", moved))
+	return reply
+}
+
+// handleUnretire serves a RetireRequest on the unretire subject (the
+// NATS twin of `finalizer feeders unretire`): audited as by r.By, or
+// "NATS API" when it names nobody.
+func (s *Service) handleUnretire(ctx context.Context, r listener.RetireRequest) listener.RetireReply {
+	by := strings.TrimSpace(r.By)
+	if by == "" {
+		by = "NATS API"
+	}
+	back, v, err := s.store.UnretireFeeder(ctx, r.Table, r.Query, strings.TrimSpace(r.Reason), by)
+	if err != nil {
+		return listener.RetireReply{Error: err.Error()}
+	}
+	reply := listener.RetireReply{OK: true}
+	for _, f := range back {
+		reply.Unretired = append(reply.Unretired, f.Feeder)
+	}
+	if !v.FinalizedUntil.IsZero() {
+		reply.FinalizedUntil = v.FinalizedUntil.Format(time.RFC3339Nano)
+	}
+	s.log.Info("feeder taken back; it holds the table again", zap.String("table", r.Table), zap.String("query", r.Query),
+		zap.Strings("feeders", reply.Unretired), zap.String("reason", r.Reason), zap.String("by", by))
 	return reply
 }
 
