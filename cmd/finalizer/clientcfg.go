@@ -34,7 +34,7 @@ type clientConfig struct {
 	// when set, else the --config file's http.listen, else the default.
 	httpURL string
 	rules   []finalizer.Rule
-	managed      bool // postgresURL is the managed cluster's, read from dataDir
+	managed bool // postgresURL is the managed cluster's, read from dataDir
 }
 
 // addPostgresClientFlags adds the flags of the commands that read the
