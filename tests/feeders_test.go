@@ -490,3 +490,68 @@ tables:
 	pub.publish("progress", us, usRun, progressAt(us, usRun, "region-us", 2, "2026-09-28T15:10:00"))
 	waitVerdict(t, pgURL, "silver.started", "2026-09-28T14:00:00Z")
 }
+
+// The retire guard: a run that ends cleanly does not retire its query
+// (retire: on_clean_termination) while another run of the same query (the
+// same checkpoint, started again: a restart that overlapped) is still
+// tracked into the table, since that run still writes it; the query is
+// retired when its last tracked run ends cleanly.
+func TestRetireGuardOverlappingRuns(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL, config: `
+tables:
+  - table: silver.guard
+    query: orders-live
+  - table: silver.guard
+    query: orders-backfill
+    retire: on_clean_termination
+`})
+	pub := connect(t, s.natsURL)
+	live, liveRun, bf, run1, run2 := id(0x1301), id(0x1302), id(0x1303), id(0x1304), id(0x1305)
+	pub.publish("progress", live, liveRun, progressAt(live, liveRun, "orders-live", 1, "2026-09-28T16:05:00"))
+	pub.publish("progress", bf, run1, progressAt(bf, run1, "orders-backfill", 1, "2026-09-28T12:30:00"))
+	pub.publish("progress", bf, run2, progressAt(bf, run2, "orders-backfill", 2, "2026-09-28T13:30:00"))
+	waitVerdict(t, pgURL, "silver.guard", "2026-09-28T13:00:00Z")
+	bfActive := func() (active, known bool) {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.guard", &doc)
+		for _, f := range doc.Feeders {
+			if f.Feeder == bf {
+				return f.RetiredAt.IsZero(), true
+			}
+		}
+		return false, false
+	}
+	// The first run ends cleanly while the second is tracked: not retired.
+	pub.publish("terminated", bf, run1, terminatedJSON(bf, run1))
+	eventually(t, "the first run's tracker to end", func() bool {
+		var runs struct {
+			Runs []struct {
+				RunID   string `json:"run_id"`
+				Done    bool   `json:"done"`
+				Retired bool   `json:"retired"`
+			} `json:"runs"`
+		}
+		getJSON(t, s.httpURL+"/v1/runs", &runs)
+		for _, r := range runs.Runs {
+			if r.RunID == run1 {
+				if r.Retired {
+					t.Fatalf("run 1's tracker says it retired its query")
+				}
+				return r.Done
+			}
+		}
+		return true // gone with its tracker
+	})
+	if active, known := bfActive(); !known || !active {
+		t.Fatalf("the backfill was retired (known %v) by the clean end of one of its two tracked runs", known)
+	}
+	holdsAt(t, pgURL, "silver.guard", "2026-09-28T13:00:00Z")
+	// The last run ends cleanly: retired, and the table follows the live
+	// query alone.
+	pub.publish("terminated", bf, run2, terminatedJSON(bf, run2))
+	waitVerdict(t, pgURL, "silver.guard", "2026-09-28T16:00:00Z")
+	if active, known := bfActive(); !known || active {
+		t.Errorf("the backfill is not retired after its last run ended cleanly (known %v)", known)
+	}
+}
