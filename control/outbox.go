@@ -527,13 +527,23 @@ func (o *Outbox) Backlogs(ctx context.Context, table string) ([]Backlog, error) 
 }
 
 // ActionBacklogs is Outbox.Backlogs on the Store's pool (for `finalizer
-// status`, which opens a Store only). A database not migrated to the
-// actions' tables gives none.
+// status`, which opens a Store only). Backlogs and ActionBacklogs return
+// none, and no error, for a role that may not read the actions' tables or
+// a database without them.
 func (s *Store) ActionBacklogs(ctx context.Context, table string) ([]Backlog, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("read action backlog: %w", ErrClosed)
 	}
 	return backlogs(ctx, s.pool, s.n, table)
+}
+
+// unreadable reports an error of a role that may not read the actions'
+// tables (42501) or of a database without them (42P01): the backlog is
+// then unknown, which must not fail a status (a read-only role, an
+// upgrade that kept the old grants).
+func unreadable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42501" || pgErr.Code == "42P01")
 }
 
 // queryer is what backlogs needs of a pool.
@@ -560,6 +570,9 @@ SELECT '', table_name, count(*), min(moved_at), 0, '', NULL, 0 FROM `+o.n.outbox
 WHERE $1 = '' OR table_name = $1 GROUP BY table_name
 ORDER BY 2, 1`, table)
 	if err != nil {
+		if unreadable(err) {
+			return nil, nil
+		}
 		return nil, wrap(ctx, "read action backlog", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Backlog, error) {
@@ -575,6 +588,9 @@ ORDER BY 2, 1`, table)
 		return b, err
 	})
 	if err != nil {
+		if unreadable(err) {
+			return nil, nil
+		}
 		return nil, wrap(ctx, "read action backlog", err)
 	}
 	return out, nil

@@ -74,6 +74,8 @@ tables:
   - table: bronze.orders
     query: orders-v1
     time: offset:/commit_ts
+    actions:
+      - marker: {path: "` + t.TempDir() + `/{table}/{period}/_SUCCESS"}
 `})
 	pub := connect(t, s.natsURL)
 	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
@@ -107,7 +109,7 @@ tables:
 			"finalizer_events_total", "finalizer_candidates_total", "finalizer_tracked_runs", "finalizer_stale_runs",
 			"finalizer_postgres_up", "finalizer_nats_up", "finalizer_held_runs", "finalizer_feeder_lag_seconds"},
 		rulesFile: {"finalizer_verdict_lag_seconds", "finalizer_advance_failures_total", "finalizer_stale_runs", "finalizer_ready",
-			"finalizer_held_runs"},
+			"finalizer_held_runs", "finalizer_action_oldest_pending_seconds", "finalizer_action_dead"},
 	} {
 		used := names(t, file)
 		var missing []string
