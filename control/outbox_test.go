@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -250,5 +251,48 @@ func TestOutboxDeliverOncePerReplica(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// TestOutboxQueueBound: an action's queue is bounded; events beyond
+// maxPending pending ones are dead-lettered at once ("queue full") and
+// counted, and another action's queue is not affected.
+func TestOutboxQueueBound(t *testing.T) {
+	ctx := context.Background()
+	_, url := newStore(t, Options{})
+	ob := newOutbox(t, url)
+	if _, err := connect(t, url).Exec(ctx, `INSERT INTO public.table_finalization_outbox (table_name, to_until) VALUES ('t', now())`); err != nil {
+		t.Fatal(err)
+	}
+	var sends []Send
+	for i := range 5 {
+		for _, a := range []string{"small", "big"} {
+			id := fmt.Sprintf("%s-%d", a, i)
+			sends = append(sends, Send{Action: a, EventID: id, Table: "t", PeriodStart: at(i, 0), PeriodEnd: at(i+1, 0), Payload: []byte(id), MovedAt: time.Now()})
+		}
+	}
+	res, err := ob.Expand(ctx, 10, map[string]int{"small": 3, "big": 100}, func(Move) ([]Send, error) { return sends, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Queued["small"] != 3 || res.Dead["small"] != 2 || res.Queued["big"] != 5 || res.Dead["big"] != 0 {
+		t.Fatalf("%+v", res)
+	}
+	got, err := ob.Sends(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range got {
+		full := s.State == SendDead && strings.HasPrefix(s.LastError, "queue full")
+		if want := s.EventID == "small-3" || s.EventID == "small-4"; full != want {
+			t.Errorf("%s: %s %q", s.EventID, s.State, s.LastError)
+		}
+	}
+	totals, err := ob.Totals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if totals["small"].Pending != 3 || totals["small"].Dead != 2 || totals["big"].Pending != 5 {
+		t.Errorf("totals %+v", totals)
 	}
 }
