@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/listener"
@@ -213,7 +214,7 @@ func (r *Registry) consider(ctx context.Context, runID string) {
 		r.mu.Unlock()
 		switch near, ok := nearMiss(r.cfg.Rules, name); {
 		case name == "":
-			r.log.Info("run seen without a query name and no rule matches its id; not decided until an event carries its name",
+			r.logSampled(zapcore.InfoLevel, "undecided", "run seen without a query name and no rule matches its id; not decided until an event carries its name",
 				zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID))
 		case ok:
 			// A silent "not yet" must say why: the name is one case or

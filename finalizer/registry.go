@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/internal/lograte"
@@ -43,6 +44,10 @@ const (
 	MaxQueryNameLen = 1024
 	// refuseLogEvery is how often a refusal is logged, at most, per reason.
 	refuseLogEvery = 10 * time.Second
+	// sampleLogEvery is how often a line of one kind that every run logs
+	// (tracking run, verdict moved, run terminated, ...) is logged at its
+	// level, at most; the others of the interval go to DEBUG.
+	sampleLogEvery = 10 * time.Second
 	// janitorEvery is how often stale and expired runs are looked for, at
 	// most: with a StaleAfter or ExpireAfter shorter than twice this, the
 	// janitor looks every half of the shorter one (but not more often than
@@ -221,6 +226,9 @@ type Registry struct {
 	maxPending int
 
 	refuseLog *lograte.Limiter
+	// sampler rate-limits the lines every run logs in the normal course
+	// (TrackerConfig.Sampler), shared by the registry and its trackers.
+	sampler *lograte.Limiter
 }
 
 // NewRegistry returns a running registry. Call Close to stop it.
@@ -282,6 +290,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		maxPending: DefaultMaxPending,
 
 		refuseLog: lograte.New(cfg.Clock.Now, refuseLogEvery),
+		sampler:   lograte.New(cfg.Clock.Now, sampleLogEvery),
 	}
 	r.store = cfg.Store
 	if bs, ok := cfg.Store.(BatchStore); ok && cfg.MaxBatch > 0 {
@@ -401,7 +410,7 @@ func (r *Registry) launch(ctx context.Context, e *entry) error {
 		t.Stop()
 	}
 	req := e.req
-	r.log.Info("tracking run", zap.String("table", req.Table), zap.String("query_id", req.QueryID),
+	r.logSampled(zapcore.InfoLevel, "tracking", "tracking run", zap.String("table", req.Table), zap.String("query_id", req.QueryID),
 		zap.String("run_id", req.RunID), zap.String("spec", req.Spec.String()), zap.Bool("explicit", req.Explicit))
 	return nil
 }
@@ -443,7 +452,7 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscripti
 	o := r.cfg.Tracker
 	tc := TrackerConfig{
 		QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: req.Spec, Box: e.box, Store: r.store,
-		Clock: r.cfg.Clock, Logger: r.cfg.Logger, Metrics: r.cfg.Metrics,
+		Clock: r.cfg.Clock, Logger: r.cfg.Logger, Metrics: r.cfg.Metrics, Sampler: r.sampler,
 		RetryDelay: o.RetryDelay, Retries: o.Retries, WarnEvery: o.WarnEvery, FutureSkew: o.FutureSkew, AdvanceTimeout: o.AdvanceTimeout,
 		OnStart:   func(at time.Time, exact bool) { r.noteStart(e, at, exact) },
 		QueryName: req.QueryName,
@@ -536,7 +545,7 @@ func (r *Registry) noteStart(e *entry, at time.Time, exact bool) {
 	for _, o := range older {
 		reason := fmt.Sprintf("superseded by run %s of the same query, which started later", newest.req.RunID)
 		if r.stopEntry(o, reason, true) {
-			r.log.Info("run superseded by a run of the same query that started later; stopping its tracker",
+			r.logSampled(zapcore.InfoLevel, "superseded", "run superseded by a run of the same query that started later; stopping its tracker",
 				zap.String("table", o.req.Table), zap.String("query_id", o.req.QueryID),
 				zap.String("run_id", o.req.RunID), zap.String("new_run_id", newest.req.RunID),
 				zap.Time("started", o.start), zap.Bool("start_exact", o.exact), zap.Time("new_started", newest.start))
@@ -764,4 +773,17 @@ func (r *Registry) Close(ctx context.Context) error {
 		r.commit.close()
 	}
 	return err
+}
+
+// logSampled logs msg at lvl, or at DEBUG when a line of the same class
+// went through within sampleLogEvery (see Tracker.logSampled).
+func (r *Registry) logSampled(lvl zapcore.Level, class, msg string, fields ...zap.Field) {
+	if ok, n := r.sampler.Allow(class); !ok {
+		lvl = zapcore.DebugLevel
+	} else if n > 0 {
+		fields = append(fields, zap.Int("suppressed", n))
+	}
+	if ce := r.log.Check(lvl, msg); ce != nil {
+		ce.Write(fields...)
+	}
 }

@@ -10,8 +10,10 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/internal/lograte"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -70,8 +72,15 @@ type TrackerConfig struct {
 	// applied (Rule.Retire). A run that fails is never retired.
 	Retire func(ctx context.Context, why string) error
 
-	Clock          Clock         // nil = SystemClock
-	Logger         *zap.Logger   // nil = no logs
+	Clock  Clock       // nil = SystemClock
+	Logger *zap.Logger // nil = no logs
+	// Sampler, when set, rate-limits the lines every run logs in the
+	// normal course (a verdict moved, a run terminated, a guard holding a
+	// run, an advance failing) across the trackers that share it: the
+	// first of a kind in its interval is logged at its level, the others
+	// at DEBUG, and the next one logged says how many were (ADR 0020).
+	// nil logs each at its level.
+	Sampler        *lograte.Limiter
 	Metrics        *Metrics      // nil = unregistered collectors
 	RetryDelay     time.Duration // 0 = DefaultRetryDelay
 	Retries        int           // 0 = DefaultRetries; negative = no retry
@@ -418,7 +427,7 @@ func (t *Tracker) run(ctx context.Context) {
 			if pending != nil && t.out.err == nil {
 				_, t.out.err = t.Failures()
 			}
-			t.log.Info("run terminated; tracker done",
+			t.logSampled(zapcore.InfoLevel, "terminated", "run terminated; tracker done",
 				zap.Bool("pending_failed", pending != nil),
 				zap.String("error_class", mail.Terminated.ErrorClass),
 				zap.Bool("with_exception", mail.Terminated.Exception != ""))
@@ -466,7 +475,7 @@ func (t *Tracker) retireOnTermination(ctx context.Context, failed bool) {
 	t.mu.Lock()
 	t.retired = true
 	t.mu.Unlock()
-	t.log.Info("run terminated cleanly; its query is retired from the table's feeders")
+	t.logSampled(zapcore.InfoLevel, "retired", "run terminated cleanly; its query is retired from the table's feeders")
 }
 
 // finalCatchUp reads the run's retained events once more after its
@@ -715,7 +724,7 @@ func (t *Tracker) applyQuiet(ctx context.Context) {
 		t.heldByQuiet = false
 		t.setHeld("")
 	}
-	t.log.Info("verdict moved because the source was quiet",
+	t.logSampled(zapcore.InfoLevel, "quiet-move", "verdict moved because the source was quiet",
 		zap.String("signal", sig), zap.Time("caught_up_at", at), zap.Duration("quiet_after", t.cfg.Spec.QuietAfter), zap.Time("finalized_until", until))
 }
 
@@ -742,16 +751,16 @@ func (t *Tracker) hold(guard, why string, ev *progress.Event) {
 	t.warned[guard] = true
 	switch {
 	case first && guard == progress.NotExecuted.String():
-		t.log.Info("a progress of a trigger that ran no batch; its watermark is not used (logged once per run)",
+		t.logSampled(zapcore.InfoLevel, "hold:"+guard, "a progress of a trigger that ran no batch; its watermark is not used (logged once per run)",
 			zap.String("guard", guard), zap.Int64("batch_id", ev.BatchID))
 	case first && guard == progress.NoTime.String() && why != progress.NoWatermarkYet:
 		// A progress without a usable time is most often a spec that does
 		// not fit the source (offset:/commit_ts on a Kafka source): say so
 		// once, or the run sits "running" with a verdict that never moves.
-		t.log.Warn("progress has no usable time; the verdict waits: check the tracking spec's time and source against the progress (logged once per run)",
+		t.logSampled(zapcore.WarnLevel, "hold:"+guard, "progress has no usable time; the verdict waits: check the tracking spec's time and source against the progress (logged once per run)",
 			zap.String("guard", guard), zap.String("reason", why), zap.String("spec", t.cfg.Spec.String()), zap.Int64("batch_id", ev.BatchID))
 	case first && guard != progress.NoTime.String():
-		t.log.Warn("progress gives no candidate; the verdict waits (logged once per run and guard)",
+		t.logSampled(zapcore.WarnLevel, "hold:"+guard, "progress gives no candidate; the verdict waits (logged once per run and guard)",
 			zap.String("guard", guard), zap.String("reason", why), zap.Int64("batch_id", ev.BatchID))
 	default:
 		if ce := t.log.Check(zap.DebugLevel, "progress gives no candidate"); ce != nil {
@@ -821,11 +830,11 @@ func (t *Tracker) fail(err error, cand progress.Candidate) {
 	switch {
 	case n == 1:
 		t.lastWarn = now
-		t.log.Error("advance failed; the run's next event retries it",
+		t.logSampled(zapcore.ErrorLevel, "advance-failed", "advance failed; the run's next event retries it",
 			zap.Error(err), zap.Time("candidate", cand.Until), zap.Int("retries", max(t.cfg.Retries, 0)))
 	case now.Sub(t.lastWarn) >= t.cfg.WarnEvery:
 		t.lastWarn = now
-		t.log.Warn("advance still failing",
+		t.logSampled(zapcore.WarnLevel, "advance-failing", "advance still failing",
 			zap.Error(err), zap.Int("failures_in_a_row", n), zap.Time("candidate", cand.Until))
 	}
 }
@@ -845,7 +854,7 @@ func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate
 	t.shownWrite = t.written
 	t.mu.Unlock()
 	if failures > 0 {
-		t.log.Info("advance succeeded again", zap.Int("failures_before", failures))
+		t.logSampled(zapcore.InfoLevel, "advance-recovered", "advance succeeded again", zap.Int("failures_before", failures))
 	}
 	if !v.FinalizedUntil.IsZero() {
 		m.ObserveVerdict(t.cfg.Table, v.FinalizedUntil)
@@ -853,7 +862,7 @@ func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate
 	if moved {
 		m.Advances.Inc()
 		m.Candidates.WithLabelValues("advanced").Inc()
-		t.log.Info("verdict moved",
+		t.logSampled(zapcore.InfoLevel, "moved", "verdict moved",
 			zap.Time("finalized_until", v.FinalizedUntil),
 			zap.Time("end_time", cand.Time),
 			zap.Int64("batch_id", ev.BatchID))
@@ -862,4 +871,23 @@ func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate
 	m.Candidates.WithLabelValues("unchanged").Inc()
 	t.log.Debug("verdict already at or past candidate",
 		zap.Time("candidate", cand.Until), zap.Time("finalized_until", v.FinalizedUntil))
+}
+
+// logSampled logs msg at lvl, or at DEBUG when the registry's sampler has
+// let a line of the same class through within its interval: at 100,000
+// runs a line per run or per verdict move would bury the ones that
+// matter. The line that goes through says how many of its class went to
+// DEBUG since the last one (suppressed).
+func (t *Tracker) logSampled(lvl zapcore.Level, class, msg string, fields ...zap.Field) {
+	if t.cfg.Sampler != nil {
+		ok, n := t.cfg.Sampler.Allow(class)
+		if !ok {
+			lvl = zapcore.DebugLevel
+		} else if n > 0 {
+			fields = append(fields, zap.Int("suppressed", n))
+		}
+	}
+	if ce := t.log.Check(lvl, msg); ce != nil {
+		ce.Write(fields...)
+	}
 }

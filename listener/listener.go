@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -327,6 +328,37 @@ type Listener struct {
 
 	afterFlush func() // test hook: between a run's subscription and its catch-up
 	closeOnce  sync.Once
+
+	// Connection health (ConnStats).
+	slowConsumer atomic.Int64 // slow-consumer errors of this client
+	disconnects  atomic.Int64 // disconnections with an error
+}
+
+// ConnStats is the health of the listener's connection: what would show
+// that the service is not keeping up with NATS.
+type ConnStats struct {
+	// SlowConsumer counts nats.ErrSlowConsumer errors: a subscription's
+	// pending limits were exceeded and the client dropped messages.
+	SlowConsumer int64
+	// Dropped is the number of messages the event subscription dropped
+	// (nats.Subscription.Dropped), since it was made.
+	Dropped int64
+	// Disconnects counts disconnections with an error, among them a
+	// server that cut the client off as a slow consumer.
+	Disconnects int64
+}
+
+// ConnStats returns the connection's health counters.
+func (l *Listener) ConnStats() ConnStats {
+	st := ConnStats{SlowConsumer: l.slowConsumer.Load(), Disconnects: l.disconnects.Load()}
+	l.routerMu.Lock()
+	if l.router != nil {
+		if n, err := l.router.Dropped(); err == nil {
+			st.Dropped = int64(n)
+		}
+	}
+	l.routerMu.Unlock()
+	return st
 }
 
 // Dial connects to NATS and returns a Listener. It retries a failed initial
@@ -378,6 +410,9 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		nats.ReconnectWait(o.ReconnectWait),
 		nats.DrainTimeout(o.RequestTimeout),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil {
+				l.disconnects.Add(1)
+			}
 			l.log.Warn("nats disconnected", zap.Error(err))
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
@@ -394,6 +429,9 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 			subj := ""
 			if sub != nil {
 				subj = sub.Subject
+			}
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				l.slowConsumer.Add(1)
 			}
 			if errors.Is(err, nats.ErrSlowConsumer) && l.isRouter(sub) {
 				// Reported once per episode: recover what it drops.

@@ -73,6 +73,10 @@ func TestQuickBench(t *testing.T) {
 		t.Errorf("burst %.3f s, recovery %.3f s, first verdicts %.3f s: a phase did not run", res.BurstSeconds,
 			res.RecoverySeconds, res.FirstVerdictsSeconds)
 	}
+	if res.NATSSlowConsumer != 0 || res.NATSDropped != 0 || res.NATSDisconnects != 0 {
+		t.Errorf("the service's NATS connection: %d slow-consumer errors, %d messages dropped, %d disconnects",
+			res.NATSSlowConsumer, res.NATSDropped, res.NATSDisconnects)
+	}
 	if res.AdvanceRetries != 0 || res.AdvanceFailures != 0 {
 		t.Errorf("%d advances retried, %d failed", res.AdvanceRetries, res.AdvanceFailures)
 	}

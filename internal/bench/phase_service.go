@@ -34,6 +34,10 @@ func (r *runner) runService(ctx context.Context) error {
 		}
 		r.res.AdvanceRetries += int(svc.metric("finalizer_advance_retries_total"))
 		r.res.AdvanceFailures += int(svc.metric("finalizer_advance_failures_total"))
+		st := svc.svc.Bus().ConnStats()
+		r.res.NATSSlowConsumer += st.SlowConsumer
+		r.res.NATSDropped += st.Dropped
+		r.res.NATSDisconnects += st.Disconnects
 		svc.stop(ctx)
 		svc = nil
 	}

@@ -83,6 +83,13 @@ type Result struct {
 	// up (until the next event) by the service; both 0 in a clean run.
 	AdvanceRetries  int `json:"advance_retries"`
 	AdvanceFailures int `json:"advance_failures"`
+	// NATSSlowConsumer, NATSDropped and NATSDisconnects are the service's
+	// NATS connection's slow-consumer errors, messages its event
+	// subscription dropped, and disconnections with an error, over every
+	// phase (both starts of the service); all 0 in a clean run.
+	NATSSlowConsumer int64 `json:"nats_slow_consumer"`
+	NATSDropped      int64 `json:"nats_dropped"`
+	NATSDisconnects  int64 `json:"nats_disconnects"`
 	// LoadBefore and LoadAfter are the machine's 1-minute load average at
 	// the start and the end: other work on the machine shows here.
 	LoadBefore float64 `json:"load_before"`
@@ -164,6 +171,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	row("  of which start and Recover (s)", fmt.Sprintf("%.3f", r.RecoveryStartSeconds), "", "")
 	row("track N runs / N first verdicts (s)", fmt.Sprintf("%.3f / %.3f", r.TrackSeconds, r.FirstVerdictsSeconds), "", "")
 	row("advance retries / failures", fmt.Sprintf("%d / %d", r.AdvanceRetries, r.AdvanceFailures), "", "0 / 0")
+	row("NATS slow consumer / dropped / disconnects", fmt.Sprintf("%d / %d / %d", r.NATSSlowConsumer, r.NATSDropped, r.NATSDisconnects), "", "0 / 0 / 0")
 	row("load average before / after", fmt.Sprintf("%.2f / %.2f", r.LoadBefore, r.LoadAfter), "", "")
 	if r.Ratios != nil {
 		fmt.Fprintf(tw, "vs naive: ingest %.1fx, writes %.1fx fewer (ingest %.1fx), p99 %.1fx, burst %.1fx\n",

@@ -274,6 +274,10 @@ func (s *Service) Registry() *finalizer.Registry { return s.registry }
 // StatusPage returns the operator's status page, nil without the HTTP API.
 func (s *Service) StatusPage() *statuspage.Page { return s.page }
 
+// Metrics returns the engine's metrics (also in Prometheus), to read
+// one counter without gathering every collector.
+func (s *Service) Metrics() *finalizer.Metrics { return s.metrics }
+
 // Prometheus returns the registry of the service's metrics, as /metrics
 // serves them.
 func (s *Service) Prometheus() *prometheus.Registry { return s.prom }
