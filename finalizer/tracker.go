@@ -78,7 +78,7 @@ type TrackerConfig struct {
 	// normal course (a verdict moved, a run terminated, a guard holding a
 	// run, an advance failing) across the trackers that share it: the
 	// first of a kind in its interval is logged at its level, the others
-	// at DEBUG, and the next one logged says how many were (ADR 0020).
+	// at DEBUG, and the next one logged says how many were.
 	// nil logs each at its level.
 	Sampler        *lograte.Limiter
 	Metrics        *Metrics      // nil = unregistered collectors
