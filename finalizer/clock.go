@@ -14,6 +14,10 @@ type Clock interface {
 	// NewTimer returns a stopped timer (backoff's Timer interface) whose
 	// channel fires once after Start(d).
 	NewTimer() backoff.Timer
+	// AfterFunc calls f on a goroutine of its own once d has passed, and
+	// returns a function that stops it (reporting whether it did so before
+	// f was called). Trackers arm their retries with it (ADR 0020).
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
 // SystemClock is the Clock of the real world.
@@ -21,6 +25,9 @@ type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
+
+// AfterFunc is time.AfterFunc.
+func (SystemClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 
 // NewTimer returns a timer backed by time.Timer.
 func (SystemClock) NewTimer() backoff.Timer { return &systemTimer{} }

@@ -7,7 +7,15 @@ import "context"
 // cancelled (abandoning an advance in flight). Wait for it with Done or Join.
 func StartTracker(ctx context.Context, cfg TrackerConfig) *Tracker {
 	t := newTracker(cfg)
-	go t.run(ctx)
+	p := newPool(1)
+	t.begin(ctx, p, nil)
+	go func() { // the end of ctx reaches the tracker as a step
+		select {
+		case <-ctx.Done():
+			t.schedule()
+		case <-t.done:
+		}
+	}()
 	return t
 }
 

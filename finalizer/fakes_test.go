@@ -54,10 +54,31 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.timers = kept
 	c.mu.Unlock()
 	for _, t := range due {
+		if t.fn != nil {
+			t.fn()
+			continue
+		}
 		select {
 		case t.ch <- now:
 		default:
 		}
+	}
+}
+
+// AfterFunc arms a timer that calls f when the clock passes d from now.
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
+	t := &fakeTimer{c: c, fn: f}
+	t.Start(d)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, o := range c.timers {
+			if o == t {
+				c.timers = append(c.timers[:i], c.timers[i+1:]...)
+				return true
+			}
+		}
+		return false
 	}
 }
 
@@ -85,6 +106,7 @@ func (c *fakeClock) Starts() []time.Duration {
 type fakeTimer struct {
 	c  *fakeClock
 	ch chan time.Time
+	fn func() // AfterFunc's; nil for NewTimer's
 	at time.Time
 }
 

@@ -129,6 +129,9 @@ type RegistryConfig struct {
 	// Committers is how many group commits may be in flight at once; 0
 	// means DefaultCommitters.
 	Committers int
+	// Workers is the most tracker steps that run at once, on as many
+	// goroutines, started on demand (ADR 0020); 0 means DefaultWorkers.
+	Workers int
 
 	StaleAfter         time.Duration // 0 = DefaultStaleAfter
 	ExpireAfter        time.Duration // 0 = DefaultExpireAfter; negative = never
@@ -209,6 +212,7 @@ type Registry struct {
 	every  time.Duration // janitor interval
 	store  Store         // what trackers advance through: cfg.Store, or its group commit
 	commit *committer    // nil without group commit
+	pool   *pool         // runs the trackers' steps (ADR 0020)
 
 	mu       sync.RWMutex
 	closed   bool
@@ -228,7 +232,7 @@ type Registry struct {
 	refuseLog *lograte.Limiter
 	// sampler rate-limits the lines every run logs in the normal course
 	// (TrackerConfig.Sampler), shared by the registry and its trackers.
-	sampler *lograte.Limiter
+	sampler *logSampler
 }
 
 // NewRegistry returns a running registry. Call Close to stop it.
@@ -290,8 +294,9 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		maxPending: DefaultMaxPending,
 
 		refuseLog: lograte.New(cfg.Clock.Now, refuseLogEvery),
-		sampler:   lograte.New(cfg.Clock.Now, sampleLogEvery),
+		sampler:   newLogSampler(cfg.Clock.Now, sampleEvery, sampleBurst),
 	}
+	r.pool = newPool(cfg.Workers)
 	r.store = cfg.Store
 	if bs, ok := cfg.Store.(BatchStore); ok && cfg.MaxBatch > 0 {
 		timeout := cfg.Tracker.AdvanceTimeout
@@ -400,11 +405,9 @@ func (r *Registry) launch(ctx context.Context, e *entry) error {
 	r.wg.Add(1)
 	r.mu.Unlock()
 	r.cfg.Metrics.TrackedRuns.Inc()
-	// One goroutine per tracker: its worker, then its reaping.
-	go func() {
-		t.run(r.ctx)
-		r.reap(e)
-	}()
+	// No goroutine per tracker: its steps, then its reaping, run on the
+	// registry's pool (ADR 0020).
+	t.begin(r.ctx, r.pool, func() { r.reap(e) })
 	close(e.ready)
 	if stop {
 		t.Stop()
@@ -452,7 +455,7 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscripti
 	o := r.cfg.Tracker
 	tc := TrackerConfig{
 		QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: req.Spec, Box: e.box, Store: r.store,
-		Clock: r.cfg.Clock, Logger: r.cfg.Logger, Metrics: r.cfg.Metrics, Sampler: r.sampler,
+		Clock: r.cfg.Clock, Logger: r.cfg.Logger, Metrics: r.cfg.Metrics, sampler: r.sampler,
 		RetryDelay: o.RetryDelay, Retries: o.Retries, WarnEvery: o.WarnEvery, FutureSkew: o.FutureSkew, AdvanceTimeout: o.AdvanceTimeout,
 		OnStart:   func(at time.Time, exact bool) { r.noteStart(e, at, exact) },
 		QueryName: req.QueryName,
@@ -766,9 +769,23 @@ func (r *Registry) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("trackers still applying at shutdown deadline: %w", ctx.Err())
 		r.cancel()
+		// A tracker waiting for a retry has no step running: give each
+		// one, which sees the end of the context and exits.
+		r.mu.RLock()
+		for _, e := range r.trackers {
+			select {
+			case <-e.ready:
+				if e.t != nil {
+					e.t.schedule()
+				}
+			default:
+			}
+		}
+		r.mu.RUnlock()
 		<-done
 	}
 	r.cancel()
+	r.pool.wait()
 	if r.commit != nil {
 		r.commit.close()
 	}
@@ -778,7 +795,7 @@ func (r *Registry) Close(ctx context.Context) error {
 // logSampled logs msg at lvl, or at DEBUG when a line of the same class
 // went through within sampleLogEvery (see Tracker.logSampled).
 func (r *Registry) logSampled(lvl zapcore.Level, class, msg string, fields ...zap.Field) {
-	if ok, n := r.sampler.Allow(class); !ok {
+	if ok, n := r.sampler.allow(class); !ok {
 		lvl = zapcore.DebugLevel
 	} else if n > 0 {
 		fields = append(fields, zap.Int("suppressed", n))

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/finalizer-dev/finalizer/control"
-	"github.com/finalizer-dev/finalizer/internal/lograte"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -74,13 +73,13 @@ type TrackerConfig struct {
 
 	Clock  Clock       // nil = SystemClock
 	Logger *zap.Logger // nil = no logs
-	// Sampler, when set, rate-limits the lines every run logs in the
-	// normal course (a verdict moved, a run terminated, a guard holding a
-	// run, an advance failing) across the trackers that share it: the
-	// first of a kind in its interval is logged at its level, the others
-	// at DEBUG, and the next one logged says how many were.
-	// nil logs each at its level.
-	Sampler        *lograte.Limiter
+	// sampler, when set (by the registry), rate-limits the lines every
+	// run logs in the normal course (a verdict moved, a run terminated, a
+	// guard holding a run, an advance failing) across the trackers that
+	// share it: the first few of a kind in an interval are logged at their
+	// level, the others at DEBUG, and the next one logged says how many
+	// were. nil logs each at its level.
+	sampler        *logSampler
 	Metrics        *Metrics      // nil = unregistered collectors
 	RetryDelay     time.Duration // 0 = DefaultRetryDelay
 	Retries        int           // 0 = DefaultRetries; negative = no retry
@@ -189,12 +188,30 @@ type QuietMove struct {
 type Tracker struct {
 	cfg   TrackerConfig
 	log   *zap.Logger
-	stop  chan struct{}
 	done  chan struct{}
-	once  sync.Once
 	start time.Time
 
-	reassert chan struct{} // Reassert's signal, buffered 1
+	// Scheduling on the registry's pool (ADR 0020). The tracker has no
+	// goroutine of its own: whatever gives it work (mail in its box, Stop,
+	// Reassert, a retry that is due) submits it, and a worker runs one
+	// step. At most one step of a tracker runs at a time.
+	ctx         context.Context // bounds every step; its end stops the tracker
+	pool        *pool
+	onExit      func()       // run on the worker once the tracker has exited
+	state       atomic.Int32 // stateIdle, stateQueued, ...
+	stopReq     atomic.Bool  // Stop was called
+	reassertReq atomic.Bool  // Reassert was called, not yet taken by a step
+	retryFired  atomic.Bool  // the armed retry timer fired
+
+	// Owned by the steps (one at a time).
+	pending      *progress.Event // newest progress not yet applied
+	wantReassert bool            // a re-assert is asked for and not done yet
+	sawProgress  bool
+	retries      int         // retries armed in the current failure streak
+	retryStop    func() bool // stops the armed retry timer; nil when none
+	retryWanted  bool        // this step's advance or re-assert failed
+	stepErr      error       // this step's failed advance, and its candidate
+	stepCand     progress.Candidate
 
 	// Owned by the worker goroutine.
 	written  time.Time
@@ -234,8 +251,8 @@ type Tracker struct {
 	signText    string
 }
 
-// newTracker fills cfg's defaults and returns a tracker whose worker is
-// not started: the caller runs t.run(ctx) in a goroutine it owns.
+// newTracker fills cfg's defaults and returns a tracker that is not
+// started: the caller starts it on a pool with t.begin.
 func newTracker(cfg TrackerConfig) *Tracker {
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
@@ -262,12 +279,10 @@ func newTracker(cfg TrackerConfig) *Tracker {
 		cfg.AdvanceTimeout = DefaultAdvanceTimeout
 	}
 	t := &Tracker{
-		cfg:      cfg,
-		log:      cfg.Logger.With(zap.String("table", cfg.Table), zap.String("query_id", cfg.QueryID), zap.String("run_id", cfg.RunID)),
-		stop:     make(chan struct{}),
-		reassert: make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		start:    cfg.Clock.Now(),
+		cfg:   cfg,
+		log:   cfg.Logger.With(zap.String("table", cfg.Table), zap.String("query_id", cfg.QueryID), zap.String("run_id", cfg.RunID)),
+		done:  make(chan struct{}),
+		start: cfg.Clock.Now(),
 	}
 	t.lastEvent = t.start
 	return t
@@ -280,15 +295,83 @@ func newTracker(cfg TrackerConfig) *Tracker {
 // several calls before the worker gets to it make one re-assert. A failed
 // re-assert is tried again at the worker's next wake.
 func (t *Tracker) Reassert() {
-	select {
-	case t.reassert <- struct{}{}:
-	default:
-	}
+	t.reassertReq.Store(true)
+	t.schedule()
 }
 
 // Stop asks the worker to apply what is pending and exit. It does not wait;
 // use Done or Join. Safe to call more than once.
-func (t *Tracker) Stop() { t.once.Do(func() { close(t.stop) }) }
+func (t *Tracker) Stop() {
+	t.stopReq.Store(true)
+	t.schedule()
+}
+
+// The scheduling states of a tracker.
+const (
+	stateIdle    int32 = iota // nothing to do, not in the pool's queue
+	stateQueued               // in the pool's queue
+	stateRunning              // a worker runs its step
+	stateRerun                // a step runs, and more work came meanwhile
+	stateExited               // done: never submitted again
+)
+
+// begin starts the tracker on p: from now on its box's mail, Stop,
+// Reassert and its retry timer submit it to p, and it runs until the run
+// terminates, Stop, or ctx ends (whoever ends ctx must call Stop or
+// schedule after, so that the tracker sees it). onExit, when set, runs on
+// the worker once the tracker has exited. A step runs at once, for what
+// the box already holds.
+func (t *Tracker) begin(ctx context.Context, p *pool, onExit func()) {
+	t.ctx, t.pool, t.onExit = ctx, p, onExit
+	t.log.Debug("tracker started", zap.String("spec", t.cfg.Spec.String()))
+	t.cfg.Box.SetNotify(t.schedule)
+	t.schedule()
+}
+
+// schedule submits the tracker for a step unless it is queued already; a
+// tracker whose step is running gets another step after it. It never
+// blocks: the router calls it for every message.
+func (t *Tracker) schedule() {
+	for {
+		switch s := t.state.Load(); s {
+		case stateIdle:
+			if t.state.CompareAndSwap(stateIdle, stateQueued) {
+				t.pool.submit(t)
+				return
+			}
+		case stateRunning:
+			if t.state.CompareAndSwap(stateRunning, stateRerun) {
+				return
+			}
+		default: // queued, rerun, exited
+			return
+		}
+	}
+}
+
+// runStep runs one step on a pool worker, then queues the tracker again
+// when more work came meanwhile, or finishes it when it is done.
+func (t *Tracker) runStep() {
+	t.state.Store(stateRunning)
+	if t.step(t.ctx) {
+		t.state.Store(stateExited)
+		if t.retryStop != nil {
+			t.retryStop()
+			t.retryStop = nil
+		}
+		t.cfg.Box.SetNotify(nil)
+		t.setHeld("") // the held-runs gauge counts live trackers only
+		close(t.done)
+		if t.onExit != nil {
+			t.onExit()
+		}
+		return
+	}
+	if !t.state.CompareAndSwap(stateRunning, stateIdle) {
+		t.state.Store(stateQueued)
+		t.pool.submit(t)
+	}
+}
 
 // outcome is how a tracker's worker ended.
 type outcome struct {
@@ -348,97 +431,155 @@ func (t *Tracker) Status() TrackerStatus {
 	return s
 }
 
-func (t *Tracker) run(ctx context.Context) {
-	defer close(t.done)
-	defer t.setHeld("") // the held-runs gauge counts live trackers only
-	t.log.Debug("tracker started", zap.String("spec", t.cfg.Spec.String()))
-	box := t.cfg.Box
-	var pending *progress.Event // newest progress not yet applied
-	reassert := false           // a re-assert is asked for and not done yet
-	sawProgress := false
-	for {
-		stopping := false
-		select {
-		case <-box.Wake():
-		case <-t.reassert:
-			reassert = true
-		case <-t.stop:
-			stopping = true
-		case <-ctx.Done():
-			t.log.Debug("tracker cancelled")
-			return
-		}
-		mail := box.Take()
-		if mail.Progress != nil || mail.Idle || mail.NotNewer || mail.Terminated != nil || mail.Started != nil {
-			t.mu.Lock()
-			t.lastEvent = t.cfg.Clock.Now()
-			t.idle = mail.Progress == nil && (mail.Idle || mail.NotNewer)
-			t.terminated = mail.Terminated != nil
-			t.failed = mail.Terminated != nil && mail.Terminated.Exception != ""
-			t.mu.Unlock()
-		}
-		if mail.Started != nil && t.cfg.OnStart != nil {
-			t.cfg.OnStart(mail.Started.Timestamp, true)
-		}
-		if mail.Progress != nil && !sawProgress {
-			sawProgress = true
-			if t.cfg.OnStart != nil {
-				t.cfg.OnStart(mail.Progress.Timestamp, false)
-			}
-		}
-		if mail.BatchZero {
-			t.batchZero = true
-		}
-		if mail.Progress != nil {
-			pending = mail.Progress
-			t.last = pending
-			t.countDropped(pending)
-			if at, sig, ok := t.cfg.Spec.QuietAt(pending); ok {
-				t.noteQuiet(at, sig)
-			}
-			if ce := t.log.Check(zap.DebugLevel, "progress taken"); ce != nil {
-				ce.Write(zap.Int64("batch_id", pending.BatchID), zap.Time("timestamp", pending.Timestamp))
-			}
-		}
-		if mail.Idle || mail.NotNewer {
-			t.log.Debug("idle event or a progress not newer: a chance to retry", zap.Bool("idle_event", mail.Idle), zap.Bool("retry", pending != nil))
-		}
-		if !mail.IdleAt.IsZero() && t.cfg.Spec.QuietAfter > 0 {
-			t.noteQuiet(mail.IdleAt, progress.SignalIdleEvent)
-		}
-		if pending != nil {
-			before := t.lastAdv
-			if t.apply(ctx, pending) {
-				pending = nil
-			}
-			if t.lastAdv != before {
-				reassert = false // it just wrote, beyond the last advance
-			}
-		}
-		if !t.quietAt.IsZero() && ctx.Err() == nil {
-			t.applyQuiet(ctx)
-		}
-		if reassert && pending == nil && ctx.Err() == nil {
-			reassert = !t.reassertLast(ctx)
-		}
-		if mail.Terminated != nil {
-			pending = t.finalCatchUp(ctx, pending)
-			t.out = outcome{terminated: true, applied: pending == nil && t.out.err == nil, err: t.out.err}
-			if pending != nil && t.out.err == nil {
-				_, t.out.err = t.Failures()
-			}
-			t.logSampled(zapcore.InfoLevel, "terminated", "run terminated; tracker done",
-				zap.Bool("pending_failed", pending != nil),
-				zap.String("error_class", mail.Terminated.ErrorClass),
-				zap.Bool("with_exception", mail.Terminated.Exception != ""))
-			t.retireOnTermination(ctx, mail.Terminated.Exception != "")
-			return
-		}
-		if stopping || ctx.Err() != nil {
-			t.log.Debug("tracker stopped", zap.Bool("pending_failed", pending != nil))
-			return
+// step does what is to be done now: it takes the box's mail, applies the
+// newest progress, a quiet signal and a re-assert, and arms a retry when
+// an advance failed (RetryDelay, then twice as long, Retries times; then
+// the run's next event retries it). It reports whether the tracker is
+// done: the run terminated (after the newest progress, and a final
+// catch-up from the stream, were applied or their retries ran out), Stop
+// was called (after the same), or ctx ended.
+func (t *Tracker) step(ctx context.Context) (done bool) {
+	if ctx.Err() != nil {
+		t.log.Debug("tracker cancelled")
+		return true
+	}
+	if t.retryFired.Swap(false) {
+		t.retryStop = nil
+	} else if t.retryStop != nil {
+		// A retry is armed and not due: what came meanwhile (a newer
+		// progress, the termination, Stop) waits for it, as it waited
+		// while a worker slept through its retries. The box keeps the
+		// newest progress.
+		return false
+	}
+	stopping := t.stopReq.Load()
+	if t.reassertReq.Swap(false) {
+		t.wantReassert = true
+	}
+	t.retryWanted, t.stepErr = false, nil
+	mail := t.cfg.Box.Take()
+	if mail.Progress != nil || mail.Idle || mail.NotNewer || mail.Terminated != nil || mail.Started != nil {
+		t.mu.Lock()
+		t.lastEvent = t.cfg.Clock.Now()
+		t.idle = mail.Progress == nil && (mail.Idle || mail.NotNewer)
+		t.terminated = mail.Terminated != nil
+		t.failed = mail.Terminated != nil && mail.Terminated.Exception != ""
+		t.mu.Unlock()
+	}
+	if mail.Started != nil && t.cfg.OnStart != nil {
+		t.cfg.OnStart(mail.Started.Timestamp, true)
+	}
+	if mail.Progress != nil && !t.sawProgress {
+		t.sawProgress = true
+		if t.cfg.OnStart != nil {
+			t.cfg.OnStart(mail.Progress.Timestamp, false)
 		}
 	}
+	if mail.BatchZero {
+		t.batchZero = true
+	}
+	if mail.Progress != nil {
+		t.pending = mail.Progress
+		t.last = t.pending
+		t.countDropped(t.pending)
+		if at, sig, ok := t.cfg.Spec.QuietAt(t.pending); ok {
+			t.noteQuiet(at, sig)
+		}
+		if ce := t.log.Check(zap.DebugLevel, "progress taken"); ce != nil {
+			ce.Write(zap.Int64("batch_id", t.pending.BatchID), zap.Time("timestamp", t.pending.Timestamp))
+		}
+	}
+	if mail.Idle || mail.NotNewer {
+		t.log.Debug("idle event or a progress not newer: a chance to retry", zap.Bool("idle_event", mail.Idle), zap.Bool("retry", t.pending != nil))
+	}
+	if !mail.IdleAt.IsZero() && t.cfg.Spec.QuietAfter > 0 {
+		t.noteQuiet(mail.IdleAt, progress.SignalIdleEvent)
+	}
+	if t.pending != nil {
+		before := t.lastAdv
+		if t.apply(ctx, t.pending) {
+			t.pending = nil
+		}
+		if t.lastAdv != before {
+			t.wantReassert = false // it just wrote, beyond the last advance
+		}
+	}
+	if !t.quietAt.IsZero() && ctx.Err() == nil {
+		t.applyQuiet(ctx)
+	}
+	if t.wantReassert && t.pending == nil && ctx.Err() == nil {
+		t.wantReassert = !t.reassertLast(ctx)
+		t.retryWanted = t.retryWanted || t.wantReassert
+	}
+	if t.retry(ctx) {
+		return false // the termination or the stop waits for the retry
+	}
+	if mail.Terminated != nil {
+		if ctx.Err() == nil && t.stepErr == nil {
+			t.pending = t.finalCatchUp(ctx, t.pending)
+			if t.retry(ctx) {
+				return false
+			}
+		}
+		t.out = outcome{terminated: true, applied: t.pending == nil && t.out.err == nil, err: t.out.err}
+		if t.pending != nil && t.out.err == nil {
+			_, t.out.err = t.Failures()
+		}
+		t.logSampled(zapcore.InfoLevel, "terminated", "run terminated; tracker done",
+			zap.Bool("pending_failed", t.pending != nil),
+			zap.String("error_class", mail.Terminated.ErrorClass),
+			zap.Bool("with_exception", mail.Terminated.Exception != ""))
+		t.retireOnTermination(ctx, mail.Terminated.Exception != "")
+		return true
+	}
+	if stopping || ctx.Err() != nil {
+		t.log.Debug("tracker stopped", zap.Bool("pending_failed", t.pending != nil))
+		return true
+	}
+	return false
+}
+
+// retry handles what this step's failures ask for. When an advance or a
+// re-assert failed and the retries of the streak are not used up, it arms
+// the retry timer (RetryDelay, then twice as long) unless it is armed
+// already, and reports true: the step waits for it. When they are used up,
+// the failed advance is recorded (fail: logged, counted) and left to the
+// run's next event, and the streak starts again. After a step without a
+// failure the streak is over.
+func (t *Tracker) retry(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if !t.retryWanted {
+		t.retries = 0
+		if t.retryStop != nil {
+			t.retryStop()
+			t.retryStop = nil
+		}
+		return false
+	}
+	if t.retryStop != nil {
+		return true // armed by an earlier step; this one came early
+	}
+	if t.retries < t.cfg.Retries {
+		d := t.cfg.RetryDelay << t.retries
+		t.retries++
+		t.cfg.Metrics.Retries.Inc()
+		if t.stepErr != nil {
+			t.log.Debug("advance failed; retrying", zap.Error(t.stepErr), zap.Duration("in", d))
+		}
+		t.retryStop = t.cfg.Clock.AfterFunc(d, func() {
+			t.retryFired.Store(true)
+			t.schedule()
+		})
+		return true
+	}
+	t.retries = 0
+	if t.stepErr != nil {
+		t.fail(t.stepErr, t.stepCand)
+	}
+	t.retryWanted, t.stepErr = false, nil
+	return false
 }
 
 // retireOnTermination retires the query from the table's feeders when the
@@ -582,7 +723,7 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 				zap.Time("candidate", cand.Until))
 			return false
 		}
-		t.fail(err, cand)
+		t.retryWanted, t.stepErr, t.stepCand = true, err, cand
 		return false
 	}
 	t.lastAdv = &adv
@@ -591,35 +732,15 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 	return true
 }
 
-// advance runs one advance statement with the tracker's in-place retries.
+// advance runs one advance statement. A failure is retried by the step
+// (retry), not here: a tracker never sleeps on a worker.
 func (t *Tracker) advance(ctx context.Context, adv control.Advance) (control.Verdict, bool, error) {
-	m := t.cfg.Metrics
-	var (
-		verdict control.Verdict
-		moved   bool
-	)
-	op := func() error {
-		actx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
-		defer cancel()
-		began := time.Now()
-		v, mv, err := t.cfg.Store.Advance(actx, adv)
-		m.AdvanceSeconds.Observe(time.Since(began).Seconds())
-		if err != nil {
-			if ctx.Err() != nil {
-				return backoff.Permanent(err)
-			}
-			return err
-		}
-		verdict, moved = v, mv
-		return nil
-	}
-	b := t.backoff()
-	notify := func(err error, next time.Duration) {
-		m.Retries.Inc()
-		t.log.Debug("advance failed; retrying", zap.Error(err), zap.Duration("in", next))
-	}
-	err := backoff.RetryNotifyWithTimer(op, backoff.WithContext(b, ctx), notify, t.cfg.Clock.NewTimer())
-	return verdict, moved, err
+	actx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
+	defer cancel()
+	began := time.Now()
+	v, moved, err := t.cfg.Store.Advance(actx, adv)
+	t.cfg.Metrics.AdvanceSeconds.Observe(time.Since(began).Seconds())
+	return v, moved, err
 }
 
 // reassertLast writes the last advance again and reports whether that is
@@ -635,7 +756,7 @@ func (t *Tracker) reassertLast(ctx context.Context) bool {
 	case err != nil:
 		m.Reasserts.WithLabelValues("failed").Inc()
 		if ctx.Err() == nil {
-			t.log.Warn("re-assert of the last verdict failed; tried again at the next event",
+			t.logSampled(zapcore.WarnLevel, "reassert-failed", "re-assert of the last verdict failed; retried",
 				zap.Time("finalized_until", t.lastAdv.FinalizedUntil), zap.Error(err))
 		}
 		return false
@@ -735,7 +856,6 @@ const guardFuture = "future"
 // metrics and the run's status, logged at WARN the first time a guard that
 // asks for the user's attention holds this run, at debug after that.
 func (t *Tracker) hold(guard, why string, ev *progress.Event) {
-	t.cfg.Metrics.Candidates.WithLabelValues(guard).Inc()
 	t.setHeld(guard)
 	t.mu.Lock()
 	t.held = guard + ": " + why
@@ -744,6 +864,8 @@ func (t *Tracker) hold(guard, why string, ev *progress.Event) {
 	}
 	t.guards[guard]++
 	t.mu.Unlock()
+	// Counted once the status shows it: who sees the count sees the why.
+	t.cfg.Metrics.Candidates.WithLabelValues(guard).Inc()
 	if t.warned == nil {
 		t.warned = make(map[string]bool)
 	}
@@ -879,8 +1001,8 @@ func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate
 // matter. The line that goes through says how many of its class went to
 // DEBUG since the last one (suppressed).
 func (t *Tracker) logSampled(lvl zapcore.Level, class, msg string, fields ...zap.Field) {
-	if t.cfg.Sampler != nil {
-		ok, n := t.cfg.Sampler.Allow(class)
+	if t.cfg.sampler != nil {
+		ok, n := t.cfg.sampler.allow(class)
 		if !ok {
 			lvl = zapcore.DebugLevel
 		} else if n > 0 {

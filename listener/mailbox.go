@@ -2,6 +2,7 @@ package listener
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/finalizer-dev/finalizer/progress"
@@ -38,6 +39,9 @@ type Mailbox struct {
 	// newer one may have replaced it in the slot (Mail.BatchZero).
 	zero bool
 	wake chan struct{}
+	// notify, when set, is called (outside the lock) after every Offer
+	// instead of the signal on wake: the tracker's scheduling (SetNotify).
+	notify atomic.Pointer[func()]
 }
 
 // maxFallbacks is how many unparsed progress messages, replaced by newer
@@ -253,8 +257,24 @@ func (m *Mailbox) admit(ev *progress.Event) *progress.Event {
 	return ev
 }
 
+// SetNotify makes every later Offer call f (outside the mailbox's lock,
+// on the offering goroutine) instead of signalling Wake: a worker pool
+// schedules the run's worker with it (ADR 0020). f must not block. nil
+// goes back to Wake.
+func (m *Mailbox) SetNotify(f func()) {
+	if f == nil {
+		m.notify.Store(nil)
+		return
+	}
+	m.notify.Store(&f)
+}
+
 // signal wakes the worker without blocking.
 func (m *Mailbox) signal() {
+	if f := m.notify.Load(); f != nil {
+		(*f)()
+		return
+	}
 	select {
 	case m.wake <- struct{}{}:
 	default:

@@ -1,0 +1,63 @@
+package finalizer
+
+import (
+	"sync"
+	"time"
+)
+
+// Defaults of the log sampler.
+const (
+	// sampleEvery and sampleBurst: of each kind of line that every run
+	// logs in the normal course, at most sampleBurst go out at their level
+	// per sampleEvery; the others go to DEBUG. A service of a few runs
+	// logs each of them; one of 100,000 logs about one per second per kind.
+	sampleEvery = 10 * time.Second
+	sampleBurst = 10
+)
+
+// logSampler rate-limits log lines by class: up to burst lines per
+// interval go through, the next one after the interval says how many did
+// not. Safe for concurrent use; one is shared by a registry and its
+// trackers.
+type logSampler struct {
+	now   func() time.Time
+	every time.Duration
+	burst int
+
+	mu      sync.Mutex
+	classes map[string]*sampleClass
+}
+
+type sampleClass struct {
+	start      time.Time // of the current interval
+	n          int       // lines let through in it
+	suppressed int       // lines held back since the last one let through
+}
+
+func newLogSampler(now func() time.Time, every time.Duration, burst int) *logSampler {
+	return &logSampler{now: now, every: every, burst: burst, classes: make(map[string]*sampleClass)}
+}
+
+// allow reports whether a line of class goes out at its level, and how
+// many of its class were held back since the last one that did.
+func (s *logSampler) allow(class string) (ok bool, suppressed int) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.classes[class]
+	if c == nil {
+		c = &sampleClass{start: now}
+		s.classes[class] = c
+	}
+	if now.Sub(c.start) >= s.every {
+		c.start, c.n = now, 0
+	}
+	if c.n >= s.burst {
+		c.suppressed++
+		return false, 0
+	}
+	c.n++
+	n := c.suppressed
+	c.suppressed = 0
+	return true, n
+}
