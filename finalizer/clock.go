@@ -16,7 +16,7 @@ type Clock interface {
 	NewTimer() backoff.Timer
 	// AfterFunc calls f on a goroutine of its own once d has passed, and
 	// returns a function that stops it (reporting whether it did so before
-	// f was called). Trackers arm their retries with it (ADR 0020).
+	// f was called). Trackers arm their retries with it (ADR 0022).
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 

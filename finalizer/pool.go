@@ -2,13 +2,13 @@ package finalizer
 
 import "sync"
 
-// DefaultWorkers is the most tracker steps that run at once (ADR 0020):
+// DefaultWorkers is the most tracker steps that run at once (ADR 0022):
 // the goroutines of the worker pool. A step blocks while its advance
 // waits for its group commit, so the pool must hold at least the advances
 // one group takes (DefaultMaxBatch) for a burst to fill the groups.
 const DefaultWorkers = 1024
 
-// pool runs the steps of trackers on at most max goroutines (ADR 0020). A
+// pool runs the steps of trackers on at most max goroutines (ADR 0022). A
 // tracker is submitted when it has something to do (mail, a stop, a
 // re-assert, a retry that is due) and is in the queue at most once; a
 // worker takes the trackers in the order they were submitted and runs one

@@ -130,7 +130,7 @@ type RegistryConfig struct {
 	// means DefaultCommitters.
 	Committers int
 	// Workers is the most tracker steps that run at once, on as many
-	// goroutines, started on demand (ADR 0020); 0 means DefaultWorkers.
+	// goroutines, started on demand (ADR 0022); 0 means DefaultWorkers.
 	Workers int
 
 	StaleAfter         time.Duration // 0 = DefaultStaleAfter
@@ -212,7 +212,7 @@ type Registry struct {
 	every  time.Duration // janitor interval
 	store  Store         // what trackers advance through: cfg.Store, or its group commit
 	commit *committer    // nil without group commit
-	pool   *pool         // runs the trackers' steps (ADR 0020)
+	pool   *pool         // runs the trackers' steps (ADR 0022)
 
 	mu       sync.RWMutex
 	closed   bool
@@ -406,7 +406,7 @@ func (r *Registry) launch(ctx context.Context, e *entry) error {
 	r.mu.Unlock()
 	r.cfg.Metrics.TrackedRuns.Inc()
 	// No goroutine per tracker: its steps, then its reaping, run on the
-	// registry's pool (ADR 0020).
+	// registry's pool (ADR 0022).
 	t.begin(r.ctx, r.pool, func() { r.reap(e) })
 	close(e.ready)
 	if stop {

@@ -191,7 +191,7 @@ type Tracker struct {
 	done  chan struct{}
 	start time.Time
 
-	// Scheduling on the registry's pool (ADR 0020). The tracker has no
+	// Scheduling on the registry's pool (ADR 0022). The tracker has no
 	// goroutine of its own: whatever gives it work (mail in its box, Stop,
 	// Reassert, a retry that is due) submits it, and a worker runs one
 	// step. At most one step of a tracker runs at a time.

@@ -259,7 +259,7 @@ func (m *Mailbox) admit(ev *progress.Event) *progress.Event {
 
 // SetNotify makes every later Offer call f (outside the mailbox's lock,
 // on the offering goroutine) instead of signalling Wake: a worker pool
-// schedules the run's worker with it (ADR 0020). f must not block. nil
+// schedules the run's worker with it (ADR 0022). f must not block. nil
 // goes back to Wake.
 func (m *Mailbox) SetNotify(f func()) {
 	if f == nil {

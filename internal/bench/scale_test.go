@@ -24,12 +24,12 @@ import (
 )
 
 // EnvScaleRuns sets the number of runs of TestScaleRuns. Unset, the test
-// tracks defaultScaleRuns (what CI runs in well under a minute on two
-// cores); `FINALIZER_SCALE_RUNS=100000 go test -run TestScaleRuns
-// ./internal/bench` is the full size of issue 12.
+// tracks defaultScaleRuns (about 15 s on an idle two-core machine);
+// `FINALIZER_SCALE_RUNS=100000 go test -run TestScaleRuns ./internal/bench`
+// is the full size of issue 12.
 const EnvScaleRuns = "FINALIZER_SCALE_RUNS"
 
-const defaultScaleRuns = 20_000
+const defaultScaleRuns = 10_000
 
 func scaleRuns(t *testing.T) int {
 	v := os.Getenv(EnvScaleRuns)
@@ -218,9 +218,10 @@ func TestScaleRuns(t *testing.T) {
 	if sc := svc.metric("finalizer_nats_slow_consumer_total"); sc != 0 {
 		t.Errorf("%v slow-consumer events", sc)
 	}
-	// Proportionate logs: a few lines, not one per run or per verdict.
+	// Proportionate logs: a few lines per kind and 10 s (ADR 0022), not
+	// one per run or per verdict (which made two per run).
 	t.Logf("log lines: %d info, %d warn, %d error", info.Load(), warn.Load(), errs.Load())
-	if i := info.Load(); i > int64(n)/100+100 {
+	if i := info.Load(); i > int64(n)/10+100 {
 		t.Errorf("%d INFO lines for %d runs: the log holds a line per run or per verdict", i, n)
 	}
 	if e := errs.Load(); e != 0 {
