@@ -2,11 +2,16 @@ package listener_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	neturl "net/url"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -125,5 +130,51 @@ func TestRetainedLargeStreamNoOverallDeadline(t *testing.T) {
 		if r.Name != "held" || r.Kind != progress.KindProgress {
 			t.Fatalf("run %s: name %q kind %s, want held, progress", r.RunID, r.Name, r.Kind)
 		}
+	}
+}
+
+// Issue 18: a reconnect caught every run up with three lookups per run,
+// one run after another, and then once more each: with many runs, one
+// scan of the stream does it. Progress published by another client while
+// the listener was away reaches every run's mailbox.
+func TestReconnectCatchesManyRunsUp(t *testing.T) {
+	n := 2 * listener.BatchCatchUpMin
+	dir := t.TempDir()
+	srv, err := embeddednats.Start(embeddednats.Options{Port: embeddednats.RandomPort, StoreDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Shutdown() }()
+	url := srv.ClientURL()
+	u, _ := neturl.Parse(url)
+	port, _ := strconv.Atoi(u.Port())
+	l := dial(t, url, listener.Options{ReconnectWait: 300 * time.Millisecond})
+	if err := l.EnsureStream(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	boxes := make([]*listener.Mailbox, n)
+	for i := range n {
+		boxes[i] = listener.NewMailbox()
+		s, err := l.Subscribe(uuid(i, 0), uuid(i, 1), boxes[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Unsubscribe() })
+	}
+	srv.Shutdown()
+	eventually(t, "disconnected", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		return errors.Is(l.Ready(ctx), listener.ErrNotConnected)
+	})
+	if srv, err = embeddednats.Start(embeddednats.Options{Port: port, StoreDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	publishRuns(t, url, n) // batch 7 of every run, while the listener is away
+	for i, b := range boxes {
+		eventually(t, fmt.Sprintf("run %d caught up", i), func() bool {
+			m := b.Take()
+			return m.Progress != nil && m.Progress.BatchID == 7
+		})
 	}
 }

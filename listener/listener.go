@@ -596,6 +596,19 @@ func (l *Listener) retryCatchUps() {
 		subs = append(subs, s)
 	}
 	l.mu.Unlock()
+	if len(subs) >= BatchCatchUpMin && !l.nc.IsReconnecting() {
+		// Many (every run, once more, after a reconnect): one scan.
+		if err := l.scanCatchUp(l.ctx, subs); err != nil {
+			l.log.Warn("retried catch-up from the stream failed; retrying", zap.Int("runs", len(subs)), zap.Error(err))
+			return
+		}
+		l.mu.Lock()
+		for _, s := range subs {
+			delete(l.retry, s)
+		}
+		l.mu.Unlock()
+		return
+	}
 	ok := 0
 	for _, s := range subs {
 		if l.ctx.Err() != nil || l.nc.IsReconnecting() {

@@ -180,6 +180,20 @@ func (l *Listener) catchUpMany(ctx context.Context, subs []*RunSubscription) err
 		}
 		return first
 	}
+	err := l.scanCatchUp(ctx, subs)
+	if err != nil {
+		for _, s := range subs {
+			l.catchUpLater(s, err)
+		}
+		return fmt.Errorf("catch up %d runs: %w", len(subs), err)
+	}
+	return nil
+}
+
+// scanCatchUp catches subs up with one scan of the stream, offering each
+// run's retained started event and progress as they come and its
+// termination after the scan. Without a stream it returns nil.
+func (l *Listener) scanCatchUp(ctx context.Context, subs []*RunSubscription) error {
 	byRun := make(map[string][]*RunSubscription, len(subs))
 	for _, s := range subs {
 		byRun[s.runID] = append(byRun[s.runID], s)
@@ -210,16 +224,10 @@ func (l *Listener) catchUpMany(ctx context.Context, subs []*RunSubscription) err
 			s.deliverNow(t.subject, t.data)
 		}
 	}
-	switch {
-	case errors.Is(err, ErrNoJetStream), errors.Is(err, ErrNoStream):
+	if errors.Is(err, ErrNoJetStream) || errors.Is(err, ErrNoStream) {
 		return nil // nothing retained: live events only
-	case err != nil:
-		for _, s := range subs {
-			l.catchUpLater(s, err)
-		}
-		return fmt.Errorf("catch up %d runs: %w", len(subs), err)
 	}
-	return nil
+	return err
 }
 
 // cmpErr returns a unless it is nil, else b.
