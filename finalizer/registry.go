@@ -32,9 +32,10 @@ const (
 	// remembers, so that their stray events are dropped without a parse.
 	DefaultRemember = 100_000
 	// DefaultMaxTrackers is the most trackers the registry runs at once
-	// (about 14 KiB each): a flood of new run ids cannot grow the service
-	// without bound.
-	DefaultMaxTrackers = 20_000
+	// (under 10 KiB of resident memory each, ADR 0022; 100,000 is what
+	// one process is measured at): a flood of new run ids cannot grow the
+	// service without bound.
+	DefaultMaxTrackers = 100_000
 	// DefaultRecoverParallelism is how many runs are subscribed at once
 	// when the service recovers its runs at start.
 	DefaultRecoverParallelism = 16
