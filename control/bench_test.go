@@ -2,6 +2,8 @@ package control
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -38,4 +40,57 @@ func BenchmarkAdvance(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkAdvanceP50: one Advance moving one table (a single feeder),
+// reporting p50 as well as the mean.
+func BenchmarkAdvanceP50(b *testing.B) {
+	s, _ := newStore(b, Options{})
+	ctx := context.Background()
+	base := at(0, 0)
+	if _, _, err := s.Advance(ctx, Advance{Table: "moving", QueryID: "q", FinalizedUntil: base}); err != nil {
+		b.Fatal(err)
+	}
+	var ds []time.Duration
+	for i := 0; b.Loop(); i++ {
+		t0 := time.Now()
+		_, moved, err := s.Advance(ctx, Advance{Table: "moving", QueryID: "q", FinalizedUntil: base.Add(time.Duration(i+1) * time.Minute), BatchID: int64(i)})
+		ds = append(ds, time.Since(t0))
+		if err != nil || !moved {
+			b.Fatal(err, moved)
+		}
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), "p50-us")
+}
+
+// BenchmarkGroupCommit: one AdvanceBatch moving 1000 single-feeder
+// tables, reporting min and median.
+func BenchmarkGroupCommit(b *testing.B) {
+	s, _ := newStore(b, Options{})
+	ctx := context.Background()
+	base := at(0, 0)
+	mk := func(i int) []Advance {
+		as := make([]Advance, 1000)
+		for t := range as {
+			as[t] = Advance{Table: fmt.Sprintf("g.t%04d", t), QueryID: "q", FinalizedUntil: base.Add(time.Duration(i) * time.Minute), BatchID: int64(i)}
+		}
+		return as
+	}
+	if _, err := s.AdvanceBatch(ctx, mk(0)); err != nil {
+		b.Fatal(err)
+	}
+	var ds []time.Duration
+	for i := 1; b.Loop(); i++ {
+		as := mk(i)
+		t0 := time.Now()
+		res, err := s.AdvanceBatch(ctx, as)
+		ds = append(ds, time.Since(t0))
+		if err != nil || !res[0].Moved {
+			b.Fatal(err)
+		}
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[0].Microseconds())/1000, "min-ms")
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "median-ms")
 }
