@@ -41,7 +41,12 @@ on 127.0.0.1:4222 (data under <data-dir>/nats) and a private PostgreSQL cluster 
 
 Precedence: flags, then FINALIZER_* environment variables, then the config file, then
 the defaults. SIGINT or SIGTERM stops it cleanly: intake stops, trackers apply what is
-pending (bounded by tracking.shutdown_timeout), the embedded servers stop.`,
+pending (bounded by tracking.shutdown_timeout), the embedded servers stop.
+
+A rule's actions (tables[].actions: nats, webhook, marker) announce each period of its
+table that becomes final, once, in order, from an outbox kept in PostgreSQL (README,
+"Actions"). A bad action (an unknown kind, a webhook secret_env that is not set, a
+marker directory that cannot be written) stops the start with an error naming the field.`,
 		Example: `  finalizer serve
   finalizer serve --config finalizer.yaml
   finalizer serve --nats-url nats://nats:4222 --postgres-url postgres://finalizer@db/ops`,
