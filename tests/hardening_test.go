@@ -31,12 +31,12 @@ nats:
       - {user: spark, password: ` + hash + `, role: publisher}
 `
 	s := startServe(t, serveOpts{pgURL: pgtest.URL(t), config: config})
-	nc, err := nats.Connect(s.natsURL, nats.UserInfo("spark", password))
+	nc, err := nats.Connect(s.natsBare, nats.UserInfo("spark", password))
 	if err != nil {
 		t.Fatalf("the right password: %v", err)
 	}
 	nc.Close()
-	if nc, err := nats.Connect(s.natsURL, nats.UserInfo("spark", "a1")); !errors.Is(err, nats.ErrAuthorization) {
+	if nc, err := nats.Connect(s.natsBare, nats.UserInfo("spark", "a1")); !errors.Is(err, nats.ErrAuthorization) {
 		if nc != nil {
 			nc.Close()
 		}

@@ -51,16 +51,17 @@ func TestMain(m *testing.M) {
 
 // proc is a running `finalizer serve`.
 type proc struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	dataDir string
-	natsURL string
-	httpURL string
-	pgURL   string
-	stdout  *syncBuffer
-	stderr  *syncBuffer
-	done    chan struct{}
-	exit    error
+	t        *testing.T
+	cmd      *exec.Cmd
+	dataDir  string
+	natsURL  string // with the embedded server's login, when it has one
+	natsBare string // without
+	httpURL  string
+	pgURL    string
+	stdout   *syncBuffer
+	stderr   *syncBuffer
+	done     chan struct{}
+	exit     error
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer goroutine and readers.
@@ -167,6 +168,20 @@ func startServe(t *testing.T, o serveOpts) *proc {
 	}
 	if p.natsURL == "" {
 		p.natsURL = o.natsURL
+	}
+	p.natsBare = p.natsURL
+	dataDir := o.dataDir
+	if o.noFlags {
+		dataDir = filepath.Join(dataDir, "finalizer-data")
+	}
+	if raw, err := os.ReadFile(filepath.Join(dataDir, "nats-login.json")); err == nil && o.natsURL == "" {
+		// The embedded server's login for the machine's owner: the tests'
+		// publishers and commands use it, in the URL.
+		var login struct{ User, Password string }
+		if err := json.Unmarshal(raw, &login); err != nil {
+			t.Fatalf("nats-login.json: %v", err)
+		}
+		p.natsURL = strings.Replace(p.natsURL, "://", "://"+login.User+":"+login.Password+"@", 1)
 	}
 	if o.pgURL == "" {
 		// stdout masks the managed cluster's password; the full URL is in

@@ -204,7 +204,7 @@ nats:
 `
 	pgURL := pgtest.URL(t)
 	s := startServe(t, serveOpts{pgURL: pgURL, config: config, env: env})
-	if !strings.HasPrefix(s.natsURL, "tls://127.0.0.1:") || !strings.Contains(s.stdout.String(), "(embedded, 3 users, TLS,") {
+	if !strings.HasPrefix(s.natsBare, "tls://127.0.0.1:") || !strings.Contains(s.stdout.String(), ", and 3 users, TLS,") {
 		t.Fatalf("banner:\n%s", s.stdout)
 	}
 	var out outputs
@@ -218,7 +218,7 @@ nats:
 		}
 	})
 	tlsCA := nats.RootCAs(pki.CACert)
-	natsURL := s.natsURL
+	natsURL := s.natsBare
 
 	if _, err := nats.Connect(natsURL, tlsCA); !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("anonymous connect: err = %v, want an authorization error", err)

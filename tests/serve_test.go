@@ -396,11 +396,12 @@ func TestServeWithNoFlags(t *testing.T) {
 		began := time.Now()
 		s := startServe(t, serveOpts{dataDir: dir, noFlags: true})
 		t.Logf("serve with no flags: %s ready in %s", what, time.Since(began).Round(time.Millisecond))
-		if s.natsURL != "nats://127.0.0.1:4222" || s.httpURL != "http://127.0.0.1:8080" || s.pgURL == "" {
-			t.Fatalf("defaults: nats %q http %q postgres %q", s.natsURL, s.httpURL, s.pgURL)
+		if s.natsBare != "nats://127.0.0.1:4222" || s.httpURL != "http://127.0.0.1:8080" || s.pgURL == "" {
+			t.Fatalf("defaults: nats %q http %q postgres %q", s.natsBare, s.httpURL, s.pgURL)
 		}
 		pub := connect(t, s.natsURL)
-		code, out, e := cli(t, nil, "track", "--query-id", queryA, "--run-id", fmt.Sprintf("e225d92f-2545-48f8-87a2-9c030958000%d", i), "--table", "t")
+		// From the same directory: track reads ./finalizer-data's login.
+		code, out, e := cli(t, []string{"FINALIZER_DATA_DIR=" + filepath.Join(dir, "finalizer-data")}, "track", "--query-id", queryA, "--run-id", fmt.Sprintf("e225d92f-2545-48f8-87a2-9c030958000%d", i), "--table", "t")
 		if code != 0 {
 			t.Fatalf("track with defaults: %d %s %s", code, out, e)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	neturl "net/url"
 	"strings"
 	"time"
 
@@ -22,7 +24,53 @@ const DefaultDialTimeout = 5 * time.Second
 func addNATSClientFlags(fs *pflag.FlagSet) {
 	fs.String("nats-url", DefaultNATSURL, "NATS server URL(s), comma-separated")
 	fs.String("subject-prefix", listener.DefaultPrefix, "subject prefix of the listener events")
+	fs.String("data-dir", DefaultDataDir, "data dir of the serve whose embedded NATS server to use: its URL and login (nats-login.json) "+
+		"are used unless --nats-url names another server or NATS credentials are given")
 	addNATSAuthFlags(fs)
+}
+
+// localLogin returns the URL and login to use from the data dir's
+// nats-login.json (written by serve for its embedded server): only when no
+// credentials are given, and --nats-url is not set or names that same
+// server, so that the login never goes to another server.
+func localLogin(fs *pflag.FlagSet, c NATSConfig, url string) (service.LocalLogin, bool) {
+	if c.User != "" || c.Password != "" || c.Token != "" || c.NKeySeed != "" || c.Creds != "" || strings.Contains(url, "@") {
+		return service.LocalLogin{}, false
+	}
+	dir, _ := fs.GetString("data-dir")
+	l, err := service.ReadLocalLogin(dir)
+	if err != nil {
+		return l, false
+	}
+	if fs.Changed("nats-url") && !sameServer(url, l.URL) {
+		return l, false
+	}
+	return l, true
+}
+
+// sameServer reports whether two NATS URLs name the same host and port
+// (nats:// assumed, 4222 by default).
+func sameServer(a, b string) bool {
+	hostPort := func(s string) string {
+		s = strings.TrimSpace(s)
+		if !strings.Contains(s, "://") {
+			s = "nats://" + s
+		}
+		u, err := neturl.Parse(s)
+		if err != nil {
+			return ""
+		}
+		host, port := u.Hostname(), u.Port()
+		if port == "" {
+			port = "4222"
+		}
+		if host == "localhost" {
+			host = "127.0.0.1"
+		}
+		return net.JoinHostPort(host, port)
+	}
+	ha := hostPort(a)
+	return ha != "" && ha == hostPort(b)
 }
 
 // dialNATS connects a client command to NATS; failure is exit code 2.
@@ -31,6 +79,9 @@ func dialNATS(ctx context.Context, fs *pflag.FlagSet) (*listener.Listener, error
 	applyNATSAuthFlags(fs, &c)
 	url, _ := fs.GetString("nats-url")
 	prefix, _ := fs.GetString("subject-prefix")
+	if l, ok := localLogin(fs, c, url); ok {
+		url, c.User, c.Password = l.URL, l.User, l.Password
+	}
 	dctx, cancel := context.WithTimeout(ctx, DefaultDialTimeout)
 	defer cancel()
 	l, err := listener.Dial(dctx, listener.Options{

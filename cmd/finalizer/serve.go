@@ -190,6 +190,9 @@ func serviceOptions(cfg Config, log *zap.Logger, stdout io.Writer) (service.Opti
 		}
 		tls := embeddedTLS(cfg.NATS.Embedded.TLS)
 		o.EmbeddedNATS = &embeddednats.Options{Host: host, Port: port, Users: users, TLS: tls}
+		// The owner's login, in <data-dir>/nats-login.json (0600), unless
+		// the server is to trust everyone who can connect.
+		o.LocalLogin = len(users) > 0 || !cfg.NATS.Embedded.AllowAnonymous
 		// The service logs in as its own user; the client TLS settings
 		// (tls_ca_file, tls_cert_file) apply to its embedded server too,
 		// and without tls_ca_file it trusts the server's own certificate.

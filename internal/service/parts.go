@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -82,6 +83,23 @@ func (s *Service) startNATS(context.Context) error {
 	if eo.Logger == nil {
 		eo.Logger = s.log.Named("nats-server")
 	}
+	var local embeddednats.User
+	if s.opts.LocalLogin {
+		var err error
+		if local, err = localLogin(s.opts.DataDir); err != nil {
+			return err
+		}
+		eo.Users = append(slices.Clone(eo.Users), local)
+		if s.opts.NATS.User == "" {
+			// The server now has authentication: the service logs in too.
+			pw, err := randomPassword()
+			if err != nil {
+				return err
+			}
+			eo.Users = append(eo.Users, embeddednats.User{Name: "finalizer-service", Password: pw})
+			s.opts.NATS.User, s.opts.NATS.Password = "finalizer-service", pw
+		}
+	}
 	srv, err := embeddednats.Start(eo)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -96,8 +114,20 @@ func (s *Service) startNATS(context.Context) error {
 		// Listening on every address: connect through the loopback one.
 		s.natsURL = strings.Replace(s.natsURL, "://"+net.JoinHostPort(h, ""), "://"+net.JoinHostPort("127.0.0.1", ""), 1)
 	}
-	how := "no authentication"
-	if len(eo.Users) > 0 {
+	how := "no authentication: every local user may publish, track and purge"
+	switch {
+	case s.opts.LocalLogin:
+		path, err := writeLocalLogin(s.opts.DataDir, s.natsURL, local)
+		if err != nil {
+			return err
+		}
+		how = "login in " + path + ", mode 0600"
+		if n := len(eo.Users) - 2; n > 0 { // less the service's own and the owner's
+			how += fmt.Sprintf(", and %d users", n)
+		}
+		s.log.Info("the embedded nats server's login for this machine's owner (track, join, publish use it)",
+			zap.String("file", path), zap.String("user", local.Name))
+	case len(eo.Users) > 0:
 		how = fmt.Sprintf("%d users", len(eo.Users)-1) // less the service's own
 	}
 	if eo.TLS != nil {

@@ -82,6 +82,12 @@ type Options struct {
 	// service connects to it (NATS.URL is ignored). Its StoreDir and
 	// Logger are filled in when empty.
 	EmbeddedNATS *embeddednats.Options
+	// LocalLogin, with EmbeddedNATS, adds the machine owner's login to
+	// the embedded server (LocalLoginUser, every permission), with the
+	// password kept in NATSLoginFile in the data dir (mode 0600), written
+	// with the server's URL at every start. EmbeddedNATS.Users must then
+	// hold the service's own login (the server has authentication).
+	LocalLogin bool
 	// NATS is how the service connects to NATS: URL (external server),
 	// credentials, TLS, subject prefix, stream. Logger and OnEvent are set
 	// by Start.
