@@ -14,6 +14,7 @@ import (
 	"github.com/finalizer-dev/finalizer/actions"
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/internal/ownership"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -33,19 +34,24 @@ const (
 // maxStreamReplicas is JetStream's largest replica count.
 const maxStreamReplicas = 5
 
+// maxOwnershipBuckets bounds ownership.buckets: a bucket is an advisory
+// lock held by one replica's session.
+const maxOwnershipBuckets = 4096
+
 // Config is the service's configuration: the YAML file, then environment
 // variables and flags over it.
 type Config struct {
-	NATS         NATSConfig     `yaml:"nats"`
-	Postgres     PostgresConfig `yaml:"postgres"`
-	ControlTable string         `yaml:"control_table"`
-	Prefix       string         `yaml:"subject_prefix"`
-	Stream       StreamConfig   `yaml:"stream"`
-	HTTP         HTTPConfig     `yaml:"http"`
-	DataDir      string         `yaml:"data_dir"`
-	Log          LogConfig      `yaml:"log"`
-	Tracking     TrackingConfig `yaml:"tracking"`
-	Tables       []TableConfig  `yaml:"tables"`
+	NATS         NATSConfig      `yaml:"nats"`
+	Postgres     PostgresConfig  `yaml:"postgres"`
+	ControlTable string          `yaml:"control_table"`
+	Prefix       string          `yaml:"subject_prefix"`
+	Stream       StreamConfig    `yaml:"stream"`
+	HTTP         HTTPConfig      `yaml:"http"`
+	DataDir      string          `yaml:"data_dir"`
+	Log          LogConfig       `yaml:"log"`
+	Tracking     TrackingConfig  `yaml:"tracking"`
+	Ownership    OwnershipConfig `yaml:"ownership"`
+	Tables       []TableConfig   `yaml:"tables"`
 }
 
 // NATSConfig says which NATS to use: an external server (URL) or the
@@ -150,6 +156,23 @@ type TrackingConfig struct {
 	Shutdown    Duration `yaml:"shutdown_timeout"`
 }
 
+// OwnershipConfig is how replicas share the writes of the tables
+// (ADR 0020): each replica writes the tables of the buckets whose
+// PostgreSQL advisory lock it holds and holds the advances of the others.
+type OwnershipConfig struct {
+	// Enabled: true by default; false makes every replica write every
+	// advance (active-active, a statement per replica per advance).
+	Enabled bool `yaml:"enabled"`
+	// Buckets is how many buckets the tables are hashed into; every
+	// replica must use the same.
+	Buckets int `yaml:"buckets"`
+	// Poll is how often a replica looks at the locks: a takeover's bound.
+	Poll Duration `yaml:"poll_interval"`
+	// Grace is how long a replica waits for the owner to write an advance
+	// it holds before it writes it itself.
+	Grace Duration `yaml:"grace"`
+}
+
 // TableConfig is one declarative tracking rule: the table, the query it
 // tracks, and the tracking spec (time, source, granularity, timezone,
 // delay and the guards' options, progress.SpecOptions).
@@ -200,6 +223,10 @@ func defaultConfig() Config {
 			ExpireAfter: Duration(DefaultExpireAfter),
 			FutureSkew:  Duration(finalizer.DefaultFutureSkew),
 			Shutdown:    Duration(DefaultShutdown),
+		},
+		Ownership: OwnershipConfig{
+			Enabled: true, Buckets: ownership.DefaultBuckets,
+			Poll: Duration(ownership.DefaultPoll), Grace: Duration(ownership.DefaultGrace),
 		},
 	}
 }
@@ -301,6 +328,13 @@ func (c Config) validate() error {
 	}
 	if c.NATS.URL == "" && c.Stream.Replicas > 1 {
 		return fmt.Errorf("stream.replicas %d: the embedded server is a single node; replicas need an external JetStream cluster (nats.url)", c.Stream.Replicas)
+	}
+	if c.Ownership.Buckets < 1 || c.Ownership.Buckets > maxOwnershipBuckets {
+		return fmt.Errorf("ownership.buckets %d: want 1 to %d (the same on every replica)", c.Ownership.Buckets, maxOwnershipBuckets)
+	}
+	if c.Ownership.Poll <= 0 || c.Ownership.Grace <= 0 {
+		return fmt.Errorf("ownership.poll_interval %v, ownership.grace %v: want positive durations",
+			time.Duration(c.Ownership.Poll), time.Duration(c.Ownership.Grace))
 	}
 	if c.NATS.URL == "" && c.NATS.Listen == "" {
 		return fmt.Errorf("nats: set url (external server) or listen (embedded server)")

@@ -172,7 +172,11 @@ func serviceOptions(cfg Config, log *zap.Logger, stdout io.Writer) (service.Opti
 			ExpireAfter: time.Duration(cfg.Tracking.ExpireAfter),
 			MaxTrackers: cfg.Tracking.MaxTrackers,
 		},
-		Actions:    actionRules,
+		Actions: actionRules,
+		Ownership: service.Ownership{
+			Off: !cfg.Ownership.Enabled, Buckets: cfg.Ownership.Buckets,
+			Poll: time.Duration(cfg.Ownership.Poll), Grace: time.Duration(cfg.Ownership.Grace),
+		},
 		HTTPListen: cfg.HTTP.Listen,
 		HTTPHandler: func(svc *service.Service) http.Handler {
 			return requireToken(cfg.HTTP.Token, newHTTPHandler(svc))

@@ -23,6 +23,7 @@ import (
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/ownership"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
 	"github.com/finalizer-dev/finalizer/internal/redact"
 	"github.com/finalizer-dev/finalizer/internal/statuspage"
@@ -278,6 +279,20 @@ func (s *Service) startRegistry(context.Context) error {
 	rc := s.opts.Registry
 	rc.Bus, rc.Store, rc.Tracks = finalizer.ListenerBus{L: s.bus}, s.store, s.store
 	rc.Logger, rc.Metrics = s.log.Named("tracker"), s.metrics
+	if o := s.opts.Ownership; !o.Off {
+		// The trackers advance through the ownership gate: a table whose
+		// bucket another replica owns is held, not written (ADR 0020).
+		// Its stop comes after the registry's, so that what the trackers
+		// apply at shutdown is still written by the buckets' owner; it
+		// starts after the recovery (own).
+		s.owner = ownership.New(ownership.Options{
+			URL: s.pgURL, Table: s.opts.ControlTable, Store: s.store,
+			Buckets: o.Buckets, Poll: o.Poll, Grace: o.Grace,
+			Logger: s.log.Named("ownership"), Registerer: s.prom,
+		})
+		rc.Store = ownership.Gate(s.store, s.owner)
+		s.started("ownership", func(context.Context) { s.owner.Close() })
+	}
 	registry := finalizer.NewRegistry(rc)
 	s.registry = registry
 	s.started("registry", func(ctx context.Context) {
@@ -298,18 +313,36 @@ func (s *Service) startRegistry(context.Context) error {
 // hands operators' rewinds to the registry (ADR 0019).
 func (s *Service) watchReconnects() error {
 	var connects atomic.Int64
-	registry := s.registry
+	registry, owner := s.registry, s.owner
 	stop, err := s.store.Watch(func(n control.Notification) {
 		if n.Rewound {
 			// An operator's rewind (finalizer rewind): the table's trackers
-			// start again from it.
+			// start again from it, and what this replica held for it is
+			// dropped.
+			if owner != nil {
+				owner.Rewound(n.Table)
+			}
 			registry.Rewound(n.Table, n.FinalizedUntil)
 			return
 		}
-		if !n.Reconnected || connects.Add(1) == 1 {
-			// A move, or an announcement that could not be read (anyone
-			// may NOTIFY on the channel): no reconnect, no re-assert.
+		if n.Table != "" {
+			// A move, by whichever replica wrote it: the lag gauges follow
+			// it (a replica that holds its advances writes none), and what
+			// this replica holds up to it needs no write.
+			s.metrics.ObserveVerdict(n.Table, n.FinalizedUntil)
+			if owner != nil {
+				owner.Observed(n.Table, n.FinalizedUntil)
+			}
 			return
+		}
+		if !n.Reconnected || connects.Add(1) == 1 {
+			// An announcement that could not be read (anyone may NOTIFY on
+			// the channel), or the first connect: no reconnect, no
+			// re-assert.
+			return
+		}
+		if owner != nil {
+			owner.Reconnected()
 		}
 		s.log.Info("control database connection re-established; every tracker re-asserts its last verdict",
 			zap.Int("trackers", registry.Reassert()))
@@ -370,6 +403,18 @@ func (s *Service) recover(ctx context.Context) error {
 	s.timings.Retained, s.timings.Recover = listed.Sub(began), time.Since(listed)
 	s.log.Info("recovered tracked runs", zap.Int("explicit_tracks", len(tracks)), zap.Int("retained_runs", len(runs)),
 		zap.Int("trackers", len(s.registry.Status())), zap.Duration("took", time.Since(began)))
+	return nil
+}
+
+// own starts the ownership of tables once the recovery is done: it takes
+// this replica's share of the buckets and writes what the recovered
+// trackers hold for them (its stop was registered with the registry's).
+func (s *Service) own(ctx context.Context) error {
+	if s.owner == nil {
+		return nil
+	}
+	s.owner.Start(ctx)
+	s.log.Info("ownership of tables started", zap.Int("buckets_owned", s.owner.Owned()))
 	return nil
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/ownership"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
 	"github.com/finalizer-dev/finalizer/internal/statuspage"
 	"github.com/finalizer-dev/finalizer/listener"
@@ -107,6 +108,10 @@ type Options struct {
 	// Tracks, Logger and Metrics are set by Start.
 	Registry finalizer.RegistryConfig
 
+	// Ownership says whether replicas share the tables' writes by
+	// advisory locks (ADR 0020), and how.
+	Ownership Ownership
+
 	// TrackTimeout bounds one `finalizer track` request (persisting the
 	// track and subscribing to the run); 0 = DefaultTrackTimeout. A
 	// request that outlives it gets an error reply instead of holding its
@@ -139,6 +144,17 @@ type Options struct {
 	OnEvent func(kind progress.Kind, outcome string)
 }
 
+// Ownership configures the ownership of tables by advisory locks
+// (package ownership): zero values take its defaults.
+type Ownership struct {
+	// Off makes every advance a statement, as active-active replicas
+	// without ownership do.
+	Off     bool
+	Buckets int
+	Poll    time.Duration
+	Grace   time.Duration
+}
+
 // Timings says how long the start took, and of which the recovery.
 type Timings struct {
 	// Start is the whole of Start.
@@ -165,6 +181,7 @@ type Service struct {
 	bus        *listener.Listener
 	jetstream  bool
 	registry   *finalizer.Registry
+	owner      *ownership.Owner // nil with Ownership.Off
 	page       *statuspage.Page
 	outbox     *control.Outbox
 	dispatcher *actions.Dispatcher
@@ -213,6 +230,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		s.serveAPI,
 		s.discover,
 		s.recover,
+		s.own,
 		s.startPage,
 		s.serveHTTP,
 	} {
@@ -273,6 +291,9 @@ func (s *Service) Store() *control.Store { return s.store }
 
 // Bus returns the event bus.
 func (s *Service) Bus() *listener.Listener { return s.bus }
+
+// Owner returns the ownership of tables, nil when it is off.
+func (s *Service) Owner() *ownership.Owner { return s.owner }
 
 // Registry returns the registry of trackers.
 func (s *Service) Registry() *finalizer.Registry { return s.registry }

@@ -1,0 +1,651 @@
+// Package ownership lets one replica of the service write a table's
+// verdict while the others hold their advances, so that a second and a
+// third replica do not multiply the control database's statements
+// (ADR 0020).
+//
+// The tables are hashed into buckets. A replica owns the buckets whose
+// session-level PostgreSQL advisory lock it holds, on one connection of
+// its own: PostgreSQL releases them when the replica dies or that
+// connection drops, and another replica takes them at its next poll. The
+// owner of a table's bucket writes its advances; a replica that does not
+// own it keeps the newest advance of each (table, feeder) and writes it
+// when it acquires the bucket (a takeover), when its lock connection comes
+// back (a PostgreSQL failover may have lost the newest writes), or when no
+// announcement on the control table's channel showed the table reach it
+// within the grace (an owner that does not track the run).
+//
+// Ownership is an optimisation only. Every write is forward-only and
+// idempotent (control.Store.Advance), so two replicas that both believe
+// they own a bucket (a lock lost to a failover, a replica frozen while
+// its session lives) only pay the statements active-active replicas pay.
+package ownership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/control"
+)
+
+// Defaults of Options.
+const (
+	// DefaultBuckets is how many buckets the tables are hashed into: enough
+	// to spread them over a few replicas evenly.
+	DefaultBuckets = 64
+	// DefaultPoll is how often a replica looks at the locks: the bound of
+	// a takeover after the owner's session ended.
+	DefaultPoll = time.Second
+	// DefaultGrace is how long a replica that does not own a table's
+	// bucket waits for an announcement that the table reached its held
+	// advance before it writes the advance itself.
+	DefaultGrace = 10 * time.Second
+	// DefaultForget is how long a held advance that the table is known to
+	// have reached is kept, to be written again after a failover.
+	DefaultForget = 24 * time.Hour
+	// rewindMargin is how much earlier than an advance was held a rewind
+	// may have been made (the database's clock against this process's) and
+	// still stop the held advance from being written after a reconnect.
+	rewindMargin = time.Minute
+	// memberKey is the second key of the shared advisory lock every
+	// replica holds, so that the replicas can count each other.
+	memberKey = -1
+	// memberObjID is memberKey as pg_locks shows it (an oid).
+	memberObjID = 1<<32 - 1
+)
+
+// Options configures an Owner.
+type Options struct {
+	// URL is the control database (the store's URL: a multi-host URL with
+	// target_session_attrs=read-write follows a failover).
+	URL string
+	// Table is the control table's name: the advisory locks' first key is
+	// a hash of it, so two control tables in one database do not share
+	// owners.
+	Table string
+	// Store applies the held advances this replica writes.
+	Store BatchStore
+
+	Buckets int           // 0 = DefaultBuckets; every replica must use the same
+	Poll    time.Duration // 0 = DefaultPoll
+	Grace   time.Duration // 0 = DefaultGrace
+	Forget  time.Duration // 0 = DefaultForget
+
+	Logger     *zap.Logger           // nil = no logs
+	Registerer prometheus.Registerer // nil = unregistered metrics
+}
+
+// BatchStore is what the Owner needs of the control store.
+// *control.Store implements it.
+type BatchStore interface {
+	AdvanceBatch(ctx context.Context, as []control.Advance) ([]control.AdvanceResult, error)
+	List(ctx context.Context) ([]control.Verdict, error)
+}
+
+// held is the newest advance asked of one feeder of one table.
+type held struct {
+	a control.Advance
+	// at is when it was asked (this process's clock).
+	at time.Time
+	// since is when it was last found not known reached (asked, or a
+	// reconnect): the grace runs from it.
+	since time.Time
+	// reached: an announcement (or this replica's own statement) showed
+	// the table at or past a.FinalizedUntil since the last reconnect.
+	reached bool
+	// doubt: a reconnect happened since it was asked; a rewind may have
+	// been missed, so the table's row is read before it is written.
+	doubt bool
+}
+
+// Owner holds this replica's buckets and the advances of the others.
+type Owner struct {
+	o      Options
+	log    *zap.Logger
+	class  int64 // the advisory locks' first key
+	offset int   // where this replica starts looking for free buckets
+	m      metrics
+
+	mu      sync.Mutex
+	owned   []bool                      // by bucket
+	dirty   []bool                      // owned buckets whose held advances are to be written
+	held    map[string]map[string]*held // table -> feeder (query id) -> its newest advance
+	started bool
+
+	kick   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	conn   *pgx.Conn // the loop's
+	failed bool      // the last poll failed (for logging the recovery)
+}
+
+// New returns an Owner that owns nothing yet; Start starts it.
+func New(o Options) *Owner {
+	if o.Buckets <= 0 {
+		o.Buckets = DefaultBuckets
+	}
+	if o.Poll <= 0 {
+		o.Poll = DefaultPoll
+	}
+	if o.Grace <= 0 {
+		o.Grace = DefaultGrace
+	}
+	if o.Forget <= 0 {
+		o.Forget = DefaultForget
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte("finalizer ownership " + o.Table))
+	return &Owner{
+		o:      o,
+		log:    o.Logger,
+		class:  int64(h.Sum32() & 0x7fffffff),
+		offset: rand.IntN(o.Buckets),
+		m:      newMetrics(o.Registerer),
+		owned:  make([]bool, o.Buckets),
+		dirty:  make([]bool, o.Buckets),
+		held:   make(map[string]map[string]*held),
+		kick:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+}
+
+// Start takes this replica's share of the buckets once, writes what it
+// holds for them, and starts the loop that keeps polling. A first poll
+// that fails is logged and retried by the loop: ownership is an
+// optimisation, never a reason not to start.
+func (w *Owner) Start(ctx context.Context) {
+	w.started = true
+	w.tick(ctx)
+	go w.loop()
+}
+
+// Close releases the buckets (closing the lock connection) and stops the
+// loop. It blocks until the loop has exited; safe to call twice.
+func (w *Owner) Close() {
+	if !w.started {
+		return
+	}
+	w.once.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+// Bucket returns the bucket of table.
+func (w *Owner) Bucket(table string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(table))
+	return int(h.Sum32() % uint32(w.o.Buckets))
+}
+
+// Owns reports whether this replica holds the lock of table's bucket.
+func (w *Owner) Owns(table string) bool {
+	b := w.Bucket(table)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.owned[b]
+}
+
+// Owned returns how many buckets this replica holds.
+func (w *Owner) Owned() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, o := range w.owned {
+		if o {
+			n++
+		}
+	}
+	return n
+}
+
+// Observed records an announcement that table's verdict moved to until:
+// held advances it reaches need no write of this replica.
+func (w *Owner) Observed(table string, until time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, h := range w.held[table] {
+		if !until.Before(h.a.FinalizedUntil) {
+			h.reached = true
+		}
+	}
+}
+
+// Rewound drops the held advances of table ("" = of every table): an
+// operator moved its verdict back, and writing an advance asked before
+// would undo the rewind.
+func (w *Owner) Rewound(table string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if table == "" {
+		clear(w.held)
+		return
+	}
+	delete(w.held, table)
+}
+
+// Reconnected says that the control database's LISTEN connection was
+// re-established: announcements may have been lost, and a failover may
+// have lost the newest writes. Every held advance is written again by the
+// owner of its bucket (after reading the row, so that a rewind announced
+// while the connection was down is not undone).
+func (w *Owner) Reconnected() {
+	w.mu.Lock()
+	w.doubtLocked()
+	w.mu.Unlock()
+	w.poke()
+}
+
+// doubtLocked marks every held advance as not known reached and in doubt,
+// and every owned bucket as to be written. w.mu held.
+func (w *Owner) doubtLocked() {
+	now := time.Now()
+	for _, hs := range w.held {
+		for _, h := range hs {
+			h.reached, h.doubt, h.since = false, true, now
+		}
+	}
+	for b, o := range w.owned {
+		if o {
+			w.dirty[b] = true
+		}
+	}
+}
+
+func (w *Owner) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Owner) loop() {
+	defer close(w.done)
+	t := time.NewTicker(w.o.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			w.release()
+			return
+		case <-t.C:
+		case <-w.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(5*time.Second, 2*w.o.Poll))
+		w.tick(ctx)
+		cancel()
+	}
+}
+
+// release closes the lock connection: PostgreSQL releases every lock of
+// its session.
+func (w *Owner) release() {
+	w.mu.Lock()
+	clear(w.owned)
+	clear(w.dirty)
+	w.mu.Unlock()
+	w.m.owned.Set(0)
+	if w.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = w.conn.Close(ctx)
+		cancel()
+		w.conn = nil
+	}
+}
+
+// tick is one poll: the locks, then the writes this replica owes.
+func (w *Owner) tick(ctx context.Context) {
+	if err := w.balance(ctx); err != nil {
+		w.lost(err)
+	} else if w.failed {
+		w.failed = false
+		w.log.Info("ownership: the lock connection is back", zap.Int("buckets_owned", w.Owned()))
+	}
+	w.flush(ctx)
+	w.fallback(ctx)
+	w.forget()
+}
+
+// lost drops the connection after a failed poll: a session that may be
+// gone holds no locks any more, and what this replica wrote may be lost
+// with a failed primary, so every held advance is in doubt.
+func (w *Owner) lost(err error) {
+	if w.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = w.conn.Close(ctx)
+		cancel()
+		w.conn = nil
+	}
+	w.mu.Lock()
+	had := slices.Contains(w.owned, true)
+	clear(w.owned)
+	clear(w.dirty)
+	w.doubtLocked()
+	w.mu.Unlock()
+	w.m.owned.Set(0)
+	w.m.connected.Set(0)
+	if !w.failed || had {
+		w.log.Warn("ownership: the lock connection failed; this replica owns no table until it is back (the other replicas, or this one's held advances after the grace, write meanwhile)",
+			zap.Error(err), zap.Bool("owned_buckets", had))
+	}
+	w.failed = true
+}
+
+// balance connects when needed, counts the replicas, and takes or gives
+// back buckets so that each holds about buckets/replicas.
+func (w *Owner) balance(ctx context.Context) error {
+	if w.conn == nil {
+		cfg, err := pgx.ParseConfig(w.o.URL)
+		if err != nil {
+			return fmt.Errorf("ownership: %w", err)
+		}
+		if cfg.RuntimeParams["application_name"] == "" {
+			cfg.RuntimeParams["application_name"] = "finalizer-ownership"
+		}
+		if cfg.ConnectTimeout == 0 {
+			cfg.ConnectTimeout = 5 * time.Second
+		}
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("ownership: connect: %w", err)
+		}
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock_shared($1::int4, $2::int4)`, w.class, memberKey); err != nil {
+			_ = conn.Close(ctx)
+			return fmt.Errorf("ownership: join: %w", err)
+		}
+		w.conn = conn
+		w.m.connected.Set(1)
+	}
+	var (
+		members      int
+		mine, others []int32
+	)
+	err := w.conn.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE mode = 'ShareLock' AND objid::int8 = $2),
+	coalesce(array_agg(objid::int8::int4) FILTER (WHERE mode = 'ExclusiveLock' AND pid = pg_backend_pid()), '{}'),
+	coalesce(array_agg(objid::int8::int4) FILTER (WHERE mode = 'ExclusiveLock' AND pid <> pg_backend_pid()), '{}')
+FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid::int8 = $1
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+		w.class, int64(memberObjID)).Scan(&members, &mine, &others)
+	if err != nil {
+		return fmt.Errorf("ownership: read the locks: %w", err)
+	}
+	members = max(members, 1)
+	target := (w.o.Buckets + members - 1) / members
+	w.m.members.Set(float64(members))
+	taken := map[int32]bool{}
+	for _, b := range others {
+		taken[b] = true
+	}
+	for _, b := range mine {
+		taken[b] = true
+	}
+	var gained, given []int32
+	switch {
+	case len(mine) < target:
+		var want []int32
+		for i := range w.o.Buckets {
+			b := int32((w.offset + i) % w.o.Buckets)
+			if !taken[b] {
+				want = append(want, b)
+			}
+		}
+		if len(want) > 0 {
+			rows, err := w.conn.Query(ctx, `SELECT b FROM unnest($2::int4[]) AS b WHERE pg_try_advisory_lock($1::int4, b)`, w.class, want[:min(len(want), target-len(mine))])
+			if err != nil {
+				return fmt.Errorf("ownership: take buckets: %w", err)
+			}
+			gained, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+			if err != nil {
+				return fmt.Errorf("ownership: take buckets: %w", err)
+			}
+		}
+	case len(mine) > target:
+		// Another replica joined: give back the extra buckets; it takes
+		// them at its next poll, writing what it holds for them.
+		slices.Sort(mine)
+		given = mine[target:]
+		if _, err := w.conn.Exec(ctx, `SELECT pg_advisory_unlock($1::int4, b) FROM unnest($2::int4[]) AS b`, w.class, given); err != nil {
+			return fmt.Errorf("ownership: give back buckets: %w", err)
+		}
+		mine = mine[:target]
+	}
+	w.mu.Lock()
+	clear(w.owned)
+	for _, b := range mine {
+		w.owned[b] = true
+	}
+	for _, b := range given {
+		w.dirty[b] = false
+	}
+	for _, b := range gained {
+		w.owned[b], w.dirty[b] = true, true
+	}
+	n := 0
+	for _, o := range w.owned {
+		if o {
+			n++
+		}
+	}
+	w.mu.Unlock()
+	w.m.owned.Set(float64(n))
+	if len(gained) > 0 {
+		w.m.acquired.Add(float64(len(gained)))
+		w.log.Info("ownership: buckets taken; writing what this replica holds for their tables",
+			zap.Int("taken", len(gained)), zap.Int("owned", n), zap.Int("replicas", members), zap.Int("buckets", w.o.Buckets))
+	}
+	if len(given) > 0 {
+		w.log.Info("ownership: buckets given back to balance the replicas",
+			zap.Int("given", len(given)), zap.Int("owned", n), zap.Int("replicas", members))
+	}
+	return nil
+}
+
+// flush writes the held advances of the owned buckets marked dirty (just
+// taken, or in doubt after a reconnect) that the table is not known to
+// have reached.
+func (w *Owner) flush(ctx context.Context) {
+	w.mu.Lock()
+	var buckets []int
+	for b, d := range w.dirty {
+		if d && w.owned[b] {
+			buckets = append(buckets, b)
+		}
+	}
+	var as []control.Advance
+	var doubt bool
+	for table, hs := range w.held {
+		if b := w.Bucket(table); !w.owned[b] || !w.dirty[b] {
+			continue
+		}
+		for _, h := range hs {
+			if !h.reached {
+				as = append(as, h.a)
+				doubt = doubt || h.doubt
+			}
+		}
+	}
+	w.mu.Unlock()
+	if len(buckets) == 0 {
+		return
+	}
+	if err := w.write(ctx, as, doubt, "flush"); err != nil {
+		w.log.Warn("ownership: could not write the held advances of the buckets taken; tried again at the next poll",
+			zap.Int("advances", len(as)), zap.Error(err))
+		return
+	}
+	w.mu.Lock()
+	for _, b := range buckets {
+		w.dirty[b] = false
+	}
+	w.mu.Unlock()
+}
+
+// fallback writes the held advances of buckets this replica does not own
+// that no announcement showed reached within the grace: the owner may not
+// track the run (it missed a track request, its cap refused the run), or
+// may be frozen with its session alive. Safe (forward-only); it costs what
+// an active-active replica pays.
+func (w *Owner) fallback(ctx context.Context) {
+	now := time.Now()
+	w.mu.Lock()
+	var as []control.Advance
+	doubt := false
+	for table, hs := range w.held {
+		if w.owned[w.Bucket(table)] {
+			continue
+		}
+		for _, h := range hs {
+			if !h.reached && now.Sub(h.since) >= w.o.Grace {
+				as = append(as, h.a)
+				doubt = doubt || h.doubt
+			}
+		}
+	}
+	w.mu.Unlock()
+	if len(as) == 0 {
+		return
+	}
+	if err := w.write(ctx, as, doubt, "fallback"); err != nil {
+		w.log.Warn("ownership: could not write held advances whose owner did not; tried again at the next poll",
+			zap.Int("advances", len(as)), zap.Error(err))
+	}
+}
+
+// write applies as (after dropping those a rewind since made stale, when
+// doubt) and marks them reached.
+func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why string) error {
+	if len(as) == 0 {
+		return nil
+	}
+	if doubt {
+		vs, err := w.o.Store.List(ctx)
+		if err != nil {
+			return err
+		}
+		rows := make(map[string]control.Verdict, len(vs))
+		for _, v := range vs {
+			rows[v.Table] = v
+		}
+		w.mu.Lock()
+		kept := as[:0]
+		for _, a := range as {
+			h := w.held[a.Table][a.QueryID]
+			if h == nil || h.a.FinalizedUntil != a.FinalizedUntil {
+				continue // replaced or dropped meanwhile: the newer one is written by its own path
+			}
+			v, ok := rows[a.Table]
+			switch {
+			case h.doubt && ok && !v.RewoundAt.IsZero() && v.RewoundAt.After(h.at.Add(-rewindMargin)):
+				// Rewound after (or about when) it was asked: writing it
+				// would undo the rewind. The run's next progress writes
+				// again from the rewound verdict.
+				delete(w.held[a.Table], a.QueryID)
+				w.log.Info("ownership: a held advance is older than the table's rewind; not written",
+					zap.String("table", a.Table), zap.Time("finalized_until", a.FinalizedUntil), zap.Time("rewound_at", v.RewoundAt))
+			default:
+				h.doubt = false
+				kept = append(kept, a)
+			}
+		}
+		w.mu.Unlock()
+		as = kept
+		if len(as) == 0 {
+			return nil
+		}
+	}
+	res, err := w.o.Store.AdvanceBatch(ctx, as)
+	if err != nil {
+		return err
+	}
+	moved := 0
+	w.mu.Lock()
+	for i, r := range res {
+		if r.Err != nil {
+			continue
+		}
+		if r.Moved {
+			moved++
+		}
+		if h := w.held[as[i].Table][as[i].QueryID]; h != nil && h.a.FinalizedUntil.Equal(as[i].FinalizedUntil) {
+			h.reached = true // written; a later reconnect writes it again
+		}
+	}
+	w.mu.Unlock()
+	w.m.written.WithLabelValues(why).Add(float64(len(as)))
+	w.m.moved.WithLabelValues(why).Add(float64(moved))
+	if why == "fallback" && moved > 0 {
+		w.log.Warn("ownership: held advances the owner of their tables did not write within the grace were written by this replica (does the owner track these runs?)",
+			zap.Int("advances", len(as)), zap.Int("moved", moved), zap.Duration("grace", w.o.Grace))
+	} else {
+		w.log.Debug("ownership: held advances written", zap.String("why", why), zap.Int("advances", len(as)), zap.Int("moved", moved))
+	}
+	for _, r := range res {
+		if r.Err != nil && !errors.Is(r.Err, control.ErrInvalidAdvance) {
+			return r.Err
+		}
+	}
+	return nil
+}
+
+// forget drops held advances known reached long ago.
+func (w *Owner) forget() {
+	cut := time.Now().Add(-w.o.Forget)
+	w.mu.Lock()
+	n := 0
+	for table, hs := range w.held {
+		for k, h := range hs {
+			if h.reached && h.at.Before(cut) {
+				delete(hs, k)
+			}
+		}
+		if len(hs) == 0 {
+			delete(w.held, table)
+		}
+		n += len(hs)
+	}
+	w.mu.Unlock()
+	w.m.heldNow.Set(float64(n))
+}
+
+// hold records a as the newest advance of its feeder when it is, and
+// reports whether this replica owns its table's bucket.
+func (w *Owner) hold(a control.Advance, now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	hs := w.held[a.Table]
+	if hs == nil {
+		hs = make(map[string]*held, 1)
+		w.held[a.Table] = hs
+	}
+	if h := hs[a.QueryID]; h == nil || a.FinalizedUntil.After(h.a.FinalizedUntil) {
+		hs[a.QueryID] = &held{a: a, at: now, since: now}
+	}
+	return w.owned[w.Bucket(a.Table)]
+}
+
+// reached marks a's held advance reached when v shows the table at or
+// past it.
+func (w *Owner) reached(a control.Advance, v control.Verdict) {
+	if v.FinalizedUntil.Before(a.FinalizedUntil) {
+		return
+	}
+	w.mu.Lock()
+	if h := w.held[a.Table][a.QueryID]; h != nil && !v.FinalizedUntil.Before(h.a.FinalizedUntil) {
+		h.reached = true
+	}
+	w.mu.Unlock()
+}

@@ -1,0 +1,86 @@
+package ownership
+
+import (
+	"context"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/control"
+)
+
+// Store is the control store with the ownership gate on its advances: an
+// advance of a table whose bucket this replica owns is applied; any other
+// is held by the Owner (written at a takeover, a reconnect, or after the
+// grace) and answered at once, without a statement, as the advance a
+// second replica makes is answered when the owner wrote first: not moved.
+// Every other method is the store's.
+type Store struct {
+	*control.Store
+	o *Owner
+}
+
+// Gate returns store with w's gate on its advances.
+func Gate(store *control.Store, w *Owner) *Store { return &Store{Store: store, o: w} }
+
+// Owner returns the gate's Owner.
+func (s *Store) Owner() *Owner { return s.o }
+
+// Advance applies a when this replica owns its table, and holds it
+// otherwise.
+func (s *Store) Advance(ctx context.Context, a control.Advance) (control.Verdict, bool, error) {
+	now := time.Now()
+	if !s.o.hold(a, now) {
+		s.o.m.held.Inc()
+		return heldVerdict(a, now), false, nil
+	}
+	v, moved, err := s.Store.Advance(ctx, a)
+	if err == nil {
+		s.o.reached(a, v)
+	}
+	return v, moved, err
+}
+
+// AdvanceBatch applies the advances of owned tables in one statement and
+// holds the others; the results are at the indexes of as.
+func (s *Store) AdvanceBatch(ctx context.Context, as []control.Advance) ([]control.AdvanceResult, error) {
+	now := time.Now()
+	res := make([]control.AdvanceResult, len(as))
+	var (
+		send []control.Advance
+		at   []int
+	)
+	for i, a := range as {
+		if s.o.hold(a, now) {
+			send, at = append(send, a), append(at, i)
+			continue
+		}
+		s.o.m.held.Inc()
+		res[i] = control.AdvanceResult{Verdict: heldVerdict(a, now)}
+	}
+	if len(send) == 0 {
+		return res, nil
+	}
+	got, err := s.Store.AdvanceBatch(ctx, send)
+	for j, i := range at {
+		if j < len(got) {
+			res[i] = got[j]
+			if got[j].Err == nil {
+				s.o.reached(send[j], got[j].Verdict)
+			}
+		} else {
+			res[i].Err = err
+		}
+	}
+	return res, err
+}
+
+// heldVerdict is the answer to a held advance: the table's verdict is not
+// known (no FinalizedUntil), and the provenance is the advance's own, as
+// the owner writes it from the same progress. Its time is earlier than
+// now by rewindMargin, so that a rewind made about when it was held is
+// taken as made after it (a tracker then does not re-assert it).
+func heldVerdict(a control.Advance, now time.Time) control.Verdict {
+	return control.Verdict{
+		Table: a.Table, EndTime: a.EndTime, EndOffset: a.EndOffset, QueryID: a.QueryID,
+		RunID: a.RunID, BatchID: a.BatchID, Sources: a.Sources, UpdatedAt: now.Add(-rewindMargin),
+	}
+}
