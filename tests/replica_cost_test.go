@@ -17,23 +17,28 @@ import (
 // replicaCost is what one replica count cost in PostgreSQL.
 type replicaCost struct {
 	replicas         int
+	mode             string // ownership: off, on (one owner), balanced
 	events, periods  int
 	writes           int64 // rows inserted or updated in the control table
 	advanceStmts     int64 // advance statements (single and group commit)
 	allStmts         int64 // every statement the replicas ran on the database
+	lockStmts        int64 // of which the ownership's polls of the advisory locks
 	xacts            int64 // committed transactions of the database
 	writesPerPeriod  float64
 	advancesPerEvent float64
 	stmtsPerEvent    float64
 }
 
-// TestReplicaCost measures what a second and a third active replica cost
-// the control database under one load: rows written per (table, period)
-// and statements per event, from pg_stat_statements and pg_stat_user_tables
-// on a dedicated cluster. The writes must not grow with the replicas (the
-// forward-only upsert turns a replica's late advance into a read); the
-// statements do, one advance per replica per (table, period). The figures
-// are in BENCHMARKS.md.
+// TestReplicaCost measures what a second and a third replica cost the
+// control database under one load, without and with the ownership of
+// tables (ADR 0020), in the same run: rows written per (table, period)
+// and statements per event, from pg_stat_statements and
+// pg_stat_user_tables on a dedicated cluster. The writes must not grow
+// with the replicas (the forward-only upsert turns a replica's late
+// advance into a read); without ownership the statements do, one advance
+// per replica per group of tables; with it a replica that does not own a
+// table makes no statement for its advances. The figures are in
+// BENCHMARKS.md.
 func TestReplicaCost(t *testing.T) {
 	dir := filepath.Join(openDir(t), "pg")
 	settings := map[string]string{"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "all"}
@@ -43,27 +48,36 @@ func TestReplicaCost(t *testing.T) {
 	pg := startCluster(t, dir, 0, settings)
 	const nRuns, batches = 20, 24 // 13:05 to 15:00 in 5-minute steps: 3 hourly periods per table
 	var costs []replicaCost
-	for n := 1; n <= 3; n++ {
-		costs = append(costs, measureReplicas(t, pg, n, nRuns, batches))
+	for m, mode := range []string{"off", "on", "balanced"} {
+		for n := 1; n <= 3; n++ {
+			costs = append(costs, measureReplicas(t, pg, n, m, mode, nRuns, batches))
+		}
 	}
-	t.Log("replicas  events  (table,period)  writes  writes/period  advance stmts  advances/event  all stmts/event  xacts")
+	t.Log("ownership  replicas  events  (table,period)  writes  writes/period  advance stmts  advances/event  lock stmts  all stmts/event  xacts")
 	for _, c := range costs {
-		t.Logf("%8d  %6d  %14d  %6d  %13.2f  %13d  %14.2f  %15.2f  %5d",
-			c.replicas, c.events, c.periods, c.writes, c.writesPerPeriod, c.advanceStmts, c.advancesPerEvent, c.stmtsPerEvent, c.xacts)
+		t.Logf("%9s  %8d  %6d  %14d  %6d  %13.2f  %13d  %14.3f  %10d  %15.3f  %5d",
+			c.mode, c.replicas, c.events, c.periods, c.writes, c.writesPerPeriod, c.advanceStmts, c.advancesPerEvent, c.lockStmts, c.stmtsPerEvent, c.xacts)
 	}
 	for _, c := range costs {
 		if c.writesPerPeriod > 1.05 {
-			t.Errorf("%d replicas: %.2f control-table writes per (table, period), want 1: a replica's late advance must be a read",
-				c.replicas, c.writesPerPeriod)
+			t.Errorf("%d replicas (ownership %s): %.2f control-table writes per (table, period), want 1: a replica's late advance must be a read",
+				c.replicas, c.mode, c.writesPerPeriod)
 		}
+	}
+	// With ownership (one owner), the advance statements of 3 replicas
+	// stay within half again of one replica's: a table has one writer.
+	one, three := costs[3], costs[5]
+	if float64(three.advanceStmts) > 1.5*float64(one.advanceStmts)+2 {
+		t.Errorf("ownership: %d advance statements with 3 replicas against %d with 1: a replica that does not own a table must not write it",
+			three.advanceStmts, one.advanceStmts)
 	}
 }
 
-func measureReplicas(t *testing.T, pg *pgcluster.Cluster, n, nRuns, batches int) replicaCost {
+func measureReplicas(t *testing.T, pg *pgcluster.Cluster, n, m int, mode string, nRuns, batches int) replicaCost {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	db := fmt.Sprintf("cost_%d", n)
+	db := fmt.Sprintf("cost_%d_%s", n, mode)
 	admin, err := pgx.Connect(ctx, pg.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -87,12 +101,13 @@ func measureReplicas(t *testing.T, pg *pgcluster.Cluster, n, nRuns, batches int)
 		t.Fatal(err)
 	}
 	defer ns.Shutdown()
-	config := `
+	config := fmt.Sprintf(`
+ownership: {enabled: %v, balance: %v}
 tables:
   - table: "cost.{name}"
     query: "cost_*"
     granularity: hour
-`
+`, mode != "off", mode == "balanced")
 	var procs []*proc
 	for range n {
 		procs = append(procs, startServe(t, serveOpts{pgURL: url, natsURL: ns.ClientURL(), config: config, args: []string{"--log-level", "info"}}))
@@ -101,7 +116,7 @@ tables:
 	type run struct{ q, r, name string }
 	var rs []run
 	for i := range nRuns {
-		x := run{id(0xc000 + 2*i + 100*n), id(0xc001 + 2*i + 100*n), fmt.Sprintf("cost_%d", i)}
+		x := run{id(0xc000 + 2*i + 100*n + 1000*m), id(0xc001 + 2*i + 100*n + 1000*m), fmt.Sprintf("cost_%d", i)}
 		pub.publish("started", x.q, x.r, startedJSON(x.q, x.r, x.name))
 		rs = append(rs, x)
 	}
@@ -134,14 +149,31 @@ tables:
 		after = dbCounters(t, ctx, conn, db)
 		return after[0] > before[0]
 	})
-	c := replicaCost{replicas: n, events: nRuns * batches, periods: nRuns * 3}
+	c := replicaCost{replicas: n, mode: mode, events: nRuns * batches, periods: nRuns * 3}
 	c.writes = after[0] - before[0]
 	c.xacts = after[1] - before[1]
 	if err := conn.QueryRow(ctx, `SELECT
 		coalesce(sum(calls) FILTER (WHERE query ILIKE '%INSERT INTO%table_finalization%'), 0),
-		coalesce(sum(calls) FILTER (WHERE query NOT ILIKE '%pg_stat%'), 0)
-		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)`, db).Scan(&c.advanceStmts, &c.allStmts); err != nil {
+		coalesce(sum(calls) FILTER (WHERE query NOT ILIKE '%pg_stat%' AND query NOT ILIKE '%/* test */%'), 0),
+		coalesce(sum(calls) FILTER (WHERE query ILIKE '%pg_locks%' OR query ILIKE '%advisory%'), 0)
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)`, db).Scan(&c.advanceStmts, &c.allStmts, &c.lockStmts); err != nil {
 		t.Fatal(err)
+	}
+	if testing.Verbose() {
+		rows, err := conn.Query(ctx, `SELECT calls, left(regexp_replace(query, '\s+', ' ', 'g'), 90) FROM pg_stat_statements
+			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) AND query NOT ILIKE '%pg_stat%' ORDER BY calls DESC LIMIT 8`, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var calls int64
+			var q string
+			if err := rows.Scan(&calls, &q); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s, %d replicas: %4d  %s", mode, n, calls, q)
+		}
+		rows.Close()
 	}
 	c.writesPerPeriod = float64(c.writes) / float64(c.periods)
 	c.advancesPerEvent = float64(c.advanceStmts) / float64(c.events)

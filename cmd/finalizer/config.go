@@ -166,6 +166,10 @@ type OwnershipConfig struct {
 	// Buckets is how many buckets the tables are hashed into; every
 	// replica must use the same.
 	Buckets int `yaml:"buckets"`
+	// Balance spreads the buckets over the live replicas; false (the
+	// default) lets one replica own them all, which costs the fewest
+	// statements (one group commit for all the tables).
+	Balance bool `yaml:"balance"`
 	// Poll is how often a replica looks at the locks: a takeover's bound.
 	Poll Duration `yaml:"poll_interval"`
 	// Grace is how long a replica waits for the owner to write an advance

@@ -174,7 +174,7 @@ func serviceOptions(cfg Config, log *zap.Logger, stdout io.Writer) (service.Opti
 		},
 		Actions: actionRules,
 		Ownership: service.Ownership{
-			Off: !cfg.Ownership.Enabled, Buckets: cfg.Ownership.Buckets,
+			Off: !cfg.Ownership.Enabled, Balance: cfg.Ownership.Balance, Buckets: cfg.Ownership.Buckets,
 			Poll: time.Duration(cfg.Ownership.Poll), Grace: time.Duration(cfg.Ownership.Grace),
 		},
 		HTTPListen: cfg.HTTP.Listen,

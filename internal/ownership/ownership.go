@@ -75,7 +75,15 @@ type Options struct {
 	// Store applies the held advances this replica writes.
 	Store BatchStore
 
-	Buckets int           // 0 = DefaultBuckets; every replica must use the same
+	Buckets int // 0 = DefaultBuckets; every replica must use the same
+	// Balance spreads the buckets over the live replicas (each takes
+	// about buckets/replicas); without it a replica takes every free
+	// bucket, so one replica normally owns them all. Spreading costs
+	// statements: each replica's group commit (ADR 0008) sends its own
+	// statement for the tables of a period crossing that it owns, so a
+	// crossing of many tables costs one statement per owner instead of
+	// one (BENCHMARKS.md).
+	Balance bool
 	Poll    time.Duration // 0 = DefaultPoll
 	Grace   time.Duration // 0 = DefaultGrace
 	Forget  time.Duration // 0 = DefaultForget
@@ -152,7 +160,7 @@ func New(o Options) *Owner {
 		o:      o,
 		log:    o.Logger,
 		class:  int64(h.Sum32() & 0x7fffffff),
-		offset: rand.IntN(o.Buckets),
+		offset: offset(o),
 		m:      newMetrics(o.Registerer),
 		owned:  make([]bool, o.Buckets),
 		dirty:  make([]bool, o.Buckets),
@@ -161,6 +169,16 @@ func New(o Options) *Owner {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+}
+
+// offset is where a replica starts looking for free buckets: spread when
+// balancing, 0 otherwise, so that two replicas taking over at once take
+// the buckets in the same order and one of them most often gets them all.
+func offset(o Options) int {
+	if !o.Balance {
+		return 0
+	}
+	return rand.IntN(o.Buckets)
 }
 
 // Start takes this replica's share of the buckets once, writes what it
@@ -384,7 +402,10 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid::int8 = $1
 		return fmt.Errorf("ownership: read the locks: %w", err)
 	}
 	members = max(members, 1)
-	target := (w.o.Buckets + members - 1) / members
+	target := w.o.Buckets
+	if w.o.Balance {
+		target = (w.o.Buckets + members - 1) / members
+	}
 	w.m.members.Set(float64(members))
 	taken := map[int32]bool{}
 	for _, b := range others {

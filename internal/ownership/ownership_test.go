@@ -33,9 +33,9 @@ func setup(t *testing.T) (*control.Store, string) {
 }
 
 // owner starts an Owner on store (closed at cleanup) and returns its gate.
-func owner(t *testing.T, store *control.Store, url string, grace time.Duration) *Store {
+func owner(t *testing.T, store *control.Store, url string, grace time.Duration, balance bool) *Store {
 	t.Helper()
-	w := New(Options{URL: url, Table: control.DefaultTable, Store: store, Buckets: buckets, Poll: 50 * time.Millisecond, Grace: grace})
+	w := New(Options{URL: url, Table: control.DefaultTable, Store: store, Buckets: buckets, Poll: 50 * time.Millisecond, Grace: grace, Balance: balance})
 	w.Start(context.Background())
 	t.Cleanup(w.Close)
 	return Gate(store, w)
@@ -84,16 +84,37 @@ func tableOf(t *testing.T, w *Owner, own bool) string {
 	return ""
 }
 
+// TestOneOwnerAndTakeover: without balancing, the first replica owns
+// every bucket and the second none; when the first dies the second takes
+// them all.
+func TestOneOwnerAndTakeover(t *testing.T) {
+	store, url := setup(t)
+	a := owner(t, store, url, time.Hour, false)
+	b := owner(t, store, url, time.Hour, false)
+	time.Sleep(300 * time.Millisecond)
+	if na, nb := a.Owner().Owned(), b.Owner().Owned(); na != buckets || nb != 0 {
+		t.Fatalf("owned %d and %d, want %d and 0", na, nb, buckets)
+	}
+	if _, _, err := b.Advance(context.Background(), adv("bronze.orders", hour)); err != nil {
+		t.Fatal(err)
+	}
+	a.Owner().Close()
+	began := time.Now()
+	eventually(t, "the survivor owns every bucket", func() bool { return b.Owner().Owned() == buckets })
+	eventually(t, "the held advance written", func() bool { return verdict(t, store, "bronze.orders").Equal(hour) })
+	t.Logf("takeover and write in %v", time.Since(began))
+}
+
 // TestBalanceAndTakeover: a lone replica owns every bucket; a second one
 // gets half; when the first dies (its session ends) the second owns them
 // all within a few polls.
 func TestBalanceAndTakeover(t *testing.T) {
 	store, url := setup(t)
-	a := owner(t, store, url, time.Hour)
+	a := owner(t, store, url, time.Hour, true)
 	if n := a.Owner().Owned(); n != buckets {
 		t.Fatalf("a lone replica owns %d buckets after its start, want %d", n, buckets)
 	}
-	b := owner(t, store, url, time.Hour)
+	b := owner(t, store, url, time.Hour, true)
 	eventually(t, "the buckets split 4/4", func() bool { return a.Owner().Owned() == buckets/2 && b.Owner().Owned() == buckets/2 })
 	for i := range 100 {
 		name := fmt.Sprintf("bronze.t%d", i)
@@ -112,8 +133,8 @@ func TestBalanceAndTakeover(t *testing.T) {
 // it takes the bucket over, without a further advance.
 func TestHeldAdvanceWrittenAtTakeover(t *testing.T) {
 	store, url := setup(t)
-	a := owner(t, store, url, time.Hour)
-	b := owner(t, store, url, time.Hour)
+	a := owner(t, store, url, time.Hour, true)
+	b := owner(t, store, url, time.Hour, true)
 	eventually(t, "the buckets split", func() bool { return a.Owner().Owned() == buckets/2 && b.Owner().Owned() == buckets/2 })
 	table := tableOf(t, a.Owner(), true)
 	v, moved, err := b.Advance(context.Background(), adv(table, hour))
@@ -135,7 +156,7 @@ func TestHeldAdvanceWrittenAtTakeover(t *testing.T) {
 // TestOwnerWrites: the owner's advance is a statement, as without the gate.
 func TestOwnerWrites(t *testing.T) {
 	store, url := setup(t)
-	a := owner(t, store, url, time.Hour)
+	a := owner(t, store, url, time.Hour, true)
 	v, moved, err := a.Advance(context.Background(), adv("bronze.orders", hour))
 	if err != nil || !moved || !v.FinalizedUntil.Equal(hour) {
 		t.Fatalf("owner's advance: %+v, %v, %v", v, moved, err)
@@ -147,8 +168,8 @@ func TestOwnerWrites(t *testing.T) {
 // passed; an announcement that the table reached it spares the write.
 func TestFallbackAfterGrace(t *testing.T) {
 	store, url := setup(t)
-	a := owner(t, store, url, time.Hour)
-	b := owner(t, store, url, 300*time.Millisecond)
+	a := owner(t, store, url, time.Hour, true)
+	b := owner(t, store, url, 300*time.Millisecond, true)
 	eventually(t, "the buckets split", func() bool { return a.Owner().Owned() == buckets/2 && b.Owner().Owned() == buckets/2 })
 	t1 := tableOf(t, a.Owner(), true)
 	if _, _, err := b.Advance(context.Background(), adv(t1, hour)); err != nil {
@@ -180,7 +201,7 @@ func TestFallbackAfterGrace(t *testing.T) {
 // undone.
 func TestRewrittenAfterLostConnection(t *testing.T) {
 	store, url := setup(t)
-	a := owner(t, store, url, time.Hour)
+	a := owner(t, store, url, time.Hour, true)
 	ctx := context.Background()
 	if _, moved, err := a.Advance(ctx, adv("bronze.lost", hour)); err != nil || !moved {
 		t.Fatal(moved, err)
@@ -216,7 +237,7 @@ func TestRewrittenAfterLostConnection(t *testing.T) {
 // the owner write again what it holds, at once.
 func TestReconnectedRewrites(t *testing.T) {
 	store, url := setup(t)
-	a := owner(t, store, url, time.Hour)
+	a := owner(t, store, url, time.Hour, true)
 	ctx := context.Background()
 	if _, _, err := a.Advance(ctx, adv("bronze.lost", hour)); err != nil {
 		t.Fatal(err)

@@ -287,7 +287,7 @@ func (s *Service) startRegistry(context.Context) error {
 		// starts after the recovery (own).
 		s.owner = ownership.New(ownership.Options{
 			URL: s.pgURL, Table: s.opts.ControlTable, Store: s.store,
-			Buckets: o.Buckets, Poll: o.Poll, Grace: o.Grace,
+			Buckets: o.Buckets, Balance: o.Balance, Poll: o.Poll, Grace: o.Grace,
 			Logger: s.log.Named("ownership"), Registerer: s.prom,
 		})
 		rc.Store = ownership.Gate(s.store, s.owner)

@@ -150,6 +150,7 @@ type Ownership struct {
 	// Off makes every advance a statement, as active-active replicas
 	// without ownership do.
 	Off     bool
+	Balance bool
 	Buckets int
 	Poll    time.Duration
 	Grace   time.Duration
