@@ -51,31 +51,7 @@ func (r *loadRun) bounds() (acked, attempted int64) {
 // JetStream, retrying a batch until the cluster acknowledges it, as a
 // careful publisher would; it stops when ctx is done.
 func steadyLoad(ctx context.Context, js jetstream.JetStream, runs []*loadRun, every time.Duration) {
-	for b := int64(0); ctx.Err() == nil; b++ {
-		ts := loadBase.Add(time.Duration(b) * loadStep).Format("2006-01-02T15:04:05")
-		for _, r := range runs {
-			r.mu.Lock()
-			r.attempted = b
-			r.mu.Unlock()
-			subj := "spark.progress." + r.q + "." + r.r
-			for ctx.Err() == nil {
-				pctx, cancel := context.WithTimeout(ctx, time.Second)
-				_, err := js.Publish(pctx, subj, []byte(progressAt(r.q, r.r, r.name, b, ts)))
-				cancel()
-				if err == nil {
-					r.mu.Lock()
-					r.acked = b
-					r.mu.Unlock()
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(every):
-		}
-	}
+	steadyLoadFrom(ctx, js, runs, every, 0)
 }
 
 // aheadChecker polls the control table through pgURL and fails the test

@@ -12,7 +12,10 @@
 // when it acquires the bucket (a takeover), when its lock connection comes
 // back (a PostgreSQL failover may have lost the newest writes), or when no
 // announcement on the control table's channel showed the table reach it
-// within the grace (an owner that does not track the run).
+// within the grace (an owner that does not track the run). A replica
+// whose lock connection is down (before its first poll, after a failed
+// one) does not know who owns what, and writes every advance, as an
+// active-active replica does.
 //
 // Ownership is an optimisation only. Every write is forward-only and
 // idempotent (control.Store.Advance), so two replicas that both believe
@@ -123,8 +126,12 @@ type Owner struct {
 	offset int   // where this replica starts looking for free buckets
 	m      metrics
 
-	mu      sync.Mutex
-	owned   []bool                      // by bucket
+	mu    sync.Mutex
+	owned []bool // by bucket
+	// known: the lock connection is up, so owned says who writes; while
+	// it is not (before the first poll, after a failed one) this replica
+	// writes every advance, as an active-active replica does.
+	known   bool
 	dirty   []bool                      // owned buckets whose held advances are to be written
 	held    map[string]map[string]*held // table -> feeder (query id) -> its newest advance
 	started bool
@@ -209,6 +216,8 @@ func (w *Owner) Bucket(table string) int {
 }
 
 // Owns reports whether this replica holds the lock of table's bucket.
+// (While its lock connection is down it owns nothing, and writes every
+// advance.)
 func (w *Owner) Owns(table string) bool {
 	b := w.Bucket(table)
 	w.mu.Lock()
@@ -311,6 +320,7 @@ func (w *Owner) loop() {
 // its session.
 func (w *Owner) release() {
 	w.mu.Lock()
+	w.known = false
 	clear(w.owned)
 	clear(w.dirty)
 	w.mu.Unlock()
@@ -348,6 +358,7 @@ func (w *Owner) lost(err error) {
 	}
 	w.mu.Lock()
 	had := slices.Contains(w.owned, true)
+	w.known = false
 	clear(w.owned)
 	clear(w.dirty)
 	w.doubtLocked()
@@ -445,6 +456,7 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid::int8 = $1
 		mine = mine[:target]
 	}
 	w.mu.Lock()
+	w.known = true
 	clear(w.owned)
 	for _, b := range mine {
 		w.owned[b] = true
@@ -643,7 +655,8 @@ func (w *Owner) forget() {
 }
 
 // hold records a as the newest advance of its feeder when it is, and
-// reports whether this replica owns its table's bucket.
+// reports whether this replica writes it: it owns the table's bucket, or
+// it does not know who does (its lock connection is down).
 func (w *Owner) hold(a control.Advance, now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -655,7 +668,7 @@ func (w *Owner) hold(a control.Advance, now time.Time) bool {
 	if h := hs[a.QueryID]; h == nil || a.FinalizedUntil.After(h.a.FinalizedUntil) {
 		hs[a.QueryID] = &held{a: a, at: now, since: now}
 	}
-	return w.owned[w.Bucket(a.Table)]
+	return !w.known || w.owned[w.Bucket(a.Table)]
 }
 
 // reached marks a's held advance reached when v shows the table at or
