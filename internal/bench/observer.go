@@ -24,6 +24,7 @@ type observer struct {
 
 	mu      sync.Mutex
 	reached map[string]time.Time // table -> newest finalized_until heard
+	heardAt map[string]time.Time // table -> when that was heard
 	count   int64                // notifications heard
 	// Latency probes: per table, crossings published and not yet heard,
 	// oldest first.
@@ -58,6 +59,7 @@ func startObserver(ctx context.Context, url string) (*observer, error) {
 		cancel:  cancel,
 		done:    make(chan struct{}),
 		reached: make(map[string]time.Time),
+		heardAt: make(map[string]time.Time),
 		pending: make(map[string][]probe),
 	}
 	go o.loop(lctx)
@@ -92,7 +94,7 @@ func (o *observer) heard(table string, until, at time.Time) {
 	defer o.mu.Unlock()
 	o.count++
 	if prev, ok := o.reached[table]; !ok || until.After(prev) {
-		o.reached[table] = until
+		o.reached[table], o.heardAt[table] = until, at
 	}
 	if ps := o.pending[table]; len(ps) > 0 {
 		i := 0
@@ -150,6 +152,11 @@ func (o *observer) waitAll(ctx context.Context, targets map[string]time.Time) (t
 	var last time.Time
 	for table, t := range targets {
 		if r, ok := o.reached[table]; ok && !r.Before(t) {
+			// Reached before the wait (a start that commits the
+			// recovered verdicts before it returns): when it was heard.
+			if at := o.heardAt[table]; at.After(last) {
+				last = at
+			}
 			continue
 		}
 		o.targets[table] = t

@@ -33,6 +33,10 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "finalizer_ownership_held_moved_total",
 			Help: "Held advances whose write moved the verdict, by why: a fallback that moves one says the owner did not write it."}, []string{"why"}),
 	}
+	for _, why := range []string{"flush", "fallback"} {
+		m.written.WithLabelValues(why) // exported at 0 from the start
+		m.moved.WithLabelValues(why)
+	}
 	if reg != nil {
 		reg.MustRegister(m.owned, m.members, m.connected, m.heldNow, m.acquired, m.held, m.written, m.moved)
 	}

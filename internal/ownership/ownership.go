@@ -535,6 +535,13 @@ func (w *Owner) flush(ctx context.Context) {
 func (w *Owner) fallback(ctx context.Context) {
 	now := time.Now()
 	w.mu.Lock()
+	if !w.known {
+		// The lock connection is down: the trackers' own advances go
+		// through meanwhile, and what is held is written at the next
+		// takeover (every bucket taken back is flushed).
+		w.mu.Unlock()
+		return
+	}
 	var as []control.Advance
 	doubt := false
 	for table, hs := range w.held {
