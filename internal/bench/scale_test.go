@@ -80,7 +80,9 @@ func (countingCore) Sync() error { return nil }
 // holds no line per run or per verdict at INFO.
 func TestScaleRuns(t *testing.T) {
 	n := scaleRuns(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	// About 150 runs tracked per second on a loaded 2-core machine: the
+	// bound grows with N (run it with -timeout above it).
+	ctx, cancel := context.WithTimeout(context.Background(), max(15*time.Minute, time.Duration(n)*30*time.Millisecond))
 	defer cancel()
 	work := t.TempDir()
 	srv, err := embeddednats.Start(embeddednats.Options{Port: embeddednats.RandomPort, StoreDir: filepath.Join(work, "nats")})
