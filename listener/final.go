@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
-	"github.com/finalizer-dev/finalizer/actions"
+	"github.com/finalizer-dev/finalizer/internal/actions"
 )
 
 // DefaultFinalStream is the JetStream stream of the nats action's events

@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
-	"github.com/finalizer-dev/finalizer/actions"
 	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/internal/actions"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
 	"github.com/finalizer-dev/finalizer/listener"

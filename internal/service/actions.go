@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/finalizer-dev/finalizer/actions"
 	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/internal/actions"
 	"github.com/finalizer-dev/finalizer/listener"
 )
 

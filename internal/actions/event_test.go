@@ -3,6 +3,7 @@ package actions
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -159,13 +160,16 @@ func TestTemplateRegexp(t *testing.T) {
 func TestPythonVerifier(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
+		if os.Getenv("FINALIZER_REQUIRE_PYTHON") == "1" {
+			t.Fatalf("python3 is required (FINALIZER_REQUIRE_PYTHON=1): %v", err)
+		}
 		t.Skip("no python3")
 	}
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	body := []byte(`{"id":"a290e3fc0bd42d9acbd4ebb89657e866","table":"bronze.orders"}`)
 	sig := Sign([]byte("k3y"), ts, body)
 	run := func(key string, b []byte) error {
-		cmd := exec.Command(py, "../examples/verify_webhook.py", key, ts, sig)
+		cmd := exec.Command(py, "../../examples/verify_webhook.py", key, ts, sig)
 		cmd.Stdin = bytes.NewReader(b)
 		return cmd.Run()
 	}
