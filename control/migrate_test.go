@@ -192,7 +192,16 @@ func TestTracksRoundTrip(t *testing.T) {
 	if err := s.FinishTrack(ctx, "unknown", "bronze.orders"); err != nil {
 		t.Fatalf("FinishTrack of an unknown track: %v", err)
 	}
-	// A finished track saved again (a restart re-tracking it) stays done.
+	got, err = s.Tracks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].RunID != "r2" {
+		t.Errorf("Tracks after finishing r1 = %+v, want only r2", got)
+	}
+	// A finished track saved again (`finalizer track` of a run whose
+	// tracker expired, or an expired run that spoke again) is live again:
+	// it must be resumed after a restart, not silently dropped.
 	if err := s.SaveTrack(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -200,8 +209,8 @@ func TestTracksRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].RunID != "r2" {
-		t.Errorf("Tracks after finishing r1 = %+v, want only r2", got)
+	if len(got) != 2 || got[0].RunID != "r1" || !got[0].CreatedAt.Equal(created) {
+		t.Errorf("Tracks after saving the finished r1 again = %+v, want r1 (its first CreatedAt) and r2", got)
 	}
 
 	for name, tr := range map[string]Track{

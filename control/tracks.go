@@ -8,8 +8,11 @@ import (
 )
 
 // SaveTrack persists an explicit track so that it survives a restart. It
-// is idempotent: saving the same (RunID, Table) again keeps one row, its
-// CreatedAt and its DoneAt, and takes the new QueryID and Spec. A zero
+// is idempotent: saving the same (RunID, Table) again keeps one row and
+// its CreatedAt, takes the new QueryID and Spec, and makes a track that
+// was done live again (a run tracked again after its tracker expired or
+// was superseded must survive a restart too; one that terminated is
+// marked done again as soon as its tracker sees the termination). A zero
 // CreatedAt means now; DoneAt is ignored (see FinishTrack). It fails with
 // ErrInvalidTrack when RunID, QueryID or Table is empty or Spec is not
 // JSON.
@@ -31,7 +34,7 @@ func (s *Store) SaveTrack(ctx context.Context, t Track) error {
 	_, err := s.pool.Exec(ctx, `
 INSERT INTO `+s.n.tracks+` (query_id, run_id, table_name, spec, created_at)
 VALUES ($1, $2, $3, $4::jsonb, coalesce($5::timestamptz, now()))
-ON CONFLICT (run_id, table_name) DO UPDATE SET query_id = EXCLUDED.query_id, spec = EXCLUDED.spec`,
+ON CONFLICT (run_id, table_name) DO UPDATE SET query_id = EXCLUDED.query_id, spec = EXCLUDED.spec, done_at = NULL`,
 		t.QueryID, t.RunID, t.Table, spec, nullTime(t.CreatedAt))
 	return wrap(ctx, op, err)
 }

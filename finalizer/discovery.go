@@ -80,6 +80,9 @@ func (r *Registry) Known(runID string) bool {
 	if len(r.runs[runID]) > 0 {
 		return true
 	}
+	if _, ok := r.expired.get(runID); ok {
+		return false // its next event tracks it again
+	}
 	if _, ok := r.finished.get(runID); ok {
 		return true
 	}
@@ -177,8 +180,11 @@ func (r *Registry) consider(ctx context.Context, runID string) {
 	run := p.run
 	r.mu.Unlock()
 
+	r.mu.Lock()
+	again, _ := r.expired.get(runID)
+	r.mu.Unlock()
 	name := run.Name
-	if name == "" {
+	if name == "" && len(again) == 0 {
 		if n, ok := r.cfg.Bus.(Namer); ok {
 			got, err := n.RunName(ctx, run.QueryID, run.RunID)
 			if err != nil {
@@ -194,8 +200,14 @@ func (r *Registry) consider(ctx context.Context, runID string) {
 		r.refuse(RefusedQueryName, run, fmt.Errorf("query name of %d bytes, at most %d", len(name), MaxQueryNameLen))
 		return
 	}
-	var reqs []Request
+	// A run that expired and speaks again is tracked again into the
+	// tables it was tracked into, explicit ones included, whatever its
+	// event says of its name.
+	reqs := append([]Request(nil), again...)
 	for _, rule := range r.cfg.Rules {
+		if len(again) > 0 {
+			break
+		}
 		if table, ok := rule.Match(run.QueryID, name); ok {
 			reqs = append(reqs, Request{QueryID: run.QueryID, RunID: run.RunID, Table: table, Spec: rule.Spec,
 				QueryName: name, RetireOnCleanTermination: rule.Retire == RetireOnCleanTermination})

@@ -44,6 +44,11 @@ func (r *Registry) sweep() {
 			r.log.Warn("run silent for too long; stopping its tracker (a driver that died without a termination?)",
 				zap.String("table", s.Table), zap.String("query_id", s.QueryID), zap.String("run_id", s.RunID),
 				zap.Duration("silent", silent))
+			r.mu.Lock()
+			if x.e.stopReason == "" {
+				x.e.expired = true
+			}
+			r.mu.Unlock()
 			r.stopEntry(x.e, fmt.Sprintf("expired: the run sent no event for %s", silent.Round(time.Second)), true)
 		}
 	}

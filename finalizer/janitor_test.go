@@ -10,6 +10,8 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
 )
 
 // hookCore calls on for every log entry, synchronously, on the logging
@@ -76,4 +78,53 @@ func TestJanitorStopsOnlyTheTrackerItSaw(t *testing.T) {
 	eventually(t, "janitor re-armed", func() bool { return clock.Waiting() == 1 })
 	bus.Publish(cdcProgress(runB, "2026-09-28T14:05:00"))
 	eventually(t, "the fresh tracker of run B writes", func() bool { return store.Verdict("b").Equal(utc("2026-09-28T14:00:00Z")) })
+}
+
+// An expired run is stopped, not forgotten: a run silent past ExpireAfter
+// (a batch that ran longer, a partition between the driver and NATS) that
+// speaks again is tracked again, into the same tables, declarative and
+// explicit alike. Before, the expiry was remembered as the run's end and
+// every later event of the live run was dropped unparsed until a restart:
+// a silent "not yet", with no tracker left to be shown stale.
+func TestExpiredRunThatSpeaksAgainIsTrackedAgain(t *testing.T) {
+	clock := newFakeClock(utc("2026-09-28T15:00:00Z"))
+	store, bus := newFakeStore(), newFakeBus()
+	tracks := &fakeTracks{}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Clock: clock, Tracks: tracks,
+		Rules:      []finalizer.Rule{{Table: "rule", Query: "orders", Spec: hourSpec(t)}},
+		StaleAfter: time.Minute, ExpireAfter: time.Hour, Logger: zap.NewNop()})
+	defer reg.Close(context.Background())
+	p := cdcProgress(runA, "2026-09-28T13:05:00")
+	p.Name = "orders"
+	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindProgress, Event: p})
+	if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "explicit", Spec: hourSpec(t), Explicit: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both tracked", func() bool { return len(reg.Status()) == 2 })
+	eventually(t, "the first progress applied", func() bool { return store.Verdict("rule").Equal(utc("2026-09-28T13:00:00Z")) })
+	eventually(t, "janitor armed", func() bool { return clock.Waiting() == 1 })
+	clock.Advance(2 * time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if res, err := reg.Join(ctx, runA); err != nil || res.Done || !strings.Contains(res.Stopped, "expired") {
+		t.Fatalf("join = %+v, %v; want expired", res, err)
+	}
+	if reg.Known(runA) {
+		t.Fatal("an expired run is known: its next event would be dropped unparsed")
+	}
+	// The run speaks again, with an idle event (no name) and a progress.
+	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Kind: progress.KindIdle, Event: idle(runA)})
+	eventually(t, "tracked again into both tables", func() bool { return len(reg.Status()) == 2 })
+	q := cdcProgress(runA, "2026-09-28T14:05:00")
+	q.Name = "orders"
+	bus.Publish(q)
+	for _, table := range []string{"rule", "explicit"} {
+		eventually(t, "the progress after the expiry applied to "+table, func() bool { return store.Verdict(table).Equal(utc("2026-09-28T14:00:00Z")) })
+	}
+	tracks.mu.Lock()
+	saved := len(tracks.saved)
+	tracks.mu.Unlock()
+	if saved < 2 {
+		t.Fatalf("the explicit track was saved %d times; want it saved again (live again after a restart)", saved)
+	}
 }

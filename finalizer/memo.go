@@ -1,19 +1,19 @@
 package finalizer
 
 // memo is a bounded map that forgets its oldest keys first.
-type memo struct {
+type memo[V any] struct {
 	max   int
-	m     map[string]JoinResult
+	m     map[string]V
 	order []string
 }
 
-func newMemo(max int) *memo { return &memo{max: max, m: make(map[string]JoinResult)} }
+func newMemo[V any](max int) *memo[V] { return &memo[V]{max: max, m: make(map[string]V)} }
 
-func (m *memo) get(k string) (JoinResult, bool) { v, ok := m.m[k]; return v, ok }
+func (m *memo[V]) get(k string) (V, bool) { v, ok := m.m[k]; return v, ok }
 
-func (m *memo) del(k string) { delete(m.m, k) }
+func (m *memo[V]) del(k string) { delete(m.m, k) }
 
-func (m *memo) put(k string, v JoinResult) {
+func (m *memo[V]) put(k string, v V) {
 	if _, ok := m.m[k]; !ok {
 		m.order = append(m.order, k)
 	}

@@ -193,6 +193,9 @@ type entry struct {
 	// not; finish says whether an explicit track is then done for good.
 	stopReason string
 	finish     bool
+	// expired: the janitor stopped it after a silence; the run's next
+	// event tracks it again (Registry.expired).
+	expired bool
 	// start is when the run started (exact: from its started event) or, not
 	// exact, an upper bound of it (the time of a progress of the run).
 	start time.Time
@@ -221,11 +224,15 @@ type Registry struct {
 	runs     map[string][]*entry // runID -> its trackers not finished
 	queries  map[string][]*entry // queryID -> its trackers not finished
 	starting map[string]int      // runID -> trackers not yet subscribed
-	finished *memo               // runID -> last JoinResult
-	ignored  *memo               // runs no rule matches, or refused
+	finished *memo[JoinResult]   // runID -> last JoinResult
+	ignored  *memo[JoinResult]   // runs no rule matches, or refused
+	// expired holds the requests of runs whose trackers the janitor
+	// stopped after a silence: the run is not known, so its next event
+	// tracks it again into the same tables.
+	expired *memo[[]Request]
 	// undecided holds runs seen without a name that no rule matches by
 	// id: an event that carries the name decides them.
-	undecided  *memo
+	undecided  *memo[JoinResult]
 	pending    map[string]*pendingRun // runs waiting for a decision
 	queue      []string               // pending runs in arrival order
 	maxPending int
@@ -287,10 +294,11 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		runs:     make(map[string][]*entry),
 		queries:  make(map[string][]*entry),
 		starting: make(map[string]int),
-		finished: newMemo(cfg.Remember),
-		ignored:  newMemo(cfg.Remember),
+		finished: newMemo[JoinResult](cfg.Remember),
+		ignored:  newMemo[JoinResult](cfg.Remember),
+		expired:  newMemo[[]Request](cfg.Remember),
 
-		undecided:  newMemo(cfg.Remember),
+		undecided:  newMemo[JoinResult](cfg.Remember),
 		pending:    make(map[string]*pendingRun),
 		maxPending: DefaultMaxPending,
 
@@ -370,6 +378,7 @@ func (r *Registry) register(reqs []Request, p *pendingRun) (es []*entry, capped 
 		r.finished.del(req.RunID)
 		r.ignored.del(req.RunID)
 		r.undecided.del(req.RunID)
+		r.expired.del(req.RunID)
 		es = append(es, e)
 	}
 	return es, capped
@@ -596,6 +605,12 @@ func (r *Registry) reap(e *entry) {
 	}
 	r.mu.Lock()
 	r.remove(e)
+	if e.expired && !out.terminated && !r.closed {
+		reqs, _ := r.expired.get(e.req.RunID)
+		req := e.req
+		req.resumed = false // saved again, live again after a restart
+		r.expired.put(e.req.RunID, append(reqs, req))
+	}
 	if prev, ok := r.finished.get(e.req.RunID); ok {
 		res.Done = res.Done && prev.Done
 		res.Stopped = cmp.Or(prev.Stopped, res.Stopped)
