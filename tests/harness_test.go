@@ -430,6 +430,15 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// logged waits until serve's stderr holds substr. A line logged before an
+// effect the test saw (a 503, a metric, a verdict) can reach the test after
+// it: stderr is copied through a pipe, so a single read right after the
+// effect is a flaky test, not a missing log line.
+func (p *proc) logged(t *testing.T, what, substr string) {
+	t.Helper()
+	eventually(t, what+" in the log", func() bool { return strings.Contains(p.stderr.String(), substr) })
+}
+
 // countWrites counts the control-table statements the service executed,
 // from its /metrics.
 func metric(t *testing.T, httpURL, name string) float64 {

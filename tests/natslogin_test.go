@@ -124,9 +124,7 @@ func TestStreamDeletedAndPurgedByHand(t *testing.T) {
 	eventually(t, "the purge counted", func() bool {
 		return sample(t, s.httpURL, `finalizer_stream_incidents_total{kind="purged"}`) == 1
 	})
-	if !strings.Contains(s.stderr.String(), "the event stream was purged") {
-		t.Error("the purge is not in the log")
-	}
+	s.logged(t, "the purge", "the event stream was purged")
 
 	if err := js.DeleteStream(ctx, "SPARK_EVENTS"); err != nil {
 		t.Fatal(err)

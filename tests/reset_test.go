@@ -154,7 +154,5 @@ tables:
 	if !strings.HasPrefix(tbl.Mark, "behind: run "+runB) || !tbl.FinalizedUntil.Equal(utc("2026-09-28T15:00:00Z")) {
 		t.Errorf("table: %+v", tbl)
 	}
-	if !strings.Contains(s.stderr.String(), "a candidate is below the verdict's stored end") {
-		t.Error("no WARN")
-	}
+	s.logged(t, "the WARN of a candidate below the stored end", "a candidate is below the verdict's stored end")
 }
