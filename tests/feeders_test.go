@@ -508,10 +508,22 @@ tables:
 `})
 	pub := connect(t, s.natsURL)
 	live, liveRun, bf, run1, run2 := id(0x1301), id(0x1302), id(0x1303), id(0x1304), id(0x1305)
-	pub.publish("progress", live, liveRun, progressAt(live, liveRun, "orders-live", 1, "2026-09-28T16:05:00"))
+	// The backfill's two runs first (one feeder: one query id), then the
+	// live query, which joins ahead and is held by the backfill.
 	pub.publish("progress", bf, run1, progressAt(bf, run1, "orders-backfill", 1, "2026-09-28T12:30:00"))
 	pub.publish("progress", bf, run2, progressAt(bf, run2, "orders-backfill", 2, "2026-09-28T13:30:00"))
 	waitVerdict(t, pgURL, "silver.guard", "2026-09-28T13:00:00Z")
+	pub.publish("progress", live, liveRun, progressAt(live, liveRun, "orders-live", 1, "2026-09-28T16:05:00"))
+	eventually(t, "the live query to be a feeder", func() bool {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.guard", &doc)
+		for _, f := range doc.Feeders {
+			if f.Feeder == live && f.FinalizedUntil.Equal(utc("2026-09-28T16:00:00Z")) {
+				return true
+			}
+		}
+		return false
+	})
 	bfActive := func() (active, known bool) {
 		var doc tableDoc
 		getJSON(t, s.httpURL+"/v1/tables/silver.guard", &doc)
