@@ -198,9 +198,12 @@ Exit codes:
   2  usage error, unknown run, or no service reachable
   3  a tracker of the run stopped without that, and join says why: the run was
      superseded by a run of the same query that started later, it was silent
-     past tracking.expire_after, the service shut down (the track resumes when
-     it starts again: join again), or its last advance failed (the error is
-     printed)`,
+     past tracking.expire_after (its next event tracks it again: join again),
+     the service shut down (the track resumes when it starts again: join
+     again), or its last advance failed (the error is printed)
+
+A join that reaches the service while it recovers its tracks at start waits
+for the recovery (within --timeout) instead of calling the run unknown.`,
 		Example: `  finalizer join --run-id e225d92f-2545-48f8-87a2-9c0309580f8a --timeout 5m`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -67,6 +68,16 @@ func (s *Service) handleJoin(ctx context.Context, r listener.JoinRequest) listen
 		defer cancel()
 	}
 	res, err := s.registry.Join(ctx, r.RunID)
+	if errors.Is(err, finalizer.ErrUnknownRun) {
+		// The API answers from before the tracks are recovered: a run
+		// not known yet may be one that recovery is about to resume.
+		select {
+		case <-s.recovered:
+		case <-ctx.Done():
+			return listener.JoinReply{} // not done within the timeout
+		}
+		res, err = s.registry.Join(ctx, r.RunID)
+	}
 	if err != nil {
 		return listener.JoinReply{Error: err.Error()}
 	}

@@ -387,6 +387,7 @@ func (s *Service) discover(context.Context) error {
 // declarative ones from what JetStream retained. Each tracker applies its
 // run's retained progress at once. It has nothing to stop.
 func (s *Service) recover(ctx context.Context) error {
+	defer s.markRecovered()
 	began := time.Now()
 	tracks, err := s.store.Tracks(ctx)
 	if err != nil {

@@ -192,7 +192,12 @@ type Service struct {
 	actors      []actor // started, in start order
 	startFailed bool    // Start failed: its Stop undoes what a first start made
 	stopOnce    sync.Once
-	failed      chan error // an actor that stopped on its own
+	// recovered is closed once the registry recovered the tracked runs
+	// (or the service stops): until then a join of a run the registry
+	// does not know waits for it (handleJoin).
+	recovered     chan struct{}
+	recoveredOnce sync.Once
+	failed        chan error // an actor that stopped on its own
 }
 
 // actor is one started part of the service and how to stop it.
@@ -215,7 +220,8 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	if o.ControlTable == "" {
 		o.ControlTable = control.DefaultTable
 	}
-	s := &Service{opts: o, log: o.Logger, out: o.Stdout, prom: prometheus.NewRegistry(), failed: make(chan error, 1)}
+	s := &Service{opts: o, log: o.Logger, out: o.Stdout, prom: prometheus.NewRegistry(), failed: make(chan error, 1),
+		recovered: make(chan struct{})}
 	s.prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newReadiness(s))
 	s.metrics = finalizer.NewMetrics(s.prom, time.Now)
 	for _, start := range []func(context.Context) error{
@@ -280,6 +286,7 @@ func (s *Service) Run(ctx context.Context, shutdown time.Duration) error {
 // blocks; safe to call twice.
 func (s *Service) Stop(ctx context.Context) {
 	s.stopOnce.Do(func() {
+		s.markRecovered()
 		for i := len(s.actors) - 1; i >= 0; i-- {
 			s.log.Debug("stopping", zap.String("part", s.actors[i].name))
 			s.actors[i].stop(ctx)
@@ -363,4 +370,9 @@ func redactURL(raw string) string {
 		return "(a URL that does not parse)"
 	}
 	return u.Redacted()
+}
+
+// markRecovered ends the recovery's hold on joins; safe to call twice.
+func (s *Service) markRecovered() {
+	s.recoveredOnce.Do(func() { close(s.recovered) })
 }
