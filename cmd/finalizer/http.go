@@ -92,26 +92,17 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		if !ok {
 			return
 		}
-		vs, err := store.List(r.Context())
+		// One page read from PostgreSQL (keyset on the table name), not the
+		// whole control table for every page.
+		vs, fs, next, err := store.TablesPage(r.Context(), r.URL.Query().Get("after"), limit)
 		if err != nil {
 			httpError(w, err)
 			return
 		}
-		fs, err := store.Feeders(r.Context(), "")
-		if err != nil {
+		page := tableStatuses(vs, fs, registry.Status(), time.Now().UTC(), "") // sorted by table
+		if err := withActions(r.Context(), svc, page, ""); err != nil {
 			httpError(w, err)
 			return
-		}
-		all := tableStatuses(vs, fs, registry.Status(), time.Now().UTC(), "") // sorted by table
-		if err := withActions(r.Context(), svc, all, ""); err != nil {
-			httpError(w, err)
-			return
-		}
-		after := r.URL.Query().Get("after")
-		start := sort.Search(len(all), func(i int) bool { return all[i].Table > after })
-		page, next := all[start:], ""
-		if len(page) > limit {
-			page, next = page[:limit], page[limit-1].Table
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"tables": page, "next": next})
 	})
