@@ -77,6 +77,9 @@ func (r *Registry) Known(runID string) bool {
 	if r.starting[runID] > 0 || r.pending[runID] != nil {
 		return false
 	}
+	if _, ok := r.awaitName.get(runID); ok {
+		return false // its events are read for its name
+	}
 	if len(r.runs[runID]) > 0 {
 		return true
 	}
@@ -111,9 +114,16 @@ func (r *Registry) Discovered(run listener.Run) {
 		for _, e := range es {
 			e.box.Offer(run.Event)
 		}
-		return
-	}
-	if p := r.pending[run.RunID]; p != nil {
+		if p := r.pending[run.RunID]; p != nil {
+			p.merge(run)
+			return
+		}
+		if _, ok := r.awaitName.get(run.RunID); !ok || run.Name == "" {
+			return
+		}
+		// Tracked without a name so far: its name decides the other rules.
+		r.awaitName.del(run.RunID)
+	} else if p := r.pending[run.RunID]; p != nil {
 		p.merge(run)
 		return
 	}
@@ -262,6 +272,11 @@ func (r *Registry) consider(ctx context.Context, runID string) {
 	p.run.Name = cmp.Or(p.run.Name, name)
 	es, capped := r.register(valid, p)
 	delete(r.pending, runID)
+	if name == "" && len(again) == 0 && len(reqs) < len(r.cfg.Rules) {
+		// Tracked by the rules that match its id; the others may match
+		// its name, which a later event carries.
+		r.awaitName.put(runID, JoinResult{})
+	}
 	r.mu.Unlock()
 	if capped > 0 {
 		// Counted by register. Not remembered as refused: once trackers

@@ -232,7 +232,11 @@ type Registry struct {
 	expired *memo[[]Request]
 	// undecided holds runs seen without a name that no rule matches by
 	// id: an event that carries the name decides them.
-	undecided  *memo[JoinResult]
+	undecided *memo[JoinResult]
+	// awaitName holds runs tracked without a name (by rules that match
+	// their id) while other rules might match their name: an event that
+	// carries the name decides those rules too.
+	awaitName  *memo[JoinResult]
 	pending    map[string]*pendingRun // runs waiting for a decision
 	queue      []string               // pending runs in arrival order
 	maxPending int
@@ -299,6 +303,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		expired:  newMemo[[]Request](cfg.Remember),
 
 		undecided:  newMemo[JoinResult](cfg.Remember),
+		awaitName:  newMemo[JoinResult](cfg.Remember),
 		pending:    make(map[string]*pendingRun),
 		maxPending: DefaultMaxPending,
 

@@ -269,3 +269,23 @@ func started(runID, name, ts string) listener.Run {
 	ev := &progress.Event{Kind: progress.KindStarted, QueryID: queryA, RunID: runID, Name: name, Timestamp: utc(ts), BatchID: -1}
 	return listener.Run{QueryID: queryA, RunID: runID, Name: name, Kind: progress.KindStarted, Event: ev}
 }
+
+// A run first seen without a name that a rule matches by its id is
+// tracked by that rule at once; the rules that need its name are decided
+// when an event carries it. Before, the run was tracked by the id rule
+// alone, and its named events went only to that tracker: the table of
+// the name rule never moved, silently.
+func TestNamelessRunTrackedByIDIsDecidedAgainByName(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "by_id.{id}", Query: "*", Spec: hourSpec(t)}, finalizer.Rule{Table: "t", Query: "orders", Spec: hourSpec(t)})
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Kind: progress.KindIdle, Event: idle(runA)})
+	eventually(t, "tracked by the id rule", func() bool { return len(r.reg.Status()) == 1 })
+	p := cdcProgress(runA, "2026-09-28T14:05:00")
+	p.Name = "orders"
+	if r.reg.Known(runA) {
+		r.bus.Publish(p) // what the run's subscription delivers
+	}
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindProgress, Event: p})
+	for _, table := range []string{"by_id." + queryA, "t"} {
+		eventually(t, "the named progress applied to "+table, func() bool { return r.store.Verdict(table).Equal(utc("2026-09-28T14:00:00Z")) })
+	}
+}
