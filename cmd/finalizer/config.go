@@ -149,7 +149,8 @@ type LogConfig struct {
 type TrackingConfig struct {
 	StaleAfter  Duration `yaml:"stale_after"`
 	ExpireAfter Duration `yaml:"expire_after"`
-	// MaxTrackers caps the trackers running at once; 0 = the default,
+	// MaxTrackers caps the trackers running at once (one per run and
+	// table: a run into two tables counts twice); 0 = the default,
 	// negative = no cap.
 	MaxTrackers int      `yaml:"max_trackers"`
 	FutureSkew  Duration `yaml:"future_skew"`
