@@ -73,6 +73,9 @@ func TestQuickBench(t *testing.T) {
 		t.Errorf("burst %.3f s, recovery %.3f s, first verdicts %.3f s: a phase did not run", res.BurstSeconds,
 			res.RecoverySeconds, res.FirstVerdictsSeconds)
 	}
+	if res.RSSNoGCPerRunKiB == 0 || res.MemPerRunKiB == 0 {
+		t.Errorf("memory per run: %.1f KiB without a forced GC, %.1f after one: the memory phase read no RSS", res.RSSNoGCPerRunKiB, res.MemPerRunKiB)
+	}
 	if res.NATSSlowConsumer != 0 || res.NATSDropped != 0 || res.NATSDisconnects != 0 {
 		t.Errorf("the service's NATS connection: %d slow-consumer errors, %d messages dropped, %d disconnects",
 			res.NATSSlowConsumer, res.NATSDropped, res.NATSDisconnects)
