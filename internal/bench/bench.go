@@ -68,6 +68,9 @@ type Config struct {
 	Rate float64
 	// Duration is the length of the latency phase.
 	Duration time.Duration
+	// Idle is the length of the idle phase (every run posts one progress
+	// every IdleInterval, the process's CPU is measured); 0 skips it.
+	Idle time.Duration
 	// PerPeriod is the number of progress events per run and period.
 	PerPeriod int
 	// Window bounds how far the ingest publisher runs ahead of the consumer.
@@ -92,6 +95,10 @@ type Config struct {
 	// NoGroupCommit turns the group commit of advances off (ADR 0008), to
 	// measure what it changes.
 	NoGroupCommit bool
+	// MaxBatch and Workers override the registry's group size and worker
+	// pool (0: the service's defaults), to measure the burst at other
+	// sizes (issue 12).
+	MaxBatch, Workers int
 	// Actions gives every bench table an action (issue 19): "" none,
 	// "nats" (the JetStream event) or "marker" (a file under the work
 	// dir), to measure what actions cost the hot path.
@@ -346,7 +353,7 @@ func (r *runner) serviceConfig() serviceConfig {
 	return serviceConfig{
 		NATSURL: r.natsURL, PostgresURL: r.pgURL, ControlTable: r.schema + ".table_finalization",
 		Prefix: prefix, Rules: r.rules(), Logger: r.cfg.Logger, NoGroupCommit: r.cfg.NoGroupCommit,
-		Actions: r.actionRules(),
+		MaxBatch: r.cfg.MaxBatch, Workers: r.cfg.Workers, Actions: r.actionRules(),
 	}
 }
 

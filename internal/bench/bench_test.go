@@ -27,6 +27,7 @@ func TestQuickBench(t *testing.T) {
 		IngestPerRun: 10,
 		Rate:         200, // 4 events/s per run: the workers never fall a period behind
 		Duration:     2 * time.Second,
+		Idle:         2 * time.Second,
 		PostgresURL:  pgtest.URL(t),
 		Naive:        true,
 		WaitTimeout:  time.Minute,
@@ -75,6 +76,9 @@ func TestQuickBench(t *testing.T) {
 	}
 	if res.RSSNoGCPerRunKiB == 0 || res.MemPerRunKiB == 0 {
 		t.Errorf("memory per run: %.1f KiB without a forced GC, %.1f after one: the memory phase read no RSS", res.RSSNoGCPerRunKiB, res.MemPerRunKiB)
+	}
+	if i := res.Idle; i == nil || i.TotalCoreShare <= 0 || i.GeneratorCoreShare <= 0 || i.ServiceCoreShare < 0 || i.EventsPerSec != 5 {
+		t.Errorf("idle phase: %+v; want the process's and the generator's CPU measured at 5 events/s (50 runs, one per 10 s)", i)
 	}
 	if res.NATSSlowConsumer != 0 || res.NATSDropped != 0 || res.NATSDisconnects != 0 {
 		t.Errorf("the service's NATS connection: %d slow-consumer errors, %d messages dropped, %d disconnects",

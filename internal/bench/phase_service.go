@@ -114,6 +114,12 @@ func (r *runner) runService(ctx context.Context) error {
 			return fmt.Errorf("feeders: %w", err)
 		}
 	}
+	// Idle cost (optional: it takes about 1.5 times Idle).
+	if r.cfg.Idle > 0 {
+		if err := r.profile("idle", func() error { return r.idle(ctx) }); err != nil {
+			return fmt.Errorf("idle: %w", err)
+		}
+	}
 
 	// Restart: stop, publish one crossing per run while down, start.
 	stop()

@@ -79,6 +79,9 @@ type Result struct {
 	StackPerRunKiB   float64 `json:"stack_per_run_kib"`
 	GoroutinesPerRun float64 `json:"goroutines_per_run"`
 
+	// Idle is the idle phase's CPU, nil when it did not run.
+	Idle *Idle `json:"idle,omitempty"`
+
 	RecoverySeconds      float64 `json:"recovery_s"`       // start until N verdicts re-applied
 	RecoveryStartSeconds float64 `json:"recovery_start_s"` // of which the start itself
 
@@ -171,6 +174,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 	row("memory per tracked run (KiB RSS), no forced GC", fmt.Sprintf("%.1f", r.RSSNoGCPerRunKiB), "", "< 8")
 	row("memory per tracked run (KiB RSS), after a GC", fmt.Sprintf("%.1f", r.MemPerRunKiB), "", "< 16")
 	row("  heap / stacks (KiB), goroutines", fmt.Sprintf("%.1f / %.1f, %.1f", r.HeapPerRunKiB, r.StackPerRunKiB, r.GoroutinesPerRun), "", "")
+	if i := r.Idle; i != nil {
+		row(fmt.Sprintf("idle: %d runs, a progress each per %s: service (share of a core)", r.Runs, IdleInterval),
+			fmt.Sprintf("%.3f", i.ServiceCoreShare), "", "< 0.05")
+		row("  process / load generator (share of a core)", fmt.Sprintf("%.3f / %.3f", i.TotalCoreShare, i.GeneratorCoreShare), "", "")
+	}
 	row(fmt.Sprintf("recovery of %d runs (s)", r.Runs), fmt.Sprintf("%.3f", r.RecoverySeconds), "", "< 5")
 	row("  of which start and Recover (s)", fmt.Sprintf("%.3f", r.RecoveryStartSeconds), "", "")
 	row("track N runs / N first verdicts (s)", fmt.Sprintf("%.3f / %.3f", r.TrackSeconds, r.FirstVerdictsSeconds), "", "")
@@ -182,4 +190,20 @@ func (r *Result) WriteTable(w io.Writer) error {
 			r.Ratios.Ingest, r.Ratios.Writes, r.Ratios.IngestWrites, r.Ratios.LatencyP99, r.Ratios.Burst)
 	}
 	return tw.Flush()
+}
+
+// Idle is the CPU the process spent while every run posted one progress
+// every IdleInterval, as shares of one core (1.0 is a core busy).
+type Idle struct {
+	Seconds      float64 `json:"seconds"`
+	EventsPerSec float64 `json:"events_per_s"`
+	// TotalCoreShare is the whole process: service, embedded NATS server
+	// and the load generator.
+	TotalCoreShare float64 `json:"total_core_share"`
+	// GeneratorCoreShare is the load generator's, measured publishing at
+	// the same rate to a subject without interest.
+	GeneratorCoreShare float64 `json:"generator_core_share"`
+	// ServiceCoreShare is TotalCoreShare - GeneratorCoreShare: the
+	// service and the NATS server's storing and delivering of its events.
+	ServiceCoreShare float64 `json:"service_core_share"`
 }

@@ -42,6 +42,9 @@ type serviceConfig struct {
 	Logger       *zap.Logger
 	// NoGroupCommit: one statement per advance (ADR 0008 off).
 	NoGroupCommit bool
+	// MaxBatch and Workers set the registry's (0: its defaults), to
+	// measure the burst at other group sizes.
+	MaxBatch, Workers int
 	// Actions are the rules with actions (issue 19).
 	Actions []actions.Rule
 }
@@ -69,6 +72,7 @@ func startService(ctx context.Context, c serviceConfig) (*benchService, error) {
 			}
 		},
 	}
+	o.Registry.MaxBatch, o.Registry.Workers = c.MaxBatch, c.Workers
 	if c.NoGroupCommit {
 		o.Registry.MaxBatch = -1
 	}
