@@ -80,11 +80,11 @@ func (r *Registry) Known(runID string) bool {
 	if _, ok := r.awaitName.get(runID); ok {
 		return false // its events are read for its name
 	}
-	if len(r.runs[runID]) > 0 {
-		return true
-	}
 	if _, ok := r.expired.get(runID); ok {
 		return false // its next event tracks it again
+	}
+	if len(r.runs[runID]) > 0 {
+		return true
 	}
 	if _, ok := r.finished.get(runID); ok {
 		return true
@@ -118,11 +118,19 @@ func (r *Registry) Discovered(run listener.Run) {
 			p.merge(run)
 			return
 		}
-		if _, ok := r.awaitName.get(run.RunID); !ok || run.Name == "" {
+		_, expired := r.expired.get(run.RunID)
+		_, await := r.awaitName.get(run.RunID)
+		switch {
+		case expired:
+			// Tracked again into some of the tables it expired from:
+			// the others are tracked again too.
+		case await && run.Name != "":
+			// Tracked without a name so far: its name decides the other
+			// rules.
+			r.awaitName.del(run.RunID)
+		default:
 			return
 		}
-		// Tracked without a name so far: its name decides the other rules.
-		r.awaitName.del(run.RunID)
 	} else if p := r.pending[run.RunID]; p != nil {
 		p.merge(run)
 		return

@@ -128,3 +128,40 @@ func TestExpiredRunThatSpeaksAgainIsTrackedAgain(t *testing.T) {
 		t.Fatalf("the explicit track was saved %d times; want it saved again (live again after a restart)", saved)
 	}
 }
+
+// A `finalizer track` of one table of an expired run does not forget the
+// run's other expired tables: the run's next event tracks it again into
+// them too.
+func TestRetrackOfOneExpiredTableKeepsTheOthers(t *testing.T) {
+	clock := newFakeClock(utc("2026-09-28T15:00:00Z"))
+	store, bus := newFakeStore(), newFakeBus()
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Clock: clock,
+		Rules:      []finalizer.Rule{{Table: "rule", Query: "orders", Spec: hourSpec(t)}},
+		StaleAfter: time.Minute, ExpireAfter: time.Hour, Logger: zap.NewNop()})
+	defer reg.Close(context.Background())
+	p := cdcProgress(runA, "2026-09-28T13:05:00")
+	p.Name = "orders"
+	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindProgress, Event: p})
+	explicit := finalizer.Request{QueryID: queryA, RunID: runA, Table: "explicit", Spec: hourSpec(t), Explicit: true}
+	if _, err := reg.Track(context.Background(), explicit); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both tracked", func() bool { return len(reg.Status()) == 2 })
+	eventually(t, "the first progress applied", func() bool { return store.Verdict("rule").Equal(utc("2026-09-28T13:00:00Z")) })
+	eventually(t, "janitor armed", func() bool { return clock.Waiting() == 1 })
+	clock.Advance(2 * time.Hour)
+	eventually(t, "both expired", func() bool { return len(reg.Status()) == 0 && !reg.Known(runA) })
+	if _, err := reg.Track(context.Background(), explicit); err != nil {
+		t.Fatal(err)
+	}
+	if reg.Known(runA) {
+		t.Fatal("run known after one of its tables was tracked again: its other expired table is lost")
+	}
+	q := cdcProgress(runA, "2026-09-28T14:05:00")
+	q.Name = "orders"
+	bus.Publish(q)
+	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindProgress, Event: q})
+	for _, table := range []string{"rule", "explicit"} {
+		eventually(t, "the progress after the expiry applied to "+table, func() bool { return store.Verdict(table).Equal(utc("2026-09-28T14:00:00Z")) })
+	}
+}

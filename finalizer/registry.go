@@ -383,7 +383,7 @@ func (r *Registry) register(reqs []Request, p *pendingRun) (es []*entry, capped 
 		r.finished.del(req.RunID)
 		r.ignored.del(req.RunID)
 		r.undecided.del(req.RunID)
-		r.expired.del(req.RunID)
+		r.forgetExpired(req)
 		es = append(es, e)
 	}
 	return es, capped
@@ -823,5 +823,25 @@ func (r *Registry) logSampled(lvl zapcore.Level, class, msg string, fields ...za
 	}
 	if ce := r.log.Check(lvl, msg); ce != nil {
 		ce.Write(fields...)
+	}
+}
+
+// forgetExpired drops req's table from the run's expired requests (it is
+// tracked again), keeping the others. r.mu held.
+func (r *Registry) forgetExpired(req Request) {
+	reqs, ok := r.expired.get(req.RunID)
+	if !ok {
+		return
+	}
+	kept := make([]Request, 0, len(reqs))
+	for _, o := range reqs {
+		if o.Table != req.Table {
+			kept = append(kept, o)
+		}
+	}
+	if len(kept) == 0 {
+		r.expired.del(req.RunID)
+	} else {
+		r.expired.put(req.RunID, kept)
 	}
 }
