@@ -30,7 +30,8 @@ const (
 	// DefaultOutboxConns is the Outbox's own pool size when
 	// OutboxOptions.MaxConns is zero: deliveries hold a transaction while
 	// they deliver, and never take a connection of the Store's pool, which
-	// the advances use.
+	// the advances use. The service sizes it to its actions
+	// (actions.Connections: one per action and a few spare).
 	DefaultOutboxConns = 4
 	// maxSendError bounds the last error kept with a Send.
 	maxSendError = 500

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/internal/actions"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 )
@@ -641,5 +643,52 @@ func TestActionsRewindAnnouncesAgain(t *testing.T) {
 	}
 	if evs[4].ID == evs[2].ID {
 		t.Error("a period announced again kept its id")
+	}
+}
+
+// TestActionsHangingWebhooksDoNotStallOthers: webhooks whose receivers
+// hang (more than the outbox's default pool, each holding its delivery's
+// transaction for its timeout) must not hold the table's other actions nor
+// the expansion of its next moves: the marker and the NATS event of the
+// next period arrive while the webhooks wait, and the scrape-time gauges
+// still answer.
+func TestActionsHangingWebhooksDoNotStallOthers(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	release := make(chan struct{})
+	var inFlight atomic.Int32
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inFlight.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(release) })
+	markers := t.TempDir()
+	items := []string{`      - nats: {}`, `      - marker: {path: "` + markers + `/{table}/{period}/_SUCCESS"}`}
+	hooks := int32(control.DefaultOutboxConns + 1)
+	for i := range hooks {
+		items = append(items, fmt.Sprintf(`      - name: hang%d
+        webhook: {url: "%s/%d", secret_env: TEST_WEBHOOK_SECRET, timeout: 2m}`, i, hang.URL, i))
+	}
+	s := startServe(t, serveOpts{pgURL: pgURL, env: []string{"TEST_WEBHOOK_SECRET=" + webhookSecret}, config: actionsConfig(items...)})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T12:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T12:00:00Z")
+	eventually(t, "the webhooks hanging", func() bool { return inFlight.Load() >= int32(control.DefaultOutboxConns) })
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T13:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T13:00:00Z")
+	eventually(t, "the next period's marker while the webhooks hang", func() bool {
+		_, err := os.Stat(filepath.Join(markers, "bronze.orders", "2026-09-28T12", "_SUCCESS"))
+		return err == nil
+	})
+	eventually(t, "the next period's NATS event while the webhooks hang", func() bool {
+		return len(finalStream(t, s.natsURL, "finalizer.api.final.bronze.orders")) == 2
+	})
+	if v := sample(t, s.httpURL, `finalizer_action_pending{action="hang0",kind="webhook"}`); v != 2 {
+		t.Errorf("pending of a hanging webhook %v, want 2", v)
 	}
 }

@@ -208,6 +208,26 @@ func Patterns(rules []Rule) []string {
 	return out
 }
 
+// spareConns are the outbox connections beyond one per action: the
+// expansion of moves, and the scrape-time gauges and status reads.
+const spareConns = 3
+
+// Connections is the outbox pool that rules need (control.OutboxOptions.
+// MaxConns): each action delivers in a transaction held for as long as its
+// delivery takes (a hanging webhook: its timeout, per table), so each
+// action needs a connection of its own, or a few slow endpoints would take
+// every connection and hold the other actions, the expansion of new moves
+// and the gauges.
+func Connections(rules []Rule) int32 {
+	keys := map[string]bool{}
+	for _, r := range rules {
+		for _, a := range r.Actions {
+			keys[a.Key] = true
+		}
+	}
+	return int32(len(keys) + spareConns)
+}
+
 func (d *Dispatcher) expandMove(m control.Move) ([]control.Send, error) {
 	r := d.ruleFor(m.Table)
 	if r == nil || len(r.Actions) == 0 {

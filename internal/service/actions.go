@@ -18,7 +18,9 @@ import (
 // outbox's moves into events and delivers them (issue 19), woken by every
 // announced move.
 func (s *Service) startActions(ctx context.Context) error {
-	ob, err := control.OpenOutbox(ctx, s.pgURL, control.OutboxOptions{Table: s.opts.ControlTable, Logger: s.log.Named("actions")})
+	ob, err := control.OpenOutbox(ctx, s.pgURL, control.OutboxOptions{
+		Table: s.opts.ControlTable, MaxConns: actions.Connections(s.opts.Actions), Logger: s.log.Named("actions"),
+	})
 	if err != nil {
 		return fmt.Errorf("actions: %w", err)
 	}
