@@ -128,6 +128,11 @@ func (r *Registry) Discovered(run listener.Run) {
 			// Tracked without a name so far: its name decides the other
 			// rules.
 			r.awaitName.del(run.RunID)
+		case await && (run.Kind == progress.KindProgress || run.Kind == progress.KindStarted):
+			// These carry the name: the query has none. Its events
+			// need no more reading by discovery.
+			r.awaitName.del(run.RunID)
+			return
 		default:
 			return
 		}

@@ -289,3 +289,21 @@ func TestNamelessRunTrackedByIDIsDecidedAgainByName(t *testing.T) {
 		eventually(t, "the named progress applied to "+table, func() bool { return r.store.Verdict(table).Equal(utc("2026-09-28T14:00:00Z")) })
 	}
 }
+
+// A run tracked by id while awaiting its name stops being read by
+// discovery once an event that carries the name says it has none (an
+// unnamed query): each of its events is parsed once again, not twice.
+func TestUnnamedQueryStopsAwaitingItsName(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "by_id.{id}", Query: "*", Spec: hourSpec(t)}, finalizer.Rule{Table: "t", Query: "orders", Spec: hourSpec(t)})
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Kind: progress.KindIdle, Event: idle(runA)})
+	eventually(t, "tracked by the id rule", func() bool { return len(r.reg.Status()) == 1 })
+	if r.reg.Known(runA) {
+		t.Fatal("a run awaiting its name is known: its named event would not be read")
+	}
+	p := cdcProgress(runA, "2026-09-28T14:05:00") // no name
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Kind: progress.KindProgress, Event: p})
+	if !r.reg.Known(runA) {
+		t.Fatal("an unnamed query's run still awaits its name after a progress without one")
+	}
+	eventually(t, "the progress applied", func() bool { return r.store.Verdict("by_id." + queryA).Equal(utc("2026-09-28T14:00:00Z")) })
+}
