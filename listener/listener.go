@@ -194,6 +194,10 @@ type Options struct {
 	// TLSCAFile is the CA bundle that verifies the server; TLSCertFile and
 	// TLSKeyFile are the client certificate and key, set together.
 	TLSCAFile, TLSCertFile, TLSKeyFile string
+	// Dialer, when set, makes every TCP connection (reconnects too), e.g.
+	// one that sends the credentials only to a server run by the expected
+	// local user (internal/peerowner).
+	Dialer nats.CustomDialer
 }
 
 // withDefaults returns o with every zero field set to its default.
@@ -252,6 +256,9 @@ func (o Options) withDefaults() Options {
 // natsOptions returns the nats.go options for o's authentication and TLS.
 func (o Options) natsOptions() ([]nats.Option, error) {
 	var opts []nats.Option
+	if o.Dialer != nil {
+		opts = append(opts, nats.SetCustomDialer(o.Dialer))
+	}
 	if o.User != "" || o.Password != "" {
 		opts = append(opts, nats.UserInfo(o.User, o.Password))
 	}

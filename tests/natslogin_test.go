@@ -3,9 +3,12 @@ package tests
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -156,4 +159,88 @@ func between(s, from, to string) string {
 	}
 	v, _, _ := strings.Cut(rest, to)
 	return v
+}
+
+// TestLoginNeverGoesToAnotherUsersServer (issue 9 review): while the
+// service is stopped, any local user may listen on its NATS port; track,
+// join and publish used to send the owner's login (kept across restarts)
+// in the CONNECT to whoever answered, so the squatter logged in with every
+// permission at the next start. They now send it only to a server whose
+// socket belongs to the login file's owner, and fail at once otherwise.
+func TestLoginNeverGoesToAnotherUsersServer(t *testing.T) {
+	if os.Geteuid() != 0 || runtime.GOOS != "linux" {
+		t.Skip("needs root to listen as another user (internal/peerowner tests the refusal without)")
+	}
+	// The squatter: a listener whose sockets belong to nobody (an accepted
+	// socket takes the uid of the thread that accepts it).
+	ln := listenAs(t, 65534)
+	got := make(chan string, 8)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := syscall.Setfsuid(65534); err != nil {
+			panic(err)
+		}
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte(`INFO {"server_id":"X","version":"2.10.0","proto":1,"headers":true,"auth_required":true,"max_payload":1048576}` + "\r\n"))
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			buf, _ := io.ReadAll(c)
+			_ = c.Close()
+			got <- string(buf)
+		}
+	}()
+	dir := t.TempDir()
+	const password = "a1b2c3d4e5f6a1b2c3d4e5f6a1b2c3d4e5f6a1b2c3d4e5f6"
+	login := `{"url": "nats://` + ln.Addr().String() + `", "user": "finalizer-local", "password": "` + password + `"}`
+	if err := os.WriteFile(filepath.Join(dir, "nats-login.json"), []byte(login), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	events := filepath.Join(t.TempDir(), "events.jsonl")
+	q, r := id(0x8200), id(0x8201)
+	if err := os.WriteFile(events, []byte(progressAt(q, r, "x", 1, "2026-09-28T13:10:00")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"publish", "--data-dir", dir, events},
+		{"track", "--data-dir", dir, "--query-id", q, "--run-id", r, "--table", "squat.t"},
+		{"join", "--data-dir", dir, "--run-id", r, "--timeout", "2s"},
+	} {
+		code, o, e := cli(t, nil, args...)
+		if code != 2 || !strings.Contains(e, "not sent") {
+			t.Errorf("%s against another user's server: %d %s %s", args[0], code, o, e)
+		}
+	}
+	_ = ln.Close()
+	for {
+		select {
+		case s := <-got:
+			if strings.Contains(s, password) {
+				t.Fatalf("the squatter read the password: %q", s)
+			}
+			continue
+		case <-time.After(500 * time.Millisecond):
+		}
+		break
+	}
+}
+
+// listenAs listens on a loopback port with a socket owned by uid (its
+// file system uid, on one locked thread).
+func listenAs(t *testing.T, uid int) net.Listener {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := syscall.Setfsuid(uid); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_ = syscall.Setfsuid(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln
 }

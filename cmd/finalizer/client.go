@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	neturl "net/url"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/finalizer-dev/finalizer/internal/peerowner"
 	"github.com/finalizer-dev/finalizer/internal/service"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
@@ -79,15 +83,26 @@ func dialNATS(ctx context.Context, fs *pflag.FlagSet) (*listener.Listener, error
 	applyNATSAuthFlags(fs, &c)
 	url, _ := fs.GetString("nats-url")
 	prefix, _ := fs.GetString("subject-prefix")
+	var dialer nats.CustomDialer
 	if l, ok := localLogin(fs, c, url); ok {
 		url, c.User, c.Password = l.URL, l.User, l.Password
+		// The login goes only to a server run by the file's owner: while
+		// the service is stopped, any local user may listen on its port
+		// and would read the password from the CONNECT.
+		dir, _ := fs.GetString("data-dir")
+		file := filepath.Join(dir, service.NATSLoginFile)
+		owner, err := peerowner.FileUID(file)
+		if err != nil && !errors.Is(err, peerowner.ErrUnknown) {
+			return nil, usageError(fmt.Errorf("NATS: %s: %w", file, err))
+		}
+		dialer = peerowner.Dialer{UID: owner, Timeout: DefaultDialTimeout, What: "the login of " + file}
 	}
 	dctx, cancel := context.WithTimeout(ctx, DefaultDialTimeout)
 	defer cancel()
 	l, err := listener.Dial(dctx, listener.Options{
 		URL: url, Prefix: prefix, APIPrefix: c.APIPrefix, Name: "finalizer-cli",
 		User: c.User, Password: c.Password, Token: c.Token, NKeySeedFile: c.NKeySeed, CredsFile: c.Creds,
-		TLSCAFile: c.TLSCA, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey,
+		TLSCAFile: c.TLSCA, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey, Dialer: dialer,
 	})
 	if err != nil {
 		return nil, usageError(fmt.Errorf("NATS: %w", err)) // the error names the (redacted) URL
