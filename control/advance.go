@@ -74,7 +74,7 @@ func rfc3339(col string) string {
 // reads it, once per moved row.
 func notifyAndReturn(n names, written string) string {
 	return `, notified AS (
-	SELECT pg_notify('` + NotifyChannel + `', p.payload || ` + rfc3339("m.finalized_until") + ` || '"}')
+	SELECT pg_notify('` + NotifyChannel + `', p.payload || ` + rfc3339("m.finalized_until") + ` || ` + sqlLiteral(n.notifyEnd) + `)
 	FROM moved m JOIN (SELECT DISTINCT table_name, payload FROM input) p USING (table_name)
 )
 SELECT true, ` + readColumns + `, (SELECT count(*) FROM notified), solo, ` + written + ` FROM moved
@@ -331,6 +331,10 @@ type notification struct {
 	// Rewound is set on a rewind's notification only (see Store.Rewind);
 	// a forward move's payload does not carry it.
 	Rewound bool `json:"rewound,omitempty"`
+	// ControlTable is the control table of the move ("schema.name"): the
+	// channel is shared by every control table of the database. Absent
+	// from a notification sent by an earlier release (or by hand).
+	ControlTable string `json:"control_table,omitempty"`
 }
 
 // payloadPrefix is the notification of a move of table up to the time's

@@ -231,7 +231,7 @@ func TestAdvanceNotifiesOnlyOnMove(t *testing.T) {
 	if err := json.Unmarshal([]byte(next()), &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got["table"] != `bronze."odd" name` || got["finalized_until"] != "2026-09-28T14:00:00Z" {
+	if len(got) != 3 || got["control_table"] != "public.table_finalization" || got["table"] != `bronze."odd" name` || got["finalized_until"] != "2026-09-28T14:00:00Z" {
 		t.Errorf("payload = %v", got)
 	}
 	noneBefore()
@@ -243,7 +243,7 @@ func TestAdvanceNotifiesOnlyOnMove(t *testing.T) {
 	if !advance(`bronze."odd" name`, at(15, 0)) {
 		t.Fatal("did not move")
 	}
-	if p := next(); p != `{"table":"bronze.\"odd\" name","finalized_until":"2026-09-28T15:00:00Z"}` {
+	if p := next(); p != `{"table":"bronze.\"odd\" name","finalized_until":"2026-09-28T15:00:00Z","control_table":"public.table_finalization"}` {
 		t.Errorf("payload = %s", p)
 	}
 	noneBefore()

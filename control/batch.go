@@ -339,7 +339,7 @@ func (s *Store) runSole(ctx context.Context, b *batch, keys []feederKey) (moves,
 		err error
 	)
 	if len(keys) == 1 {
-		payload := c.payloads[0] + c.untils[0].Format(time.RFC3339Nano) + `"}`
+		payload := c.payloads[0] + c.untils[0].Format(time.RFC3339Nano) + s.n.notifyEnd
 		m, err = scanMoves(s.pool.Query(ctx, s.sql.soleOne, c.tables[0], c.untils[0], c.ends[0], c.offsets[0], c.feeders[0], c.runs[0], c.batches[0], payload, c.srcs[0]))
 	} else {
 		m, err = scanMoves(s.pool.Query(ctx, s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads))

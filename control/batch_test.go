@@ -98,8 +98,8 @@ func TestAdvanceBatch(t *testing.T) {
 	}
 	sort.Strings(got)
 	wantPayloads := []string{
-		`{"table":"t.behind","finalized_until":"2026-09-28T14:00:00Z"}`,
-		`{"table":"t.new","finalized_until":"2026-09-28T14:00:00Z"}`,
+		`{"table":"t.behind","finalized_until":"2026-09-28T14:00:00Z","control_table":"public.table_finalization"}`,
+		`{"table":"t.new","finalized_until":"2026-09-28T14:00:00Z","control_table":"public.table_finalization"}`,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(wantPayloads) {
 		t.Errorf("notifications = %v, want %v", got, wantPayloads)

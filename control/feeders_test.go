@@ -95,7 +95,7 @@ func TestSeveralFeedersHoldTheTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := fmt.Sprintf(`{"table":"silver.all","finalized_until":"2026-09-28T%s:00Z"}`, want); n.Payload != p {
+		if p := fmt.Sprintf(`{"table":"silver.all","finalized_until":"2026-09-28T%s:00Z","control_table":"public.table_finalization"}`, want); n.Payload != p {
 			t.Errorf("notification %s, want %s", n.Payload, p)
 		}
 	}

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -78,6 +79,10 @@ type names struct {
 	moved   string // "schema"."name_moved": a function
 	nspName string // schema, unquoted, for catalog lookups
 	nsp     string // "schema"
+	// notifyEnd ends every notification of a move after its time: the
+	// control table's name, so that the stores of another control table
+	// in the same database (the channel is shared) ignore it.
+	notifyEnd string
 }
 
 func newNames(schema, name string) names {
@@ -95,5 +100,20 @@ func newNames(schema, name string) names {
 		moved:   pgx.Identifier{schema, name + moveSuffix}.Sanitize(),
 		nspName: schema,
 		nsp:     pgx.Identifier{schema}.Sanitize(),
+
+		notifyEnd: notifyEnd(schema + "." + name),
 	}
 }
+
+// notifyEnd is what follows the time in a move's notification: the
+// control table's name and the closing brace. Schema and name are at most
+// maxIdentLen bytes each, so with MaxTableNameLen the payload stays well
+// inside maxNotifyPayload.
+func notifyEnd(display string) string {
+	b, _ := json.Marshal(display) // a string always marshals
+	return `","control_table":` + string(b) + `}`
+}
+
+// sqlLiteral quotes s as an SQL string literal (standard_conforming_strings,
+// PostgreSQL's default since 9.1).
+func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -91,6 +91,7 @@ type rewindNotification struct {
 	FinalizedUntil string `json:"finalized_until"` // RFC 3339, UTC
 	Rewound        bool   `json:"rewound"`
 	From           string `json:"from"` // the verdict before, RFC 3339 UTC
+	ControlTable   string `json:"control_table"`
 }
 
 // Rewind moves r.Table's verdict back to r.To, in one transaction that
@@ -207,7 +208,7 @@ RETURNING feeder`, r.Table, q, why)
 			e.Retired = append(e.Retired, ids...)
 		}
 		payload, err := json.Marshal(rewindNotification{
-			Table: r.Table, FinalizedUntil: to.Format(time.RFC3339Nano), Rewound: true,
+			Table: r.Table, FinalizedUntil: to.Format(time.RFC3339Nano), Rewound: true, ControlTable: s.n.display,
 			From: v.FinalizedUntil.Format(time.RFC3339Nano), // the reason is in the audit table: a payload must stay short
 		})
 		if err != nil {

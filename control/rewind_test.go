@@ -104,7 +104,7 @@ func TestRewind(t *testing.T) {
 	if _, v, moved, err := s.RetireFeeder(ctx, "bronze.orders", "q1", "replaced by q2 (new checkpoint)"); err != nil || !moved || !v.FinalizedUntil.Equal(at(13, 0)) {
 		t.Fatalf("retire q1: %+v, moved %v, %v", v, moved, err)
 	}
-	if p := next(t, lc); p != `{"table":"bronze.orders","finalized_until":"2026-09-28T13:00:00Z"}` {
+	if p := next(t, lc); p != `{"table":"bronze.orders","finalized_until":"2026-09-28T13:00:00Z","control_table":"public.table_finalization"}` {
 		t.Errorf("a forward move's payload = %s (no rewound flag)", p)
 	}
 
@@ -112,7 +112,7 @@ func TestRewind(t *testing.T) {
 	if _, moved, err := s.Advance(ctx, Advance{Table: "bronze.orders", FinalizedUntil: at(14, 0), QueryID: "q2"}); err != nil || !moved {
 		t.Fatalf("advance after the rewind: moved %v, %v", moved, err)
 	}
-	if p := next(t, lc); p != `{"table":"bronze.orders","finalized_until":"2026-09-28T14:00:00Z"}` {
+	if p := next(t, lc); p != `{"table":"bronze.orders","finalized_until":"2026-09-28T14:00:00Z","control_table":"public.table_finalization"}` {
 		t.Errorf("a forward move's payload = %s (no rewound flag)", p)
 	}
 	entries, err := s.Audit(ctx, "bronze.orders", 0)

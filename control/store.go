@@ -111,7 +111,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	s.sql = newStatements(s.n)
 	listenCfg := cfg.ConnConfig.Copy()
 	listenCfg.RuntimeParams["application_name"] = cfg.ConnConfig.RuntimeParams["application_name"] + "-listen"
-	s.lis = newListener(func(ctx context.Context) (*pgx.Conn, error) {
+	s.lis = newListener(s.n.display, func(ctx context.Context) (*pgx.Conn, error) {
 		return pgx.ConnectConfig(ctx, listenCfg)
 	}, s.log)
 	return s, nil

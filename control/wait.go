@@ -80,6 +80,7 @@ func (w *waiter) signal() {
 // listener owns the LISTEN connection shared by the Waits of one Store: a
 // goroutine started by the first Wait and stopped by close.
 type listener struct {
+	control string // the store's control table, "schema.name"
 	connect func(context.Context) (*pgx.Conn, error)
 	log     *zap.Logger
 	ping    time.Duration
@@ -98,8 +99,9 @@ type listener struct {
 	cancel   context.CancelFunc
 }
 
-func newListener(connect func(context.Context) (*pgx.Conn, error), log *zap.Logger) *listener {
+func newListener(controlTable string, connect func(context.Context) (*pgx.Conn, error), log *zap.Logger) *listener {
 	return &listener{
+		control:  controlTable,
 		connect:  connect,
 		log:      log,
 		ping:     DefaultListenPing,
@@ -272,6 +274,11 @@ func (l *listener) dispatch(payload string) {
 	var n notification
 	if err := json.Unmarshal([]byte(payload), &n); err != nil || n.Table == "" {
 		l.wakeAll(false)
+		return
+	}
+	if n.ControlTable != "" && n.ControlTable != l.control {
+		// Another control table's move or rewind (the channel is the
+		// database's): not this store's table of that name.
 		return
 	}
 	until, err := time.Parse(time.RFC3339Nano, n.FinalizedUntil)

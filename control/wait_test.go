@@ -334,3 +334,59 @@ func TestWatchOnClosedStore(t *testing.T) {
 		t.Fatalf("Watch on a closed store: %v, want ErrClosed", err)
 	}
 }
+
+// Two control tables in one database (--control-table: two deployments, a
+// staging one beside production) share the notification channel. A
+// store's watchers must hear only its own table's moves and rewinds: a
+// watcher takes a move as "the table reached this" (the ownership of
+// tables then skips writing what it holds; the lag gauge follows it) and a
+// rewind as "forget what you wrote", so a move of the other control
+// table's "t" would leave this one's "t" behind when its owner dies.
+func TestWatchHearsOnlyItsControlTable(t *testing.T) {
+	s, url := newStore(t, Options{})
+	other := openStore(t, url, Options{Table: "staging.table_finalization"})
+	if _, err := connect(t, url).Exec(context.Background(), "CREATE SCHEMA staging"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []Notification
+	seen := func() []Notification {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]Notification(nil), got...)
+	}
+	stop, err := s.Watch(func(n Notification) {
+		mu.Lock()
+		got = append(got, n)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	eventually(t, "the first connect's re-read", func() bool { return len(seen()) == 1 })
+
+	advance(t, other, "t", at(13, 0))                                // one advance: the single-row statement
+	advance(t, other, "t", at(16, 0))                                //
+	if _, err := other.AdvanceBatch(context.Background(), []Advance{ // the batch statement
+		{Table: "t", FinalizedUntil: at(17, 0)}, {Table: "u", FinalizedUntil: at(17, 0)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Rewind(context.Background(), Rewind{Table: "t", To: at(12, 0), Reason: "test", By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	advance(t, s, "t", at(14, 0)) // this store's own move, the last one sent
+	eventually(t, "this store's own move", func() bool {
+		n := seen()
+		return len(n) > 0 && n[len(n)-1].Table == "t" && n[len(n)-1].FinalizedUntil.Equal(at(14, 0))
+	})
+	for _, n := range seen()[1:] {
+		if n.Table != "t" || !n.FinalizedUntil.Equal(at(14, 0)) || n.Rewound {
+			t.Errorf("heard %+v: a move or rewind of another control table", n)
+		}
+	}
+}
