@@ -159,18 +159,19 @@ RETURNING feeder`, table, feeders)
 // is never passed by the table on the word of the others (ADR 0015). A
 // feeder the table knows already, retired or not, is left as it is, so
 // calling it again (every start of a tracker) changes nothing; a query
-// that was retired does not rejoin this way either. It reports whether it
-// added the feeder.
-func (s *Store) JoinFeeder(ctx context.Context, table, query, name string) (bool, error) {
+// that was retired does not rejoin this way either: Joined says so
+// (RetiredAt, RetiredWhy), so that the caller can warn that this run's
+// data may land in periods the table already declared final.
+func (s *Store) JoinFeeder(ctx context.Context, table, query, name string) (Joined, error) {
 	op := fmt.Sprintf("join feeder %s of %s", query, table)
 	if s.closed.Load() {
-		return false, fmt.Errorf("%s: %w", op, ErrClosed)
+		return Joined{}, fmt.Errorf("%s: %w", op, ErrClosed)
 	}
 	if err := CheckTableName(table); err != nil {
-		return false, fmt.Errorf("join feeder: %w", err)
+		return Joined{}, fmt.Errorf("join feeder: %w", err)
 	}
 	if strings.TrimSpace(query) == "" || CheckTableName(query) != nil {
-		return false, fmt.Errorf("%s: %w: a feeder must be a non-empty query id without control characters", op, ErrInvalidAdvance)
+		return Joined{}, fmt.Errorf("%s: %w: a feeder must be a non-empty query id without control characters", op, ErrInvalidAdvance)
 	}
 	// One round trip, one implicit transaction: the table's lock, the
 	// promotion of a solo table that another query feeds, the row.
@@ -182,14 +183,25 @@ INSERT INTO `+s.n.feeds+` AS f (table_name, feeder, query_name) VALUES ($1, $2, 
 ON CONFLICT (table_name, feeder) DO UPDATE SET query_name = EXCLUDED.query_name
 	WHERE f.query_name IS NULL AND EXCLUDED.query_name IS NOT NULL
 RETURNING (xmax = 0)`, table, query, nullString(name))
+	pb.Queue(`SELECT retired_at, retired_why FROM `+s.n.feeds+` WHERE table_name = $1 AND feeder = $2 AND retired_at IS NOT NULL`, table, query)
 	br := s.pool.SendBatch(ctx, &pb)
-	added := false
+	var (
+		j          Joined
+		retiredAt  *time.Time
+		retiredWhy *string
+	)
 	_, err := br.Exec()
 	if err == nil {
 		_, err = br.Exec()
 	}
 	if err == nil {
-		err = br.QueryRow().Scan(&added)
+		err = br.QueryRow().Scan(&j.Added)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&retiredAt, &retiredWhy)
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil
 		}
@@ -198,10 +210,28 @@ RETURNING (xmax = 0)`, table, query, nullString(name))
 		err = cerr
 	}
 	if err != nil {
-		return false, wrap(ctx, op, err)
+		return Joined{}, wrap(ctx, op, err)
 	}
-	return added, nil
+	if retiredAt != nil {
+		j.RetiredAt = retiredAt.UTC()
+	}
+	if retiredWhy != nil {
+		j.RetiredWhy = *retiredWhy
+	}
+	return j, nil
 }
+
+// Joined is what JoinFeeder did: whether it added the feeder, and, when
+// the query is a retired feeder of the table, since when and why (it
+// does not hold the table: the table may run ahead of what it writes).
+type Joined struct {
+	Added      bool
+	RetiredAt  time.Time
+	RetiredWhy string
+}
+
+// Retired reports whether the query joined is a retired feeder.
+func (j Joined) Retired() bool { return !j.RetiredAt.IsZero() }
 
 // RetireFeeder retires the feeders of table whose query name or id is
 // query, and returns them: they no longer hold the table, which then moves

@@ -611,12 +611,12 @@ func TestJoinedFeederHoldsBeforeItReports(t *testing.T) {
 	if got, _ := feed(t, s, table, "eu-id", "region-eu", at(12, 0)); !got.Equal(at(12, 0)) {
 		t.Fatalf("first feeder: %v", got)
 	}
-	added, err := s.JoinFeeder(ctx, table, "us-id", "region-us")
-	if err != nil || !added {
-		t.Fatalf("join: added %v, %v", added, err)
+	j, err := s.JoinFeeder(ctx, table, "us-id", "region-us")
+	if err != nil || !j.Added || j.Retired() {
+		t.Fatalf("join: %+v, %v", j, err)
 	}
-	if added, err := s.JoinFeeder(ctx, table, "us-id", "region-us"); err != nil || added {
-		t.Fatalf("second join: added %v, %v; want a no-op", added, err)
+	if j, err := s.JoinFeeder(ctx, table, "us-id", "region-us"); err != nil || j.Added || j.Retired() {
+		t.Fatalf("second join: %+v, %v; want a no-op", j, err)
 	}
 	if got, moved := feed(t, s, table, "eu-id", "region-eu", at(14, 0)); moved || !got.Equal(at(12, 0)) {
 		t.Fatalf("region-eu at 14:00 moved the table to %v (moved %v) while region-us has not reported", got, moved)
@@ -634,8 +634,10 @@ func TestJoinedFeederHoldsBeforeItReports(t *testing.T) {
 	if _, _, _, err := s.RetireFeeder(ctx, table, "us-id", "done"); err != nil {
 		t.Fatal(err)
 	}
-	if added, err := s.JoinFeeder(ctx, table, "us-id", "region-us"); err != nil || added {
-		t.Fatalf("join of a retired feeder: added %v, %v; want it left retired", added, err)
+	// Left retired, and it says so: the caller warns that this run's data
+	// may land in periods already final.
+	if j, err := s.JoinFeeder(ctx, table, "us-id", "region-us"); err != nil || j.Added || !j.Retired() || j.RetiredWhy != "done" {
+		t.Fatalf("join of a retired feeder: %+v, %v; want it left retired, and said", j, err)
 	}
 	if got := verdictOf(t, s, table); !got.Equal(at(14, 0)) {
 		t.Fatalf("after retiring region-us: %v, want 14:00", got)

@@ -99,7 +99,7 @@ type FeederStore interface {
 // starts, before the query ever reports, so that it holds the table from
 // then on (ADR 0015). *control.Store implements it.
 type FeederJoiner interface {
-	JoinFeeder(ctx context.Context, table, query, name string) (bool, error)
+	JoinFeeder(ctx context.Context, table, query, name string) (control.Joined, error)
 }
 
 // TrackStore persists explicit tracks so that they survive a restart.
@@ -458,9 +458,18 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscripti
 		// not from its first verdict: a first batch still running, or a
 		// run held by a guard, must hold the table against the other
 		// feeders. Failing that, its first advance records it.
-		if _, err := fj.JoinFeeder(ctx, req.Table, req.QueryID, req.QueryName); err != nil {
+		j, err := fj.JoinFeeder(ctx, req.Table, req.QueryID, req.QueryName)
+		switch {
+		case err != nil:
 			r.log.Warn("could not record the query as a feeder of the table before it reports; it holds the table from its first verdict",
 				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("run_id", req.RunID), zap.Error(err))
+		case j.Retired():
+			// A retired query runs again (restarted from its checkpoint):
+			// it does not hold the table, which may already be final
+			// over the periods it writes. Never silent.
+			r.log.Warn("a retired feeder of the table runs again: it does not hold the table, which may be declared final ahead of what this run writes; take it back with finalizer feeders unretire if it still writes the table",
+				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("query_name", req.QueryName),
+				zap.String("run_id", req.RunID), zap.Time("retired_at", j.RetiredAt), zap.String("retired_why", j.RetiredWhy))
 		}
 	}
 	sub, err := r.cfg.Bus.Subscribe(req.QueryID, req.RunID, e.box)

@@ -567,3 +567,46 @@ tables:
 		t.Errorf("the backfill is not retired after its last run ended cleanly (known %v)", known)
 	}
 }
+
+// TestRetiredFeederRunningAgainIsNotSilent: a backfill retired on its clean
+// end and then restarted from the same checkpoint (the same query id) does
+// not hold the table, which may already be final over what it writes. That
+// used to be silent: the status said "retired" and the log nothing. The
+// service warns when the run is tracked, and the status says the retired
+// feeder is reporting.
+func TestRetiredFeederRunningAgainIsNotSilent(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	s := startServe(t, serveOpts{pgURL: pgURL, config: `
+tables:
+  - table: silver.rerun
+    query: rerun-live
+  - table: silver.rerun
+    query: "rerun-backfill*"
+    retire: on_clean_termination
+`})
+	pub := connect(t, s.natsURL)
+	live, liveRun, bf, bfRun, bfRun2 := id(0x1301), id(0x1302), id(0x1303), id(0x1304), id(0x1305)
+	pub.publish("progress", bf, bfRun, progressAt(bf, bfRun, "rerun-backfill", 1, "2026-09-28T10:30:00"))
+	pub.publish("progress", live, liveRun, progressAt(live, liveRun, "rerun-live", 1, "2026-09-28T14:05:00"))
+	waitVerdict(t, pgURL, "silver.rerun", "2026-09-28T10:00:00Z")
+	pub.publish("terminated", bf, bfRun, terminatedJSON(bf, bfRun))
+	waitVerdict(t, pgURL, "silver.rerun", "2026-09-28T14:00:00Z")
+
+	// Restarted from its checkpoint: the same query id, a new run.
+	pub.publish("progress", bf, bfRun2, progressAt(bf, bfRun2, "rerun-backfill", 2, "2026-09-28T11:30:00"))
+	s.logged(t, "the warning of a retired feeder running again", "a retired feeder of the table runs again")
+	eventually(t, "the status to say the retired feeder reports", func() bool {
+		var doc tableDoc
+		getJSON(t, s.httpURL+"/v1/tables/silver.rerun", &doc)
+		for _, f := range doc.Feeders {
+			if f.Feeder == bf {
+				return f.State == "retired but reporting"
+			}
+		}
+		return false
+	})
+	code, out, e := cli(t, nil, "status", "--postgres-url", pgURL, "--http-url", s.httpURL)
+	if code != 0 || !strings.Contains(out, "retired but reporting") {
+		t.Errorf("status: %d\n%s\n%s", code, out, e)
+	}
+}

@@ -228,8 +228,9 @@ type feederStatus struct {
 	// State is what the service knows of the feeder's runs: reporting,
 	// idle, stale (silent longer than stale_after), failed (terminated with
 	// an exception), terminated, no tracked run (expired, or not tracked
-	// by this service), never reported (expected), retired; "unknown"
-	// without the service's runs.
+	// by this service), never reported (expected), retired, retired but
+	// reporting (a tracked run of a retired query: it does not hold the
+	// table); "unknown" without the service's runs.
 	State string `json:"state"`
 	Holds bool   `json:"holds,omitempty"`
 }
@@ -238,6 +239,13 @@ type feederStatus struct {
 func feederState(f control.Feeder, runs []finalizer.TrackerStatus) string {
 	switch {
 	case f.Retired():
+		// A retired query that runs again does not hold the table, which
+		// may be final ahead of what it writes: say so.
+		for _, r := range runs {
+			if r.Table == f.Table && r.QueryID == f.Feeder && !r.Failed && !r.Done && !r.Terminated {
+				return "retired but reporting"
+			}
+		}
 		return "retired"
 	case f.FinalizedUntil.IsZero() && f.Expected:
 		return "never reported"
