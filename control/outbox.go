@@ -220,8 +220,9 @@ type ExpandResult struct {
 // transaction: each forward move becomes the events expand returns for it
 // (one per period and action), queued in the same transaction that
 // deletes the move, so a crash loses nothing and queues nothing twice. A
-// rewind (To before From) adds one to the table's generation and
-// supersedes its pending events of periods that are no longer final.
+// rewind (To before From) adds one to the table's generation, supersedes
+// its pending events of periods that are no longer final, and queues what
+// expand returns for it (the withdrawal of markers).
 // An action's events beyond maxPending[action] pending ones (0: no bound)
 // are dead-lettered at once ("queue full"). One replica expands at a time
 // (an advisory lock): a call that finds another expanding returns with
@@ -326,6 +327,17 @@ FROM `+o.n.outbox+` ORDER BY id LIMIT $1`, limit)
 				}
 				if _, err := tx.Exec(ctx, `UPDATE `+o.n.sends+` SET state = 'superseded', done_at = now(), last_error = $3
 WHERE table_name = $1 AND state = 'pending' AND period_end > $2`, m.Table, m.To, "rewound to "+m.To.Format(time.RFC3339Nano)+" before its delivery"); err != nil {
+					return err
+				}
+				// What the rewind withdraws (a marker of a period no
+				// longer final), queued after what it superseded and
+				// before any announcement again.
+				m.Generation, m.HighWater = st.gen, st.high
+				sends, err := expand(m)
+				if err != nil {
+					return fmt.Errorf("expand the rewind of %s to %s: %w", m.Table, m.To.Format(time.RFC3339), err)
+				}
+				if err := o.queue(ctx, tx, sends, maxPending, pending, &res); err != nil {
 					return err
 				}
 				continue

@@ -692,3 +692,48 @@ func TestActionsHangingWebhooksDoNotStallOthers(t *testing.T) {
 		t.Errorf("pending of a hanging webhook %v, want 2", v)
 	}
 }
+
+// TestActionsRewindWithdrawsMarkers: a rewind removes the markers of the
+// periods it takes back (a _SUCCESS left on disk told a Spark or Hive job
+// that a period was final after the rewind said it was not), before the
+// periods are announced, and marked, again.
+func TestActionsRewindWithdrawsMarkers(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	markers := t.TempDir()
+	s := startServe(t, serveOpts{pgURL: pgURL, config: actionsConfig(`      - marker: {path: "` + markers + `/{table}/{period}/_SUCCESS"}`)})
+	pub := connect(t, s.natsURL)
+	marker := func(hour string) string {
+		return filepath.Join(markers, "bronze.orders", "2026-09-28T"+hour, "_SUCCESS")
+	}
+	exists := func(hour string) bool { _, err := os.Stat(marker(hour)); return err == nil }
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T12:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T12:00:00Z")
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T15:20:00"))
+	eventually(t, "the markers of 11:00 to 14:00", func() bool {
+		return exists("11") && exists("12") && exists("13") && exists("14")
+	})
+	if code, out, e := cli(t, nil, "rewind", "--table", "bronze.orders", "--to", "2026-09-28T13:00:00Z", "--reason", "test", "--by", "test",
+		"--postgres-url", pgURL); code != 0 {
+		t.Fatalf("rewind: %d %s %s", code, out, e)
+	}
+	eventually(t, "the markers of 13:00 and 14:00 withdrawn", func() bool { return !exists("13") && !exists("14") })
+	if !exists("11") || !exists("12") {
+		t.Fatal("a rewind to 13:00 removed a marker of a period still final")
+	}
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T14:20:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T14:00:00Z")
+	eventually(t, "the 13:00 marker again", func() bool { return exists("13") })
+	raw, err := os.ReadFile(marker("13"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev actions.Event
+	if err := json.Unmarshal(raw, &ev); err != nil || !ev.Again || ev.Withdrawn || ev.Generation != 1 {
+		t.Errorf("the 13:00 marker again: %s (%v)", raw, err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if exists("14") {
+		t.Error("the 14:00 marker is back before its period is final again")
+	}
+}

@@ -44,6 +44,9 @@ type Publisher interface {
 // at start as a marker checks its directory.
 type MarkerWriter interface {
 	WriteMarker(ctx context.Context, path string, body []byte) error
+	// RemoveMarker withdraws the marker at path (a rewind took its period
+	// back): none there is no error.
+	RemoveMarker(ctx context.Context, path string) error
 }
 
 // FileMarkers writes markers to the local file system, atomically.
@@ -83,6 +86,24 @@ func (FileMarkers) WriteMarker(_ context.Context, path string, body []byte) (err
 		return err
 	}
 	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// RemoveMarker removes the marker at path, then fsyncs its directory, so
+// that no reader finds a period final that a rewind took back; a missing
+// marker is no error (delivered at least once).
+func (FileMarkers) RemoveMarker(_ context.Context, path string) error {
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
 	if err != nil {
 		return err
 	}

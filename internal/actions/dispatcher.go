@@ -2,6 +2,7 @@ package actions
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -233,7 +234,11 @@ func (d *Dispatcher) expandMove(m control.Move) ([]control.Send, error) {
 	if r == nil || len(r.Actions) == 0 {
 		return nil, nil
 	}
-	sends, skipped, err := expand(r, m)
+	build := expand
+	if !m.From.IsZero() && m.To.Before(m.From) {
+		build = withdraw // a rewind
+	}
+	sends, skipped, err := build(r, m)
 	if skipped > 0 {
 		d.log.Warn("a move spans more periods than are announced; the oldest are not",
 			zap.String("table", m.Table), zap.Int("announced", len(sends)/max(1, len(r.Actions))), zap.Int("not_announced", skipped))
@@ -381,7 +386,19 @@ func (d *Dispatcher) deliver(ctx context.Context, a *Action, sends []control.Sen
 				errs[i] = fmt.Errorf("no rule names table %q any more", s.Table)
 				continue
 			}
-			errs[i] = d.o.Markers.WriteMarker(ctx, MarkerPath(a.marker, s.Table, s.PeriodStart, r.Granularity, r.Location), s.Payload)
+			path := MarkerPath(a.marker, s.Table, s.PeriodStart, r.Granularity, r.Location)
+			var ev struct {
+				Withdrawn bool `json:"withdrawn"`
+			}
+			if err := json.Unmarshal(s.Payload, &ev); err != nil {
+				errs[i] = fmt.Errorf("read the event: %w", err)
+				continue
+			}
+			if ev.Withdrawn {
+				errs[i] = d.o.Markers.RemoveMarker(ctx, path)
+			} else {
+				errs[i] = d.o.Markers.WriteMarker(ctx, path, s.Payload)
+			}
 		}
 	}
 	out := make([]control.Outcome, len(sends))

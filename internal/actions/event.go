@@ -44,6 +44,10 @@ type Event struct {
 	// First is true for the event of a table's first verdict: only the
 	// period that ends at the verdict is announced, not all of history.
 	First bool `json:"first,omitempty"`
+	// Withdrawn is set on the events a rewind queues for marker actions
+	// only: the period is no longer final, and its marker is removed
+	// (ordered before the period's announcement again).
+	Withdrawn bool `json:"withdrawn,omitempty"`
 }
 
 // EventID is the id of the event of table's period starting at start in
@@ -119,6 +123,45 @@ func expand(r *Rule, m control.Move) ([]control.Send, int, error) {
 		seen := map[string]bool{}
 		for _, a := range r.Actions {
 			if seen[a.Key] {
+				continue
+			}
+			seen[a.Key] = true
+			sends = append(sends, control.Send{Action: a.Key, EventID: ev.ID, Table: m.Table,
+				PeriodStart: p[0], PeriodEnd: p[1], Payload: body, MovedAt: m.MovedAt})
+		}
+	}
+	return sends, skipped, nil
+}
+
+// withdraw returns the events of a rewind (m.To before m.From) for r's
+// marker actions: one per period that was announced final (ending after
+// m.To, up to the table's high water, the furthest verdict announced) and
+// is not final any more, so that its marker is removed before the period
+// is announced again. The other kinds get none: a rewind's NOTIFY and the
+// again flag of the next announcement tell their readers.
+func withdraw(r *Rule, m control.Move) ([]control.Send, int, error) {
+	high := m.HighWater
+	if m.From.After(high) {
+		high = m.From
+	}
+	periods, skipped := Periods(m.To, high, r.Granularity, r.Location)
+	var sends []control.Send
+	for _, p := range periods {
+		ev := Event{
+			// -generation: never the id of an announcement (generations
+			// are 0 and up), and one per rewind.
+			ID:    EventID(m.Table, p[0], -m.Generation),
+			Table: m.Table, PeriodStart: p[0].UTC(), PeriodEnd: p[1].UTC(),
+			Granularity: r.Granularity.String(), FinalizedUntil: m.To.UTC(),
+			MovedAt: m.MovedAt.UTC(), Generation: m.Generation, Withdrawn: true,
+		}
+		body, err := json.Marshal(ev)
+		if err != nil {
+			return nil, 0, err
+		}
+		seen := map[string]bool{}
+		for _, a := range r.Actions {
+			if a.Kind != KindMarker || seen[a.Key] {
 				continue
 			}
 			seen[a.Key] = true
