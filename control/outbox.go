@@ -73,20 +73,9 @@ func OpenOutbox(ctx context.Context, url string, o OutboxOptions) (*Outbox, erro
 	if err != nil {
 		return nil, fmt.Errorf("open outbox: %w", err)
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := poolConfig(url, o.MaxConns, DefaultOutboxConns, DefaultApplicationName+"-actions")
 	if err != nil {
 		return nil, fmt.Errorf("open outbox: %w", err)
-	}
-	cfg.MaxConns = o.MaxConns
-	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = DefaultOutboxConns
-	}
-	cfg.MinConns = 0
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
-	}
-	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = DefaultApplicationName + "-actions"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -63,6 +63,29 @@ type Store struct {
 	closeOnce sync.Once
 }
 
+// poolConfig parses url into a pool's configuration with the settings
+// every pool of the package shares: maxConns (or defaultConns when not
+// positive), no idle minimum, DefaultConnectTimeout unless the URL sets
+// one, and app as application_name unless the URL names one.
+func poolConfig(url string, maxConns, defaultConns int32, app string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = defaultConns
+	}
+	cfg.MinConns = 0
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+	}
+	return cfg, nil
+}
+
 // Open returns a Store for the database at url (a postgres:// URL or a
 // key=value DSN) and the control table o.Table. It does not connect:
 // PostgreSQL may be down at start, and every operation connects as needed
@@ -77,20 +100,9 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open control store: %w", err)
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := poolConfig(url, o.MaxConns, DefaultMaxConns, DefaultApplicationName)
 	if err != nil {
 		return nil, fmt.Errorf("open control store: %w", err)
-	}
-	cfg.MaxConns = o.MaxConns
-	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = DefaultMaxConns
-	}
-	cfg.MinConns = 0
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
-	}
-	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = DefaultApplicationName
 	}
 	if cfg.ConnConfig.RuntimeParams["plan_cache_mode"] == "" {
 		// The advance statement is planned once per connection, not per
