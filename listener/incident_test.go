@@ -1,6 +1,7 @@
 package listener_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -47,7 +48,16 @@ func TestStreamDeletedOrPurged(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, r := uuid(1, 1), uuid(1, 2)
+	// Each check has a context of its own: the test's ctx (waitTimeout
+	// from its start) ran out before the last check on a slow machine,
+	// and every check after that failed whatever the stream held.
+	fresh := func() context.Context {
+		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		t.Cleanup(cancel)
+		return c
+	}
 	stored := func() bool {
+		ctx := fresh()
 		st, err := js.Stream(ctx, listener.DefaultStream)
 		if err != nil {
 			return false
@@ -76,8 +86,8 @@ func TestStreamDeletedOrPurged(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the deletion counted", func() bool { return count(listener.StreamDeleted) == 1 })
-	eventually(t, "the stream back", func() bool { return l.StreamReady(ctx) == nil })
-	info, err := js.Stream(ctx, listener.DefaultStream)
+	eventually(t, "the stream back", func() bool { return l.StreamReady(fresh()) == nil })
+	info, err := js.Stream(fresh(), listener.DefaultStream)
 	if err != nil {
 		t.Fatal(err)
 	}
