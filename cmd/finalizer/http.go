@@ -155,22 +155,11 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		}
 		query := r.PathValue("query")
 		retired, v, moved, err := store.RetireFeeder(r.Context(), table, query, why)
-		if errors.Is(err, control.ErrNoFeeder) {
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
-			return
-		}
-		if errors.Is(err, control.ErrAmbiguousFeeder) {
-			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
-			return
-		}
 		if err != nil {
-			httpError(w, err)
+			feederError(w, err, httpError)
 			return
 		}
-		ids := make([]string, 0, len(retired))
-		for _, f := range retired {
-			ids = append(ids, f.Feeder)
-		}
+		ids := feederIDs(retired)
 		log.Info("feeder retired", zap.String("table", table), zap.String("query", query),
 			zap.Strings("feeders", ids), zap.String("reason", why), zap.Bool("moved", moved))
 		resp := map[string]any{"table": table, "retired": ids, "moved": moved}
@@ -200,22 +189,11 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		}
 		query := r.PathValue("query")
 		back, v, err := store.UnretireFeeder(r.Context(), table, query, strings.TrimSpace(body.Reason), by)
-		if errors.Is(err, control.ErrNoFeeder) {
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
-			return
-		}
-		if errors.Is(err, control.ErrAmbiguousFeeder) {
-			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
-			return
-		}
 		if err != nil {
-			httpError(w, err)
+			feederError(w, err, httpError)
 			return
 		}
-		ids := make([]string, 0, len(back))
-		for _, f := range back {
-			ids = append(ids, f.Feeder)
-		}
+		ids := feederIDs(back)
 		log.Info("feeder taken back; it holds the table again", zap.String("table", table), zap.String("query", query),
 			zap.Strings("feeders", ids), zap.String("reason", body.Reason), zap.String("by", by))
 		resp := map[string]any{"table": table, "unretired": ids}
@@ -299,6 +277,28 @@ func withActions(ctx context.Context, svc *service.Service, tables []tableStatus
 	}
 	attachActions(tables, bs, names, time.Now().UTC())
 	return nil
+}
+
+// feederError answers a failed retire or unretire: 404 for no such
+// feeder, 409 for a name several active feeders share, else other.
+func feederError(w http.ResponseWriter, err error, other func(http.ResponseWriter, error)) {
+	switch {
+	case errors.Is(err, control.ErrNoFeeder):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+	case errors.Is(err, control.ErrAmbiguousFeeder):
+		writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+	default:
+		other(w, err)
+	}
+}
+
+// feederIDs returns the ids of fs, in order.
+func feederIDs(fs []control.Feeder) []string {
+	ids := make([]string, 0, len(fs))
+	for _, f := range fs {
+		ids = append(ids, f.Feeder)
+	}
+	return ids
 }
 
 // parseURLTime reads a time from a URL query: as on the command line, and
