@@ -674,3 +674,33 @@ func chownToPostgres(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// An external PostgreSQL (a flag, or an exported FINALIZER_POSTGRES_URL,
+// which is the same setting) is said on stdout, as an external NATS server
+// is, with its password masked: a variable left exported never silently
+// replaces the managed cluster.
+func TestExternalPostgresIsSaid(t *testing.T) {
+	u, err := url.Parse(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "s3cret-pw-not-shown"
+	if _, ok := u.User.Password(); !ok {
+		// The test cluster may trust local connections: a password it
+		// ignores still must not show.
+		name := "postgres"
+		if u.User != nil {
+			name = u.User.Username()
+		}
+		u.User = url.UserPassword(name, secret)
+	}
+	pw, _ := u.User.Password()
+	p := startServe(t, serveOpts{pgURL: u.String()})
+	out := p.stdout.String()
+	if !strings.Contains(out, "finalizer: connecting to the external PostgreSQL at ") {
+		t.Fatalf("stdout does not say the external PostgreSQL:\n%s", out)
+	}
+	if strings.Contains(out, pw) || strings.Contains(p.stderr.String(), pw) {
+		t.Fatalf("the password shows in the output:\n%s", out)
+	}
+}

@@ -143,6 +143,10 @@ func (s *Service) startNATS(context.Context) error {
 func (s *Service) startPostgres(ctx context.Context) error {
 	s.pgURL = s.opts.PostgresURL
 	if s.pgURL != "" {
+		// An external server (--postgres-url, postgres.url or
+		// FINALIZER_POSTGRES_URL): say so, as for NATS, so that an
+		// exported variable never silently replaces the managed cluster.
+		s.printf("finalizer: connecting to the external PostgreSQL at %s (no managed cluster)\n", redact.URLs(s.pgURL))
 		return nil
 	}
 	dir, err := managedClusterDir(s.opts.DataDir, s.log)
