@@ -105,9 +105,8 @@ func Periods(from, to time.Time, g progress.Granularity, loc *time.Location) (pe
 // expand builds the sends of one move for the rule's actions.
 func expand(r *Rule, m control.Move) ([]control.Send, int, error) {
 	periods, skipped := Periods(m.From, m.To, r.Granularity, r.Location)
-	var sends []control.Send
-	for _, p := range periods {
-		ev := Event{
+	sends, err := sendsOf(r, m, periods, func(*Action) bool { return true }, func(p [2]time.Time) Event {
+		return Event{
 			ID:    EventID(m.Table, p[0], m.Generation),
 			Table: m.Table, PeriodStart: p[0].UTC(), PeriodEnd: p[1].UTC(),
 			Granularity: r.Granularity.String(), FinalizedUntil: m.To.UTC(),
@@ -116,21 +115,8 @@ func expand(r *Rule, m control.Move) ([]control.Send, int, error) {
 			Again:      m.Generation > 0 && !p[1].After(m.HighWater),
 			First:      m.From.IsZero(),
 		}
-		body, err := json.Marshal(ev)
-		if err != nil {
-			return nil, 0, err
-		}
-		seen := map[string]bool{}
-		for _, a := range r.Actions {
-			if seen[a.Key] {
-				continue
-			}
-			seen[a.Key] = true
-			sends = append(sends, control.Send{Action: a.Key, EventID: ev.ID, Table: m.Table,
-				PeriodStart: p[0], PeriodEnd: p[1], Payload: body, MovedAt: m.MovedAt})
-		}
-	}
-	return sends, skipped, nil
+	})
+	return sends, skipped, err
 }
 
 // withdraw returns the events of a rewind (m.To before m.From) for r's
@@ -145,9 +131,9 @@ func withdraw(r *Rule, m control.Move) ([]control.Send, int, error) {
 		high = m.From
 	}
 	periods, skipped := Periods(m.To, high, r.Granularity, r.Location)
-	var sends []control.Send
-	for _, p := range periods {
-		ev := Event{
+	markers := func(a *Action) bool { return a.Kind == KindMarker }
+	sends, err := sendsOf(r, m, periods, markers, func(p [2]time.Time) Event {
+		return Event{
 			// -generation: never the id of an announcement (generations
 			// are 0 and up), and one per rewind.
 			ID:    EventID(m.Table, p[0], -m.Generation),
@@ -155,13 +141,23 @@ func withdraw(r *Rule, m control.Move) ([]control.Send, int, error) {
 			Granularity: r.Granularity.String(), FinalizedUntil: m.To.UTC(),
 			MovedAt: m.MovedAt.UTC(), Generation: m.Generation, Withdrawn: true,
 		}
+	})
+	return sends, skipped, err
+}
+
+// sendsOf builds one send per period and action of r that want takes (an
+// action key once), each carrying the period's event as event builds it.
+func sendsOf(r *Rule, m control.Move, periods [][2]time.Time, want func(*Action) bool, event func([2]time.Time) Event) ([]control.Send, error) {
+	var sends []control.Send
+	for _, p := range periods {
+		ev := event(p)
 		body, err := json.Marshal(ev)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		seen := map[string]bool{}
 		for _, a := range r.Actions {
-			if a.Kind != KindMarker || seen[a.Key] {
+			if !want(a) || seen[a.Key] {
 				continue
 			}
 			seen[a.Key] = true
@@ -169,7 +165,7 @@ func withdraw(r *Rule, m control.Move) ([]control.Send, int, error) {
 				PeriodStart: p[0], PeriodEnd: p[1], Payload: body, MovedAt: m.MovedAt})
 		}
 	}
-	return sends, skipped, nil
+	return sends, nil
 }
 
 // Subject returns the NATS subject of table's events under prefix
