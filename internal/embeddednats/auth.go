@@ -3,7 +3,10 @@ package embeddednats
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -49,6 +52,29 @@ type TLS struct {
 	ClientCAFile string
 }
 
+// bcryptHash is what nats-server takes for a bcrypt hash (its
+// validBcryptPrefix).
+var bcryptHash = regexp.MustCompile(`^\$2[abxy]\$\d{2}\$.*`)
+
+// serverPassword returns what the server keeps of a user's password: a
+// bcrypt hash, so that the server's memory holds no plaintext password and
+// it does not warn "Plaintext passwords detected" at every start. A hash
+// given as the password is kept as it is. The cost is bcrypt's least: the
+// hash is never stored and the service's own passwords are random (128
+// bits), so a higher cost would only slow every login (about 1 ms at the
+// least cost against 50-100 ms at the default). A password bcrypt cannot
+// take (over 72 bytes) stays plaintext; the server then warns.
+func serverPassword(pw string) string {
+	if bcryptHash.MatchString(pw) {
+		return pw
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.MinCost)
+	if err != nil {
+		return pw
+	}
+	return string(h)
+}
+
 // applyAuth sets o's users and TLS on opts.
 func applyAuth(o Options, opts *server.Options) error {
 	seen := map[string]bool{}
@@ -72,7 +98,7 @@ func applyAuth(o Options, opts *server.Options) error {
 				return fmt.Errorf("%w: user %q is listed twice", ErrBadAuth, u.Name)
 			}
 			seen[u.Name] = true
-			opts.Users = append(opts.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: u.Permissions.server()})
+			opts.Users = append(opts.Users, &server.User{Username: u.Name, Password: serverPassword(u.Password), Permissions: u.Permissions.server()})
 		}
 	}
 	if o.TLS == nil {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 )
@@ -176,6 +177,44 @@ func TestServerLogsGoToZap(t *testing.T) {
 	for _, l := range infoLogs.All() {
 		if !strings.HasPrefix(l.Message, "embedded nats-server ") {
 			t.Errorf("an info logger got %v %q", l.Level, l.Message)
+		}
+	}
+}
+
+// The server keeps a bcrypt hash of each plaintext password, not the
+// password: it logs no "Plaintext passwords detected" warning at start, the
+// password still logs in and a wrong one does not; a hash given as the
+// password is taken as a hash.
+func TestPasswordsAreKeptHashed(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("given-as-hash"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.DebugLevel)
+	s := start(t, embeddednats.Options{StoreDir: t.TempDir(), Logger: zap.New(core), Users: []embeddednats.User{
+		{Name: "plain", Password: "a-plain-secret"},
+		{Name: "hashed", Password: string(hash)},
+	}})
+	for _, l := range logs.All() {
+		if strings.Contains(l.Message, "Plaintext password") {
+			t.Errorf("the server warns: %q", l.Message)
+		}
+	}
+	for _, c := range []struct {
+		user, pw string
+		ok       bool
+	}{
+		{"plain", "a-plain-secret", true},
+		{"plain", "a-plain-secreT", false},
+		{"hashed", "given-as-hash", true},
+		{"hashed", string(hash), false},
+	} {
+		nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(c.user, c.pw))
+		if c.ok != (err == nil) {
+			t.Errorf("%s with %q: err = %v, want ok=%v", c.user, c.pw, err, c.ok)
+		}
+		if err == nil {
+			nc.Close()
 		}
 	}
 }
