@@ -26,10 +26,11 @@ func peekProgress(d []byte, runID string) (int64, bool) {
 	// document with a \u escape, which could spell a key the parser would
 	// decode (a doubled batchId once made the two disagree, and a good
 	// progress lost to the one that peeked higher).
-	if bytes.Count(d, keyBatchID) != 1 || bytes.Count(d, keyRunID) != 1 || bytes.Contains(d, escapeU) {
+	batchAt, runAt, ok := findKeys(d)
+	if !ok || bytes.Contains(d, escapeU) {
 		return 0, false
 	}
-	v, ok := peekValue(d, keyBatchID)
+	v, ok := valueAfter(d, batchAt+len(keyBatchID))
 	if !ok {
 		return 0, false
 	}
@@ -37,7 +38,7 @@ func peekProgress(d []byte, runID string) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	v, ok = peekValue(d, keyRunID)
+	v, ok = valueAfter(d, runAt+len(keyRunID))
 	if !ok || len(d)-v < len(runID)+2 || d[v] != '"' || d[v+1+len(runID)] != '"' {
 		return 0, false
 	}
@@ -49,14 +50,39 @@ func peekProgress(d []byte, runID string) (int64, bool) {
 	return batch, true
 }
 
-// peekValue returns the offset of the value of the first member whose key
-// token is key.
-func peekValue(d, key []byte) (int, bool) {
-	i := bytes.Index(d, key)
-	if i < 0 {
-		return 0, false
+// findKeys returns the offsets of the one literal "batchId" and the one
+// literal "runId" key token in d (with their quotes); ok is false unless
+// each occurs exactly once. It is bytes.Count and bytes.Index of both in
+// one pass: each token holds one capital I (a rare byte in a progress,
+// where '"', the tokens' first byte, is one byte in ten), so it looks at
+// the capital Is only.
+func findKeys(d []byte) (batchAt, runAt int, ok bool) {
+	const (
+		batchI = 6 // "batchId": the I's index in the token
+		runI   = 4 // "runId"
+	)
+	nb, nr := 0, 0
+	for i := 0; ; i++ {
+		k := bytes.IndexByte(d[i:], 'I')
+		if k < 0 {
+			break
+		}
+		i += k
+		if i >= batchI && i-batchI+len(keyBatchID) <= len(d) && string(d[i-batchI:i-batchI+len(keyBatchID)]) == string(keyBatchID) {
+			nb++
+			batchAt = i - batchI
+		} else if i >= runI && i-runI+len(keyRunID) <= len(d) && string(d[i-runI:i-runI+len(keyRunID)]) == string(keyRunID) {
+			nr++
+			runAt = i - runI
+		}
 	}
-	j := skipWhite(d, i+len(key))
+	return batchAt, runAt, nb == 1 && nr == 1
+}
+
+// valueAfter returns the offset of the value of the member whose key
+// token ends at d[i].
+func valueAfter(d []byte, i int) (int, bool) {
+	j := skipWhite(d, i)
 	if j >= len(d) || d[j] != ':' {
 		return 0, false
 	}
