@@ -1,13 +1,16 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
 )
 
 // Feeder is one query that writes a table, as the feeders table holds it
@@ -158,67 +161,198 @@ RETURNING feeder`, table, feeders)
 // it stands, so a query still running its first batch (or held by a guard)
 // is never passed by the table on the word of the others (ADR 0015). A
 // feeder the table knows already, retired or not, is left as it is, so
-// calling it again (every start of a tracker) changes nothing; a query
-// that was retired does not rejoin this way either: Joined says so
-// (RetiredAt, RetiredWhy), so that the caller can warn that this run's
-// data may land in periods the table already declared final.
+// calling it again (every start of a tracker) changes nothing and writes
+// nothing; a query that was retired does not rejoin this way either:
+// Joined says so (RetiredAt, RetiredWhy), so that the caller can warn that
+// this run's data may land in periods the table already declared final.
+// It is JoinFeeders of one.
 func (s *Store) JoinFeeder(ctx context.Context, table, query, name string) (Joined, error) {
-	op := fmt.Sprintf("join feeder %s of %s", query, table)
+	r := s.JoinFeeders(ctx, []FeederJoin{{Table: table, Query: query, Name: name}})
+	return r[0].Joined, r[0].Err
+}
+
+// FeederJoin is one query to record as a feeder of one table
+// (JoinFeeders).
+type FeederJoin struct {
+	Table string
+	Query string // the query id
+	Name  string // the query's name, "" when unknown
+}
+
+// JoinedResult is the outcome of one FeederJoin of a JoinFeeders: what
+// JoinFeeder would have returned for it.
+type JoinedResult struct {
+	Joined Joined
+	Err    error
+}
+
+// JoinFeeders is JoinFeeder for many queries and tables at once (ADR
+// 0023): the runs tracked together, at a restart or by discovery, join in
+// one round trip and one transaction instead of one each. Its result at
+// index i is what JoinFeeder would have returned for js[i]; of two joins
+// of the same query and table, the first reports Added. An invalid join
+// gets ErrInvalidAdvance and is not sent. One join the database refuses
+// never fails the others: a transaction that fails for any reason but the
+// database's availability is tried again in halves, down to single joins,
+// so that only the refused one carries an error. When the database is
+// unavailable (or ctx ends), every join not applied carries that error.
+func (s *Store) JoinFeeders(ctx context.Context, js []FeederJoin) []JoinedResult {
+	res := make([]JoinedResult, len(js))
 	if s.closed.Load() {
-		return Joined{}, fmt.Errorf("%s: %w", op, ErrClosed)
+		for i, j := range js {
+			res[i].Err = fmt.Errorf("join feeder %s of %s: %w", j.Query, j.Table, ErrClosed)
+		}
+		return res
 	}
-	if err := CheckTableName(table); err != nil {
-		return Joined{}, fmt.Errorf("join feeder: %w", err)
+	names := make(map[feederKey]string, len(js))
+	var order []feederKey
+	for i, j := range js {
+		if err := CheckTableName(j.Table); err != nil {
+			res[i].Err = fmt.Errorf("join feeder: %w", err)
+			continue
+		}
+		if strings.TrimSpace(j.Query) == "" || CheckTableName(j.Query) != nil {
+			res[i].Err = fmt.Errorf("join feeder %s of %s: %w: a feeder must be a non-empty query id without control characters", j.Query, j.Table, ErrInvalidAdvance)
+			continue
+		}
+		k := feederKey{j.Table, j.Query}
+		n, ok := names[k]
+		if !ok {
+			order = append(order, k)
+		}
+		if n == "" {
+			names[k] = j.Name
+		}
 	}
-	if strings.TrimSpace(query) == "" || CheckTableName(query) != nil {
-		return Joined{}, fmt.Errorf("%s: %w: a feeder must be a non-empty query id without control characters", op, ErrInvalidAdvance)
+	slices.SortFunc(order, func(a, b feederKey) int {
+		return cmp.Or(cmp.Compare(a.table, b.table), cmp.Compare(a.feeder, b.feeder))
+	})
+	out := make(map[feederKey]JoinedResult, len(order))
+	s.joinAll(ctx, order, names, out, true)
+	reported := make(map[feederKey]bool, len(order))
+	for i, j := range js {
+		if res[i].Err != nil {
+			continue
+		}
+		k := feederKey{j.Table, j.Query}
+		r := out[k]
+		if r.Joined.Added && reported[k] {
+			r.Joined.Added = false
+		}
+		reported[k] = true
+		res[i] = r
 	}
-	// One round trip, one implicit transaction: the table's lock, the
-	// promotion of a solo table that another query feeds, the row.
+	return res
+}
+
+// joinAll joins the feeders of order (sorted, distinct) and records each
+// one's result in out. A transaction that fails for a reason that may be
+// one join's is tried again in halves; a failure of the database as a
+// whole is every remaining join's result.
+func (s *Store) joinAll(ctx context.Context, order []feederKey, names map[feederKey]string, out map[feederKey]JoinedResult, top bool) {
+	err := s.join(ctx, order, names, out)
+	switch {
+	case err == nil:
+		return
+	case batchWide(ctx, err), len(order) == 1:
+		for _, k := range order {
+			out[k] = JoinedResult{Err: wrap(ctx, fmt.Sprintf("join feeder %s of %s", k.feeder, k.table), err)}
+		}
+		return
+	case top:
+		s.log.Warn("postgresql refused a batch of feeder joins; joining it in halves so that one cannot fail the others",
+			zap.Int("joins", len(order)), zap.Error(err))
+	}
+	n := len(order)
+	s.joinAll(ctx, order[:n/2], names, out, false)
+	if r := out[order[n/2-1]]; r.Err != nil && batchWide(ctx, r.Err) {
+		for _, k := range order[n/2:] {
+			out[k] = r
+		}
+		return
+	}
+	s.joinAll(ctx, order[n/2:], names, out, false)
+}
+
+// join joins the feeders of order (sorted, distinct) in one round trip and
+// one implicit transaction: the tables' advisory locks, the promotion of
+// solo tables another query joins, the feeder rows that do not exist yet
+// (one that exists is not offered, so a join again is a read), and the
+// retired ones among them.
+func (s *Store) join(ctx context.Context, order []feederKey, names map[feederKey]string, out map[feederKey]JoinedResult) error {
+	tables := make([]string, len(order))
+	queries := make([]string, len(order))
+	qnames := make([]string, len(order))
+	for i, k := range order {
+		tables[i], queries[i], qnames[i] = k.table, k.feeder, names[k]
+	}
 	var pb pgx.Batch
-	pb.Queue(s.sql.lockKeys, []string{table}, s.n.table)
-	pb.Queue(s.sql.promote, []string{table}, []string{query})
+	pb.Queue(s.sql.lockKeys, tables, s.n.table)
+	pb.Queue(s.sql.promote, tables, queries)
 	pb.Queue(`
-INSERT INTO `+s.n.feeds+` AS f (table_name, feeder, query_name) VALUES ($1, $2, $3)
+INSERT INTO `+s.n.feeds+` AS f (table_name, feeder, query_name)
+SELECT i.table_name, i.feeder, nullif(i.query_name, '')
+FROM unnest($1::text[], $2::text[], $3::text[]) AS i(table_name, feeder, query_name)
+WHERE NOT EXISTS (SELECT FROM `+s.n.feeds+` x WHERE x.table_name = i.table_name AND x.feeder = i.feeder
+	AND (x.query_name IS NOT NULL OR i.query_name = ''))
+ORDER BY i.table_name, i.feeder
 ON CONFLICT (table_name, feeder) DO UPDATE SET query_name = EXCLUDED.query_name
 	WHERE f.query_name IS NULL AND EXCLUDED.query_name IS NOT NULL
-RETURNING (xmax = 0)`, table, query, nullString(name))
-	pb.Queue(`SELECT retired_at, retired_why FROM `+s.n.feeds+` WHERE table_name = $1 AND feeder = $2 AND retired_at IS NOT NULL`, table, query)
+RETURNING f.table_name, f.feeder, (xmax = 0)`, tables, queries, qnames)
+	pb.Queue(`
+SELECT f.table_name, f.feeder, f.retired_at, f.retired_why FROM `+s.n.feeds+` f
+JOIN unnest($1::text[], $2::text[]) AS i(table_name, feeder) ON f.table_name = i.table_name AND f.feeder = i.feeder
+WHERE f.retired_at IS NOT NULL`, tables, queries)
 	br := s.pool.SendBatch(ctx, &pb)
-	var (
-		j          Joined
-		retiredAt  *time.Time
-		retiredWhy *string
-	)
+	got := make(map[feederKey]Joined, len(order))
 	_, err := br.Exec()
 	if err == nil {
 		_, err = br.Exec()
 	}
 	if err == nil {
-		err = br.QueryRow().Scan(&j.Added)
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			var (
+				k     feederKey
+				added bool
+			)
+			_, err = pgx.ForEachRow(rows, []any{&k.table, &k.feeder, &added}, func() error {
+				j := got[k]
+				j.Added = added
+				got[k] = j
+				return nil
+			})
 		}
 	}
 	if err == nil {
-		err = br.QueryRow().Scan(&retiredAt, &retiredWhy)
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			var (
+				k   feederKey
+				at  time.Time
+				why *string
+			)
+			_, err = pgx.ForEachRow(rows, []any{&k.table, &k.feeder, &at, &why}, func() error {
+				j := got[k]
+				j.RetiredAt = at.UTC()
+				if why != nil {
+					j.RetiredWhy = *why
+				}
+				got[k] = j
+				return nil
+			})
 		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return Joined{}, wrap(ctx, op, err)
+		return err
 	}
-	if retiredAt != nil {
-		j.RetiredAt = retiredAt.UTC()
+	for _, k := range order {
+		out[k] = JoinedResult{Joined: got[k]}
 	}
-	if retiredWhy != nil {
-		j.RetiredWhy = *retiredWhy
-	}
-	return j, nil
+	return nil
 }
 
 // Joined is what JoinFeeder did: whether it added the feeder, and, when

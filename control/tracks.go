@@ -1,10 +1,14 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // SaveTrack persists an explicit track so that it survives a restart. It
@@ -15,28 +19,124 @@ import (
 // marked done again as soon as its tracker sees the termination). A zero
 // CreatedAt means now; DoneAt is ignored (see FinishTrack). It fails with
 // ErrInvalidTrack when RunID, QueryID or Table is empty or Spec is not
-// JSON.
+// JSON. It is SaveTracks of one.
 func (s *Store) SaveTrack(ctx context.Context, t Track) error {
-	op := fmt.Sprintf("save track of run %s for %s", t.RunID, t.Table)
+	return s.SaveTracks(ctx, []Track{t})[0]
+}
+
+// SaveTracks is SaveTrack for many tracks at once (ADR 0023): the tracks
+// requested together are saved in one statement and one commit instead
+// of one each. Its result at index i is what SaveTrack would have
+// returned for ts[i]; of two tracks of the same run and table, the later
+// one's QueryID and Spec are kept, as SaveTrack one after the other would
+// keep them. An invalid track gets ErrInvalidTrack and is not sent. One
+// track the database refuses never fails the others: a statement that
+// fails for any reason but the database's availability is tried again in
+// halves, down to single tracks, so that only the refused one carries an
+// error. When the database is unavailable (or ctx ends), every track not
+// saved carries that error.
+func (s *Store) SaveTracks(ctx context.Context, ts []Track) []error {
+	errs := make([]error, len(ts))
+	op := func(t Track) string { return fmt.Sprintf("save track of run %s for %s", t.RunID, t.Table) }
 	if s.closed.Load() {
-		return fmt.Errorf("%s: %w", op, ErrClosed)
+		for i, t := range ts {
+			errs[i] = fmt.Errorf("%s: %w", op(t), ErrClosed)
+		}
+		return errs
 	}
-	switch {
-	case t.RunID == "" || t.QueryID == "" || t.Table == "":
-		return fmt.Errorf("%s: %w: query id, run id and table are required", op, ErrInvalidTrack)
-	case len(t.Spec) > 0 && !json.Valid(t.Spec):
-		return fmt.Errorf("%s: %w: spec is not JSON", op, ErrInvalidTrack)
+	type key struct{ run, table string }
+	last := make(map[key]int, len(ts))
+	var order []int // the index of each (run, table)'s last track
+	for i, t := range ts {
+		switch {
+		case t.RunID == "" || t.QueryID == "" || t.Table == "":
+			errs[i] = fmt.Errorf("%s: %w: query id, run id and table are required", op(t), ErrInvalidTrack)
+			continue
+		case len(t.Spec) > 0 && !json.Valid(t.Spec):
+			errs[i] = fmt.Errorf("%s: %w: spec is not JSON", op(t), ErrInvalidTrack)
+			continue
+		}
+		k := key{t.RunID, t.Table}
+		if j, ok := last[k]; ok {
+			order[j] = i
+			continue
+		}
+		last[k] = len(order)
+		order = append(order, i)
 	}
-	var spec any
-	if len(t.Spec) > 0 {
-		spec = []byte(t.Spec)
+	slices.SortFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(ts[a].RunID, ts[b].RunID), cmp.Compare(ts[a].Table, ts[b].Table))
+	})
+	saved := make(map[key]error, len(order))
+	var save func(order []int, top bool)
+	save = func(order []int, top bool) {
+		err := s.saveTracks(ctx, ts, order)
+		switch {
+		case err == nil:
+			for _, i := range order {
+				saved[key{ts[i].RunID, ts[i].Table}] = nil
+			}
+			return
+		case batchWide(ctx, err), len(order) == 1:
+			for _, i := range order {
+				saved[key{ts[i].RunID, ts[i].Table}] = wrap(ctx, op(ts[i]), err)
+			}
+			return
+		case top:
+			s.log.Warn("postgresql refused a batch of explicit tracks; saving it in halves so that one cannot fail the others",
+				zap.Int("tracks", len(order)), zap.Error(err))
+		}
+		n := len(order)
+		save(order[:n/2], false)
+		if err := saved[key{ts[order[n/2-1]].RunID, ts[order[n/2-1]].Table}]; err != nil && batchWide(ctx, err) {
+			for _, i := range order[n/2:] {
+				saved[key{ts[i].RunID, ts[i].Table}] = err
+			}
+			return
+		}
+		save(order[n/2:], false)
+	}
+	if len(order) > 0 {
+		save(order, true)
+	}
+	for i, t := range ts {
+		if errs[i] == nil {
+			errs[i] = saved[key{t.RunID, t.Table}]
+		}
+	}
+	return errs
+}
+
+// saveTracks upserts the tracks ts[i] for i in order (sorted by run and
+// table, one per run and table) in one statement.
+func (s *Store) saveTracks(ctx context.Context, ts []Track, order []int) error {
+	var (
+		queries = make([]string, len(order))
+		runs    = make([]string, len(order))
+		tables  = make([]string, len(order))
+		specs   = make([]*string, len(order))
+		created = make([]*time.Time, len(order))
+	)
+	for j, i := range order {
+		t := ts[i]
+		queries[j], runs[j], tables[j] = t.QueryID, t.RunID, t.Table
+		if len(t.Spec) > 0 {
+			spec := string(t.Spec)
+			specs[j] = &spec
+		}
+		if !t.CreatedAt.IsZero() {
+			at := t.CreatedAt
+			created[j] = &at
+		}
 	}
 	_, err := s.pool.Exec(ctx, `
 INSERT INTO `+s.n.tracks+` (query_id, run_id, table_name, spec, created_at)
-VALUES ($1, $2, $3, $4::jsonb, coalesce($5::timestamptz, now()))
+SELECT i.query_id, i.run_id, i.table_name, i.spec::jsonb, coalesce(i.created_at, now())
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[]) AS i(query_id, run_id, table_name, spec, created_at)
+ORDER BY i.run_id, i.table_name
 ON CONFLICT (run_id, table_name) DO UPDATE SET query_id = EXCLUDED.query_id, spec = EXCLUDED.spec, done_at = NULL`,
-		t.QueryID, t.RunID, t.Table, spec, nullTime(t.CreatedAt))
-	return wrap(ctx, op, err)
+		queries, runs, tables, specs, created)
+	return err
 }
 
 // Tracks returns the saved tracks that are not done, oldest first.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -18,6 +19,10 @@ import (
 // (name lookup, rules, subscription) at once. Beyond it a newly seen run
 // is dropped, counted and logged; its next event finds it again.
 const DefaultMaxPending = 10_000
+
+// DefaultDiscoverParallelism is how many discovered runs are decided on
+// (looked up, joined to their tables' feeders, subscribed) at once.
+const DefaultDiscoverParallelism = 256
 
 // pendingRun is a run discovery found and the registry has not decided on
 // yet: what its events said so far. Every later event of the run is merged
@@ -163,9 +168,26 @@ func (r *Registry) Discovered(run listener.Run) {
 	}
 }
 
-// discoverLoop decides on the queued runs, one at a time.
+// discoverLoop decides on the queued runs, one at a time and in their
+// order (so the cap of trackers lets in the runs that came first), and
+// starts their trackers, up to DefaultDiscoverParallelism at once: a start
+// waits on PostgreSQL (the feeder join, ADR 0023), and the runs that start
+// together join their tables' feeders in one group only when their
+// starts are in flight together. It waits for the starts in flight
+// before it returns.
 func (r *Registry) discoverLoop() {
 	defer r.wg.Done()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, DefaultDiscoverParallelism)
+	async := func(fn func()) {
+		sem <- struct{}{} // bounded: a start never waits for this loop
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn()
+		}()
+	}
 	for {
 		select {
 		case <-r.stop:
@@ -182,17 +204,19 @@ func (r *Registry) discoverLoop() {
 			runID := r.queue[0]
 			r.queue = r.queue[1:]
 			r.mu.Unlock()
-			r.consider(r.ctx, runID)
+			r.consider(r.ctx, runID, async)
 		}
 	}
 }
 
 // consider decides on a pending run: it looks its name up when no event
 // carried one (once, here, off the NATS callback), and tracks it into
-// every table whose rule matches. A run without a name that no rule
+// every table whose rule matches. The trackers are registered before it
+// returns; each is started (joined, subscribed) through async, or at once
+// when async is nil. A run without a name that no rule
 // matches by id stays undecided, never ignored: a later event that carries
 // the name decides it. A named run that no rule matches is ignored.
-func (r *Registry) consider(ctx context.Context, runID string) {
+func (r *Registry) consider(ctx context.Context, runID string, async func(func())) {
 	r.mu.Lock()
 	p := r.pending[runID]
 	if p == nil || p.claimed {
@@ -301,9 +325,16 @@ func (r *Registry) consider(ctx context.Context, runID string) {
 		}
 	}
 	for _, e := range es {
-		if err := r.launch(ctx, e); err != nil && !errors.Is(err, ErrClosed) {
-			r.log.Error("could not track run", zap.String("table", e.req.Table), zap.String("query_id", run.QueryID),
-				zap.String("run_id", run.RunID), zap.Error(err))
+		start := func() {
+			if err := r.launch(ctx, e); err != nil && !errors.Is(err, ErrClosed) {
+				r.log.Error("could not track run", zap.String("table", e.req.Table), zap.String("query_id", run.QueryID),
+					zap.String("run_id", run.RunID), zap.Error(err))
+			}
+		}
+		if async == nil {
+			start()
+		} else {
+			async(start)
 		}
 	}
 }

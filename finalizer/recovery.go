@@ -75,7 +75,7 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r.consider(ctx, run.RunID)
+			r.consider(ctx, run.RunID, nil)
 		}()
 	}
 	wg.Wait()

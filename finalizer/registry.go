@@ -37,8 +37,9 @@ const (
 	// service without bound.
 	DefaultMaxTrackers = 100_000
 	// DefaultRecoverParallelism is how many runs are subscribed at once
-	// when the service recovers its runs at start.
-	DefaultRecoverParallelism = 16
+	// when the service recovers its runs at start: as many as the group
+	// commits of their feeder joins can take in two groups (ADR 0023).
+	DefaultRecoverParallelism = 2 * DefaultMaxTrackBatch
 	// MaxQueryNameLen is the longest query name, in bytes, under which a
 	// rule tracks a run; a run of a query with a longer name is refused
 	// (RefusedQueryName).
@@ -133,6 +134,11 @@ type RegistryConfig struct {
 	// Workers is the most tracker steps that run at once, on as many
 	// goroutines, started on demand (ADR 0022); 0 means DefaultWorkers.
 	Workers int
+	// MaxTrackBatch is the most explicit tracks saved, or feeder joins
+	// applied, in one statement when Tracks and Store can batch them (ADR
+	// 0023): 0 means DefaultMaxTrackBatch, a negative value saves and
+	// joins one run at a time.
+	MaxTrackBatch int
 
 	StaleAfter         time.Duration // 0 = DefaultStaleAfter
 	ExpireAfter        time.Duration // 0 = DefaultExpireAfter; negative = never
@@ -216,7 +222,11 @@ type Registry struct {
 	every  time.Duration // janitor interval
 	store  Store         // what trackers advance through: cfg.Store, or its group commit
 	commit *committer    // nil without group commit
-	pool   *pool         // runs the trackers' steps (ADR 0022)
+	// saves and joins are the group commits of explicit tracks and feeder
+	// joins (ADR 0023); nil when the stores cannot batch them.
+	saves *gather[control.Track, error]
+	joins *gather[control.FeederJoin, control.JoinedResult]
+	pool  *pool // runs the trackers' steps (ADR 0022)
 
 	mu       sync.RWMutex
 	closed   bool
@@ -319,6 +329,21 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		}
 		r.commit = newCommitter(ctx, bs, cfg.Metrics, cfg.MaxBatch, cfg.Committers, timeout)
 		r.store = r.commit
+	}
+	if cfg.MaxTrackBatch == 0 {
+		cfg.MaxTrackBatch = DefaultMaxTrackBatch
+		r.cfg.MaxTrackBatch = cfg.MaxTrackBatch
+	}
+	if cfg.MaxTrackBatch > 0 {
+		timeout := cmp.Or(cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout)
+		if ts, ok := cfg.Tracks.(BatchTrackStore); ok {
+			r.saves = newGather(ctx, trackGatherers, cfg.MaxTrackBatch, timeout, ts.SaveTracks,
+				func(_ control.Track, err error) error { return err })
+		}
+		if fj, ok := cfg.Store.(BatchFeederJoiner); ok {
+			r.joins = newGather(ctx, trackGatherers, cfg.MaxTrackBatch, timeout, fj.JoinFeeders,
+				func(_ control.FeederJoin, err error) control.JoinedResult { return control.JoinedResult{Err: err} })
+		}
 	}
 	r.wg.Add(2)
 	go r.discoverLoop()
@@ -449,7 +474,7 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscripti
 			return nil, nil, fmt.Errorf("track %s: %w", req.RunID, err)
 		}
 		t := control.Track{QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: spec, CreatedAt: r.cfg.Clock.Now()}
-		if err := r.cfg.Tracks.SaveTrack(ctx, t); err != nil {
+		if err := r.saveTrack(ctx, t); err != nil {
 			return nil, nil, fmt.Errorf("persist track of run %s: %w", req.RunID, err)
 		}
 	}
@@ -458,7 +483,7 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscripti
 		// not from its first verdict: a first batch still running, or a
 		// run held by a guard, must hold the table against the other
 		// feeders. Failing that, its first advance records it.
-		j, err := fj.JoinFeeder(ctx, req.Table, req.QueryID, req.QueryName)
+		j, err := r.joinFeeder(ctx, fj, req)
 		switch {
 		case err != nil:
 			r.log.Warn("could not record the query as a feeder of the table before it reports; it holds the table from its first verdict",
@@ -514,6 +539,25 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscripti
 	tc.Marker, _ = r.cfg.Store.(Marker)
 	tc.Reader, _ = r.cfg.Store.(VerdictReader)
 	return newTracker(tc), sub, nil
+}
+
+// saveTrack persists an explicit track, in the next group of tracks when
+// the TrackStore can batch them (ADR 0023).
+func (r *Registry) saveTrack(ctx context.Context, t control.Track) error {
+	if r.saves != nil {
+		return r.saves.do(ctx, t)
+	}
+	return r.cfg.Tracks.SaveTrack(ctx, t)
+}
+
+// joinFeeder records req's query as a feeder of its table, in the next
+// group of joins when the store can batch them (ADR 0023).
+func (r *Registry) joinFeeder(ctx context.Context, fj FeederJoiner, req Request) (control.Joined, error) {
+	if r.joins != nil {
+		res := r.joins.do(ctx, control.FeederJoin{Table: req.Table, Query: req.QueryID, Name: req.QueryName})
+		return res.Joined, res.Err
+	}
+	return fj.JoinFeeder(ctx, req.Table, req.QueryID, req.QueryName)
 }
 
 // stopEntry asks e's tracker to apply what is pending and stop, for
@@ -818,6 +862,12 @@ func (r *Registry) Close(ctx context.Context) error {
 	r.pool.wait()
 	if r.commit != nil {
 		r.commit.close()
+	}
+	if r.saves != nil {
+		r.saves.close()
+	}
+	if r.joins != nil {
+		r.joins.close()
 	}
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 
@@ -103,9 +104,13 @@ type Config struct {
 	// "nats" (the JetStream event) or "marker" (a file under the work
 	// dir), to measure what actions cost the hot path.
 	Actions string
-	// ProfileDir, when set, receives a CPU profile per phase
-	// (cpu-<phase>.pprof) and a heap profile after tracking (heap.pprof).
+	// ProfileDir, when set, receives a CPU, a block and a mutex profile
+	// per phase (cpu-, block-, mutex-<phase>.pprof) and a heap profile
+	// after tracking (heap.pprof).
 	ProfileDir string
+	// Trace also writes an execution trace per phase to ProfileDir
+	// (trace-<phase>.out), for the time spent waiting on the network.
+	Trace bool
 	// WaitTimeout bounds each wait for verdicts; 0 means DefaultWaitTimeout.
 	WaitTimeout time.Duration
 	// Logger receives the service's logs; nil discards them.
@@ -379,7 +384,12 @@ func (r *runner) actionRules() []actions.Rule {
 	return rules
 }
 
-// profile runs fn under a CPU profile named after the phase, when asked.
+// profile runs fn under a CPU profile named after the phase, when asked,
+// and records where the phase waited: a block and a mutex profile
+// (block-<phase>.pprof, mutex-<phase>.pprof: channel, select, lock and
+// sync.Cond waits) and an execution trace (trace-<phase>.out: `go tool
+// trace -pprof=net|sync|syscall|sched` shows the waits on the network,
+// PostgreSQL's and NATS's round trips, that no profile counts).
 func (r *runner) profile(phase string, fn func() error) error {
 	if r.cfg.ProfileDir == "" {
 		return fn()
@@ -393,5 +403,28 @@ func (r *runner) profile(phase string, fn func() error) error {
 		return err
 	}
 	defer pprof.StopCPUProfile()
+	if r.cfg.Trace {
+		tf, err := os.Create(filepath.Join(r.cfg.ProfileDir, "trace-"+phase+".out"))
+		if err != nil {
+			return err
+		}
+		defer tf.Close()
+		if err := trace.Start(tf); err != nil {
+			return err
+		}
+		defer trace.Stop()
+	}
+	runtime.SetBlockProfileRate(int(100 * time.Microsecond))
+	prev := runtime.SetMutexProfileFraction(10)
+	defer func() {
+		for _, k := range []string{"block", "mutex"} {
+			if pf, err := os.Create(filepath.Join(r.cfg.ProfileDir, k+"-"+phase+".pprof")); err == nil {
+				_ = pprof.Lookup(k).WriteTo(pf, 0)
+				_ = pf.Close()
+			}
+		}
+		runtime.SetBlockProfileRate(0)
+		runtime.SetMutexProfileFraction(prev)
+	}()
 	return fn()
 }
