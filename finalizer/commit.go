@@ -34,46 +34,66 @@ type BatchStore interface {
 // practice).
 var errCommitterClosed = errors.New("group commit stopped")
 
+// asyncStore is a Store that also takes an advance without blocking its
+// caller: done is called once with the result, on another goroutine (or
+// on the caller's, when the advance cannot be queued). The committer
+// implements it, so that a tracker's step need not hold its worker while
+// its advance waits for its group (ADR 0008, addendum).
+type asyncStore interface {
+	advanceAsync(ctx context.Context, a control.Advance, done func(control.AdvanceResult))
+}
+
 // pendingAdvance is one tracker's advance waiting for its group.
 type pendingAdvance struct {
 	ctx  context.Context
 	a    control.Advance
-	done chan control.AdvanceResult // capacity 1
+	done func(control.AdvanceResult) // called once
 }
 
-// committer is the group commit of advances. Trackers call its Advance as
-// they would call the store's; it queues the call, and each of its
-// goroutines takes the first advance waiting, adds every other one waiting
-// (up to maxBatch) and applies them with one AdvanceBatch. An advance that
-// finds a committer idle is sent at once, alone; advances that land while
-// a statement is in flight ride together in the next one. So a quiet
+// committer is the group commit of advances. Trackers hand it their
+// advances (advanceAsync, or Advance, which waits); it queues them, and
+// each of its goroutines takes the advances waiting, oldest first, up to
+// maxBatch, and applies them with one AdvanceBatch. An advance that finds
+// a committer idle is sent at once, alone; advances that land while a
+// statement is in flight ride together in the next one. So a quiet
 // service pays no delay and a burst costs a few statements instead of one
 // round trip and one commit per table.
+//
+// The queue is not bounded: it holds at most one advance per tracker
+// (a tracker waits for its advance's result before it makes another), so
+// the tracked runs bound it. Nothing ever blocks on a send to it.
 type committer struct {
 	store    BatchStore
 	metrics  *Metrics
-	queue    chan *pendingAdvance
 	maxBatch int
 	timeout  time.Duration
 	ctx      context.Context // bounds every statement; canceled at shutdown
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	once     sync.Once
+
+	mu     sync.Mutex
+	cond   *sync.Cond        // signalled when an advance is queued or closed is set
+	queue  []*pendingAdvance // queue[head:] waits, oldest first
+	head   int
+	closed bool
+
+	wg   sync.WaitGroup
+	once sync.Once
 }
 
-var _ Store = (*committer)(nil)
+var (
+	_ Store      = (*committer)(nil)
+	_ asyncStore = (*committer)(nil)
+)
 
 // newCommitter starts n committer goroutines. ctx bounds their statements.
 func newCommitter(ctx context.Context, store BatchStore, m *Metrics, maxBatch, n int, timeout time.Duration) *committer {
 	c := &committer{
 		store:    store,
 		metrics:  m,
-		queue:    make(chan *pendingAdvance, maxBatch),
 		maxBatch: maxBatch,
 		timeout:  timeout,
 		ctx:      ctx,
-		stop:     make(chan struct{}),
 	}
+	c.cond = sync.NewCond(&c.mu)
 	c.wg.Add(n)
 	for range n {
 		go c.loop()
@@ -81,43 +101,83 @@ func newCommitter(ctx context.Context, store BatchStore, m *Metrics, maxBatch, n
 	return c
 }
 
+// advanceAsync queues a for the next group; done gets its result. An
+// advance whose ctx ends before its group is sent is not sent (done gets
+// ctx's error); one whose ctx ends while its statement runs gets what the
+// statement returned (it is idempotent either way).
+func (c *committer) advanceAsync(ctx context.Context, a control.Advance, done func(control.AdvanceResult)) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		done(control.AdvanceResult{Err: fmt.Errorf("advance %s: %w", a.Table, errCommitterClosed)})
+		return
+	}
+	if c.head > 0 && len(c.queue) == cap(c.queue) {
+		n := copy(c.queue, c.queue[c.head:])
+		clear(c.queue[n:])
+		c.queue, c.head = c.queue[:n], 0
+	}
+	c.queue = append(c.queue, &pendingAdvance{ctx: ctx, a: a, done: done})
+	c.mu.Unlock()
+	c.cond.Signal()
+}
+
 // Advance queues a for the next group and waits for its result, or for
 // ctx (then the advance may still be applied: it is idempotent).
 func (c *committer) Advance(ctx context.Context, a control.Advance) (control.Verdict, bool, error) {
-	p := &pendingAdvance{ctx: ctx, a: a, done: make(chan control.AdvanceResult, 1)}
+	ch := make(chan control.AdvanceResult, 1)
+	c.advanceAsync(ctx, a, func(r control.AdvanceResult) { ch <- r })
 	select {
-	case c.queue <- p:
-	case <-ctx.Done():
-		return control.Verdict{}, false, fmt.Errorf("advance %s: %w", a.Table, ctx.Err())
-	case <-c.stop:
-		return control.Verdict{}, false, fmt.Errorf("advance %s: %w", a.Table, errCommitterClosed)
-	}
-	select {
-	case r := <-p.done:
+	case r := <-ch:
 		return r.Verdict, r.Moved, r.Err
 	case <-ctx.Done():
 		return control.Verdict{}, false, fmt.Errorf("advance %s: %w", a.Table, ctx.Err())
 	}
 }
 
+// queued returns how many advances wait for a group (tests).
+func (c *committer) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue) - c.head
+}
+
+// take waits for advances and moves up to maxBatch of them, oldest
+// first, into batch. It returns false once the committer is closed and
+// nothing waits.
+func (c *committer) take(batch []*pendingAdvance) ([]*pendingAdvance, bool) {
+	c.mu.Lock()
+	for c.head == len(c.queue) && !c.closed {
+		c.cond.Wait()
+	}
+	if c.head == len(c.queue) {
+		c.mu.Unlock()
+		return batch, false
+	}
+	n := min(c.maxBatch, len(c.queue)-c.head)
+	batch = append(batch[:0], c.queue[c.head:c.head+n]...)
+	clear(c.queue[c.head : c.head+n])
+	c.head += n
+	if c.head == len(c.queue) {
+		c.queue, c.head = c.queue[:0], 0
+	}
+	more := c.head < len(c.queue)
+	c.mu.Unlock()
+	if more {
+		// More than a group waits: another committer takes the next one
+		// while this one's statement runs.
+		c.cond.Signal()
+	}
+	return batch, true
+}
+
 func (c *committer) loop() {
 	defer c.wg.Done()
 	batch := make([]*pendingAdvance, 0, c.maxBatch)
 	for {
-		select {
-		case <-c.stop:
+		var ok bool
+		if batch, ok = c.take(batch); !ok {
 			return
-		case p := <-c.queue:
-			batch = append(batch[:0], p)
-		}
-	gather:
-		for len(batch) < c.maxBatch {
-			select {
-			case p := <-c.queue:
-				batch = append(batch, p)
-			default:
-				break gather
-			}
 		}
 		c.commit(batch)
 		clear(batch)
@@ -130,7 +190,7 @@ func (c *committer) commit(batch []*pendingAdvance) {
 	as := make([]control.Advance, 0, len(batch))
 	for _, p := range batch {
 		if err := p.ctx.Err(); err != nil {
-			p.done <- control.AdvanceResult{Err: err} // its caller has gone
+			p.done(control.AdvanceResult{Err: fmt.Errorf("advance %s: %w", p.a.Table, err)}) // its caller has gone
 			continue
 		}
 		live = append(live, p)
@@ -153,13 +213,19 @@ func (c *committer) commit(batch []*pendingAdvance) {
 		}
 	}
 	for i, p := range live {
-		p.done <- res[i]
+		p.done(res[i])
 	}
 }
 
-// close stops the goroutines once the batches in flight are done. Call it
-// after every tracker has exited. It blocks and is safe to call twice.
+// close stops the goroutines once every advance queued has its result.
+// Call it after every tracker has exited. It blocks and is safe to call
+// twice.
 func (c *committer) close() {
-	c.once.Do(func() { close(c.stop) })
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		c.cond.Broadcast()
+	})
 	c.wg.Wait()
 }

@@ -111,7 +111,7 @@ func TestCommitterGathersAdvancesThatLandTogether(t *testing.T) {
 	for i := range 50 {
 		go advance(fmt.Sprintf("t%02d", i), hour(2))
 	}
-	waitFor(t, "50 advances queued", func() bool { return len(c.queue) == 50 })
+	waitFor(t, "50 advances queued", func() bool { return c.queued() == 50 })
 	close(store.gate)
 	for range 51 {
 		r := <-results
@@ -148,7 +148,7 @@ func TestCommitterErrorsAndCancellation(t *testing.T) {
 		_, _, err := c.Advance(ctx, control.Advance{Table: "gone", FinalizedUntil: hour(1)})
 		gaveUp <- err
 	}()
-	waitFor(t, "queued", func() bool { return len(c.queue) == 1 })
+	waitFor(t, "queued", func() bool { return c.queued() == 1 })
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled advance: err = %v", err)

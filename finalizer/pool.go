@@ -3,9 +3,9 @@ package finalizer
 import "sync"
 
 // DefaultWorkers is the most tracker steps that run at once (ADR 0022):
-// the goroutines of the worker pool. A step blocks while its advance
-// waits for its group commit, so the pool must hold at least the advances
-// one group takes (DefaultMaxBatch) for a burst to fill the groups.
+// the goroutines of the worker pool. A step whose advance waits for its
+// group commit parks it and frees its worker (ADR 0008, addendum), so the
+// pool's size does not bound a group.
 const DefaultWorkers = 1024
 
 // pool runs the steps of trackers on at most max goroutines (ADR 0022). A

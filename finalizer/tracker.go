@@ -202,6 +202,7 @@ type Tracker struct {
 	stopReq     atomic.Bool  // Stop was called
 	reassertReq atomic.Bool  // Reassert was called, not yet taken by a step
 	retryFired  atomic.Bool  // the armed retry timer fired
+	woken       atomic.Bool  // schedule was called since the last step began that was not parked
 
 	// Owned by the steps (one at a time).
 	pending      *progress.Event // newest progress not yet applied
@@ -212,6 +213,8 @@ type Tracker struct {
 	retryWanted  bool        // this step's advance or re-assert failed
 	stepErr      error       // this step's failed advance, and its candidate
 	stepCand     progress.Candidate
+	mayPark      bool    // write may hand its advance over and return (parked)
+	parked       *parked // the step's advance waits for its group commit
 
 	// Owned by the worker goroutine.
 	written  time.Time
@@ -332,6 +335,13 @@ func (t *Tracker) begin(ctx context.Context, p *pool, onExit func()) {
 // tracker whose step is running gets another step after it. It never
 // blocks: the router calls it for every message.
 func (t *Tracker) schedule() {
+	t.woken.Store(true)
+	t.submit()
+}
+
+// submit is schedule without marking the tracker woken: the result of its
+// parked advance, which the step that resumes it takes by itself.
+func (t *Tracker) submit() {
 	for {
 		switch s := t.state.Load(); s {
 		case stateIdle:
@@ -439,6 +449,31 @@ func (t *Tracker) Status() TrackerStatus {
 // catch-up from the stream, were applied or their retries ran out), Stop
 // was called (after the same), or ctx ended.
 func (t *Tracker) step(ctx context.Context) (done bool) {
+	if p := t.parked; p != nil {
+		if !p.ready.Load() {
+			// Its advance waits for its group commit: what came meanwhile
+			// (mail, Stop, Reassert) waits for the result.
+			return false
+		}
+		t.parked = nil
+		t.resume(ctx, p)
+		if done := t.finish(ctx, p.mail, p.stopping); done {
+			return true
+		}
+		if t.woken.Load() {
+			// What came since the step that parked began (mail, Stop,
+			// Reassert: their wake-ups went to that step or to steps
+			// that waited) is taken by a step of its own, after this
+			// one. Without a wake-up there is nothing new: a failed
+			// advance whose retries are used up waits for the run's
+			// next event, as it does without parking.
+			t.submit()
+		}
+		return false
+	}
+	// This step takes every wake-up so far: the mail, Stop and Reassert
+	// are read below.
+	t.woken.Store(false)
 	if ctx.Err() != nil {
 		t.log.Debug("tracker cancelled")
 		return true
@@ -497,13 +532,29 @@ func (t *Tracker) step(ctx context.Context) (done bool) {
 	}
 	if t.pending != nil {
 		before := t.lastAdv
-		if t.apply(ctx, t.pending) {
+		t.mayPark = true
+		applied := t.apply(ctx, t.pending)
+		t.mayPark = false
+		if p := t.parked; p != nil {
+			// The advance waits for its group commit without holding this
+			// worker: resume finishes the apply, finish the rest.
+			p.before, p.mail, p.stopping = before, mail, stopping
+			return false
+		}
+		if applied {
 			t.pending = nil
 		}
 		if t.lastAdv != before {
 			t.wantReassert = false // it just wrote, beyond the last advance
 		}
 	}
+	return t.finish(ctx, mail, stopping)
+}
+
+// finish is the rest of a step once the newest progress is applied (or
+// its advance failed): a quiet signal, a re-assert, the retry, the run's
+// termination and a stop. mail is what the step took.
+func (t *Tracker) finish(ctx context.Context, mail listener.Mail, stopping bool) (done bool) {
 	if !t.quietAt.IsZero() && ctx.Err() == nil {
 		t.applyQuiet(ctx)
 	}
@@ -685,15 +736,24 @@ func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 	t.checkBehind(ctx, ev, cand)
 	known := t.hist.known
 	if !t.write(ctx, cand, ev) {
+		if t.parked != nil {
+			t.parked.known = known
+		}
 		return false
 	}
+	t.wroteFirst(ctx, known, cand, ev)
+	return true
+}
+
+// wroteFirst checks cand against the first verdict this tracker saw, once
+// a write taught it that verdict (known: whether it knew one before).
+func (t *Tracker) wroteFirst(ctx context.Context, known bool, cand progress.Candidate, ev *progress.Event) {
 	if !known && t.hist.known && !t.movedLast {
 		// The first verdict this tracker saw: its candidate is checked
 		// against it too.
 		t.checkSource(ctx, ev)
 		t.checkBehind(ctx, ev, cand)
 	}
-	return true
 }
 
 // write advances the verdict to cand when it is later than the last one
@@ -716,7 +776,20 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 		BatchID:        ev.BatchID,
 		Sources:        descriptions(ev),
 	}
+	if t.mayPark {
+		if as, ok := t.cfg.Store.(asyncStore); ok {
+			t.park(ctx, as, adv, cand, ev)
+			return false
+		}
+	}
 	verdict, moved, err := t.advance(ctx, adv)
+	return t.wrote(ctx, adv, cand, ev, verdict, moved, err)
+}
+
+// wrote records the result of the advance adv of cand (from ev) and
+// reports whether it succeeded.
+func (t *Tracker) wrote(ctx context.Context, adv control.Advance, cand progress.Candidate, ev *progress.Event,
+	verdict control.Verdict, moved bool, err error) bool {
 	if err != nil {
 		if ctx.Err() != nil {
 			t.log.Warn("advance abandoned at shutdown; the run's retained progress re-applies it on the next start",
@@ -730,6 +803,57 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 	t.succeed(verdict, moved, cand, ev)
 	t.movedLast = moved
 	return true
+}
+
+// parked is a step's advance handed to the group commit (ADR 0008,
+// addendum): the step returned, freeing its worker, and the tracker's
+// next step resumes with the result. The fields up to res are the step's,
+// set before the tracker can run again; res is set by the committer
+// before ready.
+type parked struct {
+	adv    control.Advance
+	cand   progress.Candidate
+	ev     *progress.Event
+	known  bool             // t.hist.known before the write
+	before *control.Advance // t.lastAdv before the apply
+	mail   listener.Mail    // what the step took, for the rest of it
+	// stopping is whether Stop had been called when the step began.
+	stopping bool
+	began    time.Time
+	cancel   context.CancelFunc // of the advance's timeout
+
+	res   control.AdvanceResult
+	ready atomic.Bool
+}
+
+// park hands adv to s and records it in t.parked; the result schedules
+// the tracker, whose next step resumes the write.
+func (t *Tracker) park(ctx context.Context, s asyncStore, adv control.Advance, cand progress.Candidate, ev *progress.Event) {
+	actx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
+	p := &parked{adv: adv, cand: cand, ev: ev, began: time.Now(), cancel: cancel}
+	t.parked = p
+	s.advanceAsync(actx, adv, func(r control.AdvanceResult) {
+		p.res = r
+		p.ready.Store(true)
+		t.submit()
+	})
+}
+
+// resume finishes the apply of a parked advance with its result: what
+// write and apply do after the advance returns, and what the step does
+// after apply.
+func (t *Tracker) resume(ctx context.Context, p *parked) {
+	p.cancel()
+	t.cfg.Metrics.AdvanceSeconds.Observe(time.Since(p.began).Seconds())
+	if t.wrote(ctx, p.adv, p.cand, p.ev, p.res.Verdict, p.res.Moved, p.res.Err) {
+		t.wroteFirst(ctx, p.known, p.cand, p.ev)
+		if t.pending == p.ev {
+			t.pending = nil
+		}
+	}
+	if t.lastAdv != p.before {
+		t.wantReassert = false // it just wrote, beyond the last advance
+	}
 }
 
 // advance runs one advance statement. A failure is retried by the step

@@ -29,8 +29,16 @@ func newRig(t *testing.T, rules ...finalizer.Rule) *rig {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	r := &rig{clock: newFakeClock(utc("2026-09-29T00:00:00Z")), store: newFakeStore(), bus: newFakeBus(), logs: logs}
+	// The store goes through the group commit, as the service's does (a
+	// step's advance parks without holding its worker, ADR 0008
+	// addendum); TestRigTestsWithoutGroupCommit runs the rig's tests with
+	// the store used directly.
+	var store finalizer.Store = &batchFake{fakeStore: r.store}
+	if rigDirect {
+		store = r.store
+	}
 	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
-		Bus: r.bus, Store: r.store, Rules: rules, Clock: r.clock, Logger: zap.New(core),
+		Bus: r.bus, Store: store, Rules: rules, Clock: r.clock, Logger: zap.New(core),
 	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,0 +1,219 @@
+package finalizer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+)
+
+// rigDirect makes newRig give the registry its store as a plain Store, so
+// that every advance is a call on the tracker's worker (no group commit).
+var rigDirect bool
+
+// The rig's tests hold with the store used directly as well as through
+// the group commit (newRig's default), where a step's advance parks
+// without holding its worker and the tracker resumes on the result.
+func TestRigTestsWithoutGroupCommit(t *testing.T) {
+	rigDirect = true
+	defer func() { rigDirect = false }()
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"WorkerAdvancesOncePerPeriodAndIgnoresOtherRuns", TestWorkerAdvancesOncePerPeriodAndIgnoresOtherRuns},
+		{"SamePeriodWritesNothing", TestSamePeriodWritesNothing},
+		{"ProgressJustBeforeStopIsApplied", TestProgressJustBeforeStopIsApplied},
+		{"FailedAdvanceRetriedAfterOneAndTwoSeconds", TestFailedAdvanceRetriedAfterOneAndTwoSeconds},
+		{"IdleEventRetriesFailedAdvance", TestIdleEventRetriesFailedAdvance},
+		{"StatusShowsIdleRun", TestStatusShowsIdleRun},
+		{"TerminationAppliesPendingAndReportsLastError", TestTerminationAppliesPendingAndReportsLastError},
+		{"FailureStreakLoggingAndRecovery", TestFailureStreakLoggingAndRecovery},
+		{"RunTerminatedBeforeTracking", TestRunTerminatedBeforeTracking},
+		{"ProgressWithoutTimeWritesNothing", TestProgressWithoutTimeWritesNothing},
+		{"OlderProgressNeverMovesBack", TestOlderProgressNeverMovesBack},
+		{"ReassertRestoresALostVerdict", TestReassertRestoresALostVerdict},
+		{"RegistryReassertsEveryTracker", TestRegistryReassertsEveryTracker},
+		{"TerminationCatchesUpTheProgressMissedLive", TestTerminationCatchesUpTheProgressMissedLive},
+		{"NewRunSupersedesOldRun", TestNewRunSupersedesOldRun},
+		{"HandOverBeatsALiveTermination", TestHandOverBeatsALiveTermination},
+		{"RecoverRetainedRuns", TestRecoverRetainedRuns},
+	} {
+		t.Run(tc.name, tc.f)
+	}
+}
+
+// gatedBatch is a fakeStore that applies batches; while gate is open
+// (not nil and not closed) every batch waits for it, or for its context.
+type gatedBatch struct {
+	*fakeStore
+	mu      sync.Mutex
+	gate    chan struct{}
+	sizes   []int
+	entered chan struct{} // one per batch that reached the store, when there is room
+}
+
+func newGatedBatch() *gatedBatch {
+	return &gatedBatch{fakeStore: newFakeStore(), gate: make(chan struct{}), entered: make(chan struct{}, 1000)}
+}
+
+func (s *gatedBatch) AdvanceBatch(ctx context.Context, as []control.Advance) ([]control.AdvanceResult, error) {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	s.mu.Lock()
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	s.sizes = append(s.sizes, len(as))
+	s.mu.Unlock()
+	res := make([]control.AdvanceResult, len(as))
+	for i, a := range as {
+		res[i].Verdict, res[i].Moved, res[i].Err = s.fakeStore.Advance(ctx, a)
+	}
+	return res, nil
+}
+
+func (s *gatedBatch) open() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.gate)
+	s.gate = nil
+}
+
+func (s *gatedBatch) batchSizes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.sizes...)
+}
+
+func burstRunID(i int) string { return fmt.Sprintf("e225d92f-2545-48f8-87a2-%012d", i) }
+
+// A burst of crossings larger than the worker pool is gathered whole
+// while a statement is in flight: a step whose advance waits for its
+// group commit does not hold its worker (ADR 0008, addendum). With the
+// advance's wait on the worker, two workers took two progresses and
+// stopped until the statement returned, and the groups held two
+// advances.
+func TestBurstDoesNotHoldWorkers(t *testing.T) {
+	store := newGatedBatch()
+	bus := newFakeBus()
+	clock := newFakeClock(utc("2026-09-29T00:00:00Z"))
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Clock: clock,
+		Workers: 2, MaxBatch: 25, Committers: 1})
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := reg.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	const runs = 100
+	for i := range runs {
+		if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: burstRunID(i),
+			Table: fmt.Sprintf("t%03d", i), Spec: hourSpec(t)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Second) // a step that takes mail stamps LastEvent with the new time
+	for i := range runs {
+		bus.Publish(cdcProgress(burstRunID(i), "2026-09-28T14:05:00"))
+	}
+	<-store.entered // the first group is in flight and held
+	eventually(t, "every run's progress taken while the first group is held, on 2 workers", func() bool {
+		for _, s := range reg.Status() {
+			if !s.LastEvent.Equal(clock.Now()) {
+				return false
+			}
+		}
+		return true
+	})
+	store.open()
+	eventually(t, "every verdict", func() bool {
+		for i := range runs {
+			if !store.Verdict(fmt.Sprintf("t%03d", i)).Equal(utc("2026-09-28T14:00:00Z")) {
+				return false
+			}
+		}
+		return true
+	})
+	sizes, sum := store.batchSizes(), 0
+	for _, n := range sizes {
+		sum += n
+		if n > 25 {
+			t.Errorf("a group of %d advances, above MaxBatch 25", n)
+		}
+	}
+	// The first group went alone (or nearly); the other advances waited
+	// together and went in full groups.
+	if sum != runs || len(sizes) > 6 {
+		t.Errorf("group sizes %v: %d advances in %d groups, want %d in at most 6", sizes, sum, len(sizes), runs)
+	}
+}
+
+// Stop while a step's advance is parked: the advance lands, then the
+// progress that came meanwhile, and the tracker exits (Stop applies what
+// is pending). A Stop whose wake-up was taken by the step that resumed
+// the parked advance was lost, and Close waited for its deadline.
+func TestStopWhileParkedAppliesWhatCameMeanwhile(t *testing.T) {
+	store := newGatedBatch()
+	bus := newFakeBus()
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store,
+		Clock: newFakeClock(utc("2026-09-29T00:00:00Z"))})
+	if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t)}); err != nil {
+		t.Fatal(err)
+	}
+	bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+	<-store.entered
+	bus.Publish(cdcProgress(runA, "2026-09-28T15:05:00"))
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		closed <- reg.Close(ctx)
+	}()
+	time.Sleep(20 * time.Millisecond) // Stop while parked
+	store.open()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if got := untils(store.Calls()); len(got) != 2 || !got[0].Equal(utc("2026-09-28T14:00:00Z")) || !got[1].Equal(utc("2026-09-28T15:00:00Z")) {
+		t.Fatalf("advances %v, want 14:00 then 15:00", got)
+	}
+}
+
+// A shutdown whose deadline passes while a parked advance's statement
+// hangs: the statement is cancelled, the tracker takes the error and
+// exits, and Close returns (goleak checks that nothing is left).
+func TestShutdownCancelsAParkedAdvance(t *testing.T) {
+	store := newGatedBatch()
+	bus := newFakeBus()
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store,
+		Clock: newFakeClock(utc("2026-09-29T00:00:00Z"))})
+	if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t)}); err != nil {
+		t.Fatal(err)
+	}
+	bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+	<-store.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := reg.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("close: %v, want the deadline", err)
+	}
+	if n := len(store.Calls()); n != 0 {
+		t.Fatalf("%d advances applied after their statement was cancelled", n)
+	}
+}
