@@ -1,8 +1,10 @@
 package progress
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"testing"
 	"time"
@@ -307,6 +309,45 @@ func TestOffsetsBeyondFourteenHours(t *testing.T) {
 	} {
 		if got, err := ParseTimeIn([]byte(in), Millis, nil); err != nil || got.Format(time.RFC3339Nano) != want {
 			t.Errorf("%s = %v, %v; want %s", in, got, err, want)
+		}
+	}
+}
+
+// specials must mark the first quote, backslash or control byte among
+// eight bytes, wherever it is and whatever the others are, and find none
+// when there is none.
+func TestSpecials(t *testing.T) {
+	stop := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 }
+	fillers := []byte{'a', 0x7f, 0x80, 0xff, '!', '#', '[', ']', 0x21, 0x5d, 0xa2, 0xdc, 0, '"', '\\', 0x1f}
+	for _, fill := range fillers {
+		for _, fill2 := range fillers {
+			for pos := range 8 {
+				for v := range 256 {
+					var b [8]byte
+					for i := range b {
+						b[i] = fill
+						if i > pos {
+							b[i] = fill2
+						}
+					}
+					b[pos] = byte(v)
+					first := -1
+					for i, c := range b {
+						if stop(c) {
+							first = i
+							break
+						}
+					}
+					m := specials(binary.LittleEndian.Uint64(b[:]))
+					got := -1
+					if m != 0 {
+						got = bits.TrailingZeros64(m) >> 3
+					}
+					if got != first {
+						t.Fatalf("specials(% x): first at %d, want %d", b, got, first)
+					}
+				}
+			}
 		}
 	}
 }

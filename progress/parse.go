@@ -49,15 +49,19 @@ func Parse(data []byte, kind Kind) (*Event, error) {
 	if i >= len(data) || data[i] != '{' {
 		return nil, malformed("want a JSON object")
 	}
-	var top fields
-	end, err := top.scan(data, i, false)
+	p := parser{d: data}
+	end, err := p.body(i, 0, &p.top, true)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	if skipWS(data, end) != len(data) {
 		return nil, malformed("trailing data after the JSON object")
 	}
-	body := &top
+	top := &p.top
+	if top.dup != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, top.dup)
+	}
+	body := top
 	switch {
 	case top.event.present():
 		tok := data[top.event.s:top.event.e]
@@ -74,15 +78,13 @@ func Parse(data []byte, kind Kind) (*Event, error) {
 		}
 		kind = k
 		if k == KindProgress {
-			p := top.progress
-			if !p.present() || data[p.s] != '{' {
+			if pr := top.progress; !pr.present() || data[pr.s] != '{' {
 				return nil, malformed(`QueryProgressEvent without a "progress" object`)
 			}
-			var pf fields
-			if _, err := pf.scan(data, p.s, true); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+			if p.prog.dup != nil {
+				return nil, fmt.Errorf("%w: %w", ErrMalformed, p.prog.dup)
 			}
-			body = &pf
+			body = &p.prog
 		}
 	case kind == KindUnknown:
 		kind = top.inferKind()
@@ -90,101 +92,545 @@ func Parse(data []byte, kind Kind) (*Event, error) {
 	return build(data, body, kind)
 }
 
-// fields holds the spans of the members Parse reads from one object. A
-// key Parse reads may appear once: a repeated one is malformed.
-type fields struct {
-	event, progress                     span
-	id, runID, name, timestamp, batchID span
-	sources, eventTime                  span
-	exception, errorClass               span
-	description, startOffset, endOffset span // of a source
-	latestOffset, numInputRows          span // of a source
-	watermark                           span // of eventTime
-	durationMs, stateOperators          span
-	addBatch                            span // of durationMs
-	operatorName, rowsDropped, late     span // of a state operator
-}
+// The keys Parse reads, in any object it reads (a key Parse reads may
+// appear once in an object: a repeated one is malformed, wherever Parse
+// reads it).
+const (
+	keyEvent = iota
+	keyProgress
+	keyID
+	keyRunID
+	keyName
+	keyTimestamp
+	keyBatchID
+	keySources
+	keyEventTime
+	keyException
+	keyErrorClass
+	keyDescription
+	keyStartOffset
+	keyEndOffset
+	keyWatermark
+	keyLatestOffset
+	keyNumInputRows
+	keyDurationMs
+	keyStateOperators
+	keyAddBatch
+	keyOperatorName
+	keyRowsDropped
+	keyLate
+	keyOther // a key Parse does not read
+)
 
-// scan validates the object at d[i] and records its members' spans. With
-// trusted, the object lies inside JSON already validated and is only
-// walked (see eachMemberTrusted).
-func (f *fields) scan(d []byte, i int, trusted bool) (int, error) {
-	if trusted {
-		return eachMemberTrusted(d, i, f.member)
-	}
-	return eachMember(d, i, 0, f.member)
-}
-
-// member records one member's span when Parse reads it; a member it
-// reads that is repeated in the object is an error.
-func (f *fields) member(key []byte, esc bool, v span) error {
+// keyOf returns the key's number (keyOther for a key Parse does not read).
+func keyOf(key []byte, esc bool) int {
 	k := key[1 : len(key)-1]
 	if esc {
 		k = appendUnquoted(nil, key)
 	}
-	// A key read twice would make a reader that takes the first and one
-	// that takes the last disagree (the router's peek and this parser did,
-	// and a good progress lost to a duplicated batchId): it is refused.
-	set := func(sp *span) error {
-		if sp.present() {
-			return errAt(v.s, fmt.Sprintf("duplicate key %q", clip(string(k))))
-		}
-		*sp = v
-		return nil
-	}
 	switch string(k) {
 	case "Event":
-		return set(&f.event)
+		return keyEvent
 	case "progress":
-		return set(&f.progress)
+		return keyProgress
 	case "id":
-		return set(&f.id)
+		return keyID
 	case "runId":
-		return set(&f.runID)
+		return keyRunID
 	case "name":
-		return set(&f.name)
+		return keyName
 	case "timestamp":
-		return set(&f.timestamp)
+		return keyTimestamp
 	case "batchId":
-		return set(&f.batchID)
+		return keyBatchID
 	case "sources":
-		return set(&f.sources)
+		return keySources
 	case "eventTime":
-		return set(&f.eventTime)
+		return keyEventTime
 	case "exception":
-		return set(&f.exception)
+		return keyException
 	case "errorClassOnException":
-		return set(&f.errorClass)
+		return keyErrorClass
 	case "description":
-		return set(&f.description)
+		return keyDescription
 	case "startOffset":
-		return set(&f.startOffset)
+		return keyStartOffset
 	case "endOffset":
-		return set(&f.endOffset)
+		return keyEndOffset
 	case "watermark":
-		return set(&f.watermark)
+		return keyWatermark
 	case "latestOffset":
-		return set(&f.latestOffset)
+		return keyLatestOffset
 	case "numInputRows":
-		return set(&f.numInputRows)
+		return keyNumInputRows
 	case "durationMs":
-		return set(&f.durationMs)
+		return keyDurationMs
 	case "stateOperators":
-		return set(&f.stateOperators)
+		return keyStateOperators
 	case "addBatch":
-		return set(&f.addBatch)
+		return keyAddBatch
 	case "operatorName":
-		return set(&f.operatorName)
+		return keyOperatorName
 	case "numRowsDroppedByWatermark":
-		return set(&f.rowsDropped)
+		return keyRowsDropped
 	case "numLateInputs": // its name before Spark 3.1
-		return set(&f.late)
+		return keyLate
 	}
-	return nil
+	return keyOther
+}
+
+// keySet notes the keys Parse reads that one object holds, and the first
+// one found twice. A key read twice would make a reader that takes the
+// first and one that takes the last disagree (the router's peek and this
+// parser did, and a good progress lost to a duplicated batchId): it is
+// refused, when the object is one Parse reads.
+type keySet struct {
+	seen uint32
+	dup  error
+}
+
+// note records key k of the member whose value starts at d[vs].
+func (ks *keySet) note(k int, key []byte, esc bool, vs int) {
+	if k == keyOther {
+		return
+	}
+	if ks.seen&(1<<k) != 0 {
+		if ks.dup == nil {
+			name := key[1 : len(key)-1]
+			if esc {
+				name = appendUnquoted(nil, key)
+			}
+			ks.dup = errAt(vs, fmt.Sprintf("duplicate key %q", clip(string(name))))
+		}
+		return
+	}
+	ks.seen |= 1 << k
+}
+
+// parser is the state of one Parse: one validating pass over the document
+// that records, as it goes, the members Parse reads at every level it
+// reads (the event, the event-log form's progress, its eventTime,
+// durationMs, sources and stateOperators), so that nothing is walked
+// twice. It lives on the caller's stack.
+type parser struct {
+	d    []byte
+	top  bodyFields // the document
+	prog bodyFields // its "progress" object, when it is one
+}
+
+// bodyFields is what Parse reads of an event or progress object: the
+// spans of its members, and what it found inside the members it descends
+// into. Which of them are used depends on the kind, decided after the
+// pass; a fault inside a member (a duplicate key, an element of the wrong
+// type) is kept and reported only when the member is read.
+type bodyFields struct {
+	keySet
+	event, progress                     span
+	id, runID, name, timestamp, batchID span
+	sources, eventTime                  span
+	exception, errorClass               span
+	durationMs, stateOperators          span
+
+	watermark     span  // of eventTime, when it is an object
+	eventTimeDup  error // a key read twice in eventTime
+	addBatch      bool  // durationMs, when it is an object, has addBatch
+	durationMsDup error // a key read twice in durationMs
+	// The elements of sources and stateOperators: the first ones in
+	// the arrays, the others (rare) in the slices. (A slice of the
+	// array would point into the parser itself, and make the compiler
+	// move it to the heap.)
+	nsrc    int
+	srcArr  [2]sourceFields
+	srcMore []sourceFields
+	srcErr  error // an element of sources that is not an object, or holds a key twice
+	nop     int
+	opArr   [2]operatorFields
+	opMore  []operatorFields
+	opsErr  error
+}
+
+// sourceFields is what Parse reads of one element of sources.
+type sourceFields struct {
+	description, startOffset, endOffset, latestOffset, numInputRows span
+	desc                                                            strRef // the description, once read into the strings
+}
+
+// operatorFields is what Parse reads of one element of stateOperators.
+type operatorFields struct {
+	operatorName, rowsDropped, late span
+	name                            strRef // the name, once read into the strings
+}
+
+// object opens the object at d[i] ('{') at nesting depth (outside it):
+// it returns the index of its first key, or done and the index after it
+// when it is empty.
+func (p *parser) object(i, depth int) (j int, done bool, err error) {
+	if depth+1 > maxDepth {
+		return i, false, errAt(i, errDepth.Error())
+	}
+	d := p.d
+	j = skipWS(d, i+1)
+	if j < len(d) && d[j] == '}' {
+		return j + 1, true, nil
+	}
+	return j, false, nil
+}
+
+// key reads the member key at d[j] and its ':'; it returns the key token
+// (with quotes), whether it holds an escape, and where the value starts.
+func (p *parser) key(j int) (key []byte, esc bool, vs int, err error) {
+	d := p.d
+	if j >= len(d) || d[j] != '"' {
+		return nil, false, j, errAt(j, "want an object key")
+	}
+	ke, esc, err := skipString(d, j)
+	if err != nil {
+		return nil, false, ke, err
+	}
+	key = d[j:ke]
+	j = skipWS(d, ke)
+	if j >= len(d) || d[j] != ':' {
+		return nil, false, j, errAt(j, "want ':' after object key")
+	}
+	vs = skipWS(d, j+1)
+	if vs >= len(d) {
+		return nil, false, vs, errAt(vs, "unexpected end of input")
+	}
+	return key, esc, vs, nil
+}
+
+// next goes past the ',' or the closing c after a value ending at ve: it
+// returns the index of the next member or element, or done and the index
+// after the closing c.
+func (p *parser) next(ve int, c byte) (j int, done bool, err error) {
+	d := p.d
+	j = skipWS(d, ve)
+	if j < len(d) && d[j] == ',' {
+		return skipWS(d, j+1), false, nil
+	}
+	if j < len(d) && d[j] == c {
+		return j + 1, true, nil
+	}
+	if c == '}' {
+		return j, false, errAt(j, "want ',' or '}' in object")
+	}
+	return j, false, errAt(j, "want ',' or ']' in array")
+}
+
+// body validates the event or progress object at d[i] and records its
+// members in f; top is true for the document itself (whose "progress"
+// object is read into p.prog).
+func (p *parser) body(i, depth int, f *bodyFields, top bool) (int, error) {
+	d := p.d
+	j, done, err := p.object(i, depth)
+	if err != nil || done {
+		return j, err
+	}
+	depth++
+	for {
+		key, esc, vs, err := p.key(j)
+		if err != nil {
+			return vs, err
+		}
+		k := keyOf(key, esc)
+		f.note(k, key, esc, vs)
+		var ve int
+		c := d[vs]
+		switch {
+		case k == keyProgress && top && c == '{':
+			ve, err = p.body(vs, depth, &p.prog, false)
+		case k == keySources && c == '[':
+			ve, err = p.sourceList(vs, depth, f)
+		case k == keyStateOperators && c == '[':
+			ve, err = p.operatorList(vs, depth, f)
+		case k == keyEventTime && c == '{':
+			ve, err = p.eventTime(vs, depth, f)
+		case k == keyDurationMs && c == '{':
+			ve, err = p.durationMs(vs, depth, f)
+		default:
+			ve, err = skipValue(d, vs, depth)
+		}
+		if err != nil {
+			return ve, err
+		}
+		v := span{vs, ve}
+		switch k {
+		case keyEvent:
+			f.event = v
+		case keyProgress:
+			f.progress = v
+		case keyID:
+			f.id = v
+		case keyRunID:
+			f.runID = v
+		case keyName:
+			f.name = v
+		case keyTimestamp:
+			f.timestamp = v
+		case keyBatchID:
+			f.batchID = v
+		case keySources:
+			f.sources = v
+		case keyEventTime:
+			f.eventTime = v
+		case keyException:
+			f.exception = v
+		case keyErrorClass:
+			f.errorClass = v
+		case keyDurationMs:
+			f.durationMs = v
+		case keyStateOperators:
+			f.stateOperators = v
+		}
+		if j, done, err = p.next(ve, '}'); err != nil || done {
+			return j, err
+		}
+	}
+}
+
+// eventTime validates the eventTime object at d[i] and records its
+// watermark in f.
+func (p *parser) eventTime(i, depth int, f *bodyFields) (int, error) {
+	j, done, err := p.object(i, depth)
+	if err != nil || done {
+		return j, err
+	}
+	depth++
+	var ks keySet
+	for {
+		key, esc, vs, err := p.key(j)
+		if err != nil {
+			return vs, err
+		}
+		k := keyOf(key, esc)
+		ks.note(k, key, esc, vs)
+		ve, err := skipValue(p.d, vs, depth)
+		if err != nil {
+			return ve, err
+		}
+		if k == keyWatermark {
+			f.watermark = span{vs, ve}
+		}
+		if j, done, err = p.next(ve, '}'); err != nil || done {
+			f.eventTimeDup = ks.dup
+			return j, err
+		}
+	}
+}
+
+// durationMs validates the durationMs object at d[i] and records in f
+// whether it has addBatch.
+func (p *parser) durationMs(i, depth int, f *bodyFields) (int, error) {
+	j, done, err := p.object(i, depth)
+	if err != nil || done {
+		return j, err
+	}
+	depth++
+	var ks keySet
+	for {
+		key, esc, vs, err := p.key(j)
+		if err != nil {
+			return vs, err
+		}
+		k := keyOf(key, esc)
+		ks.note(k, key, esc, vs)
+		ve, err := skipValue(p.d, vs, depth)
+		if err != nil {
+			return ve, err
+		}
+		if k == keyAddBatch {
+			f.addBatch = true
+		}
+		if j, done, err = p.next(ve, '}'); err != nil || done {
+			f.durationMsDup = ks.dup
+			return j, err
+		}
+	}
+}
+
+// array opens the array at d[i] ('['), as object does for objects.
+func (p *parser) array(i, depth int) (j int, done bool, err error) {
+	if depth+1 > maxDepth {
+		return i, false, errAt(i, errDepth.Error())
+	}
+	d := p.d
+	j = skipWS(d, i+1)
+	if j < len(d) && d[j] == ']' {
+		return j + 1, true, nil
+	}
+	return j, false, nil
+}
+
+// sourceList validates the sources array at d[i] and records each
+// element in f (addSource).
+func (p *parser) sourceList(i, depth int, f *bodyFields) (int, error) {
+	d := p.d
+	f.nsrc, f.srcMore, f.srcErr = 0, f.srcMore[:0], nil
+	j, done, err := p.array(i, depth)
+	if err != nil || done {
+		return j, err
+	}
+	depth++
+	for {
+		var ve int
+		if j < len(d) && d[j] == '{' {
+			ve, err = p.source(j, depth, f, f.addSource())
+		} else if ve, err = skipValue(d, j, depth); err == nil && f.srcErr == nil {
+			f.srcErr = malformed(fmt.Sprintf("sources[%d] %s: want an object", f.nsrc, clip(string(d[j:ve]))))
+		}
+		if err != nil {
+			return ve, err
+		}
+		if j, done, err = p.next(ve, ']'); err != nil || done {
+			return j, err
+		}
+	}
+}
+
+// addSource adds an element to f's sources and returns it.
+func (f *bodyFields) addSource() *sourceFields {
+	f.nsrc++
+	if f.nsrc <= len(f.srcArr) {
+		f.srcArr[f.nsrc-1] = sourceFields{}
+		return &f.srcArr[f.nsrc-1]
+	}
+	f.srcMore = append(f.srcMore, sourceFields{})
+	return &f.srcMore[len(f.srcMore)-1]
+}
+
+// source returns element i of f's sources.
+func (f *bodyFields) source(i int) *sourceFields {
+	if i < len(f.srcArr) {
+		return &f.srcArr[i]
+	}
+	return &f.srcMore[i-len(f.srcArr)]
+}
+
+// addOperator adds an element to f's state operators and returns it.
+func (f *bodyFields) addOperator() *operatorFields {
+	f.nop++
+	if f.nop <= len(f.opArr) {
+		f.opArr[f.nop-1] = operatorFields{}
+		return &f.opArr[f.nop-1]
+	}
+	f.opMore = append(f.opMore, operatorFields{})
+	return &f.opMore[len(f.opMore)-1]
+}
+
+// operator returns element i of f's state operators.
+func (f *bodyFields) operator(i int) *operatorFields {
+	if i < len(f.opArr) {
+		return &f.opArr[i]
+	}
+	return &f.opMore[i-len(f.opArr)]
+}
+
+// source validates one element of sources into s; a key read twice is
+// recorded in f.srcErr.
+func (p *parser) source(i, depth int, f *bodyFields, s *sourceFields) (int, error) {
+	j, done, err := p.object(i, depth)
+	if err != nil || done {
+		return j, err
+	}
+	depth++
+	var ks keySet
+	for {
+		key, esc, vs, err := p.key(j)
+		if err != nil {
+			return vs, err
+		}
+		k := keyOf(key, esc)
+		ks.note(k, key, esc, vs)
+		ve, err := skipValue(p.d, vs, depth)
+		if err != nil {
+			return ve, err
+		}
+		switch k {
+		case keyDescription:
+			s.description = span{vs, ve}
+		case keyStartOffset:
+			s.startOffset = span{vs, ve}
+		case keyEndOffset:
+			s.endOffset = span{vs, ve}
+		case keyLatestOffset:
+			s.latestOffset = span{vs, ve}
+		case keyNumInputRows:
+			s.numInputRows = span{vs, ve}
+		}
+		if j, done, err = p.next(ve, '}'); err != nil || done {
+			if ks.dup != nil && f.srcErr == nil {
+				f.srcErr = fmt.Errorf("%w: %w", ErrMalformed, ks.dup)
+			}
+			return j, err
+		}
+	}
+}
+
+// operatorList validates the stateOperators array at d[i] and records
+// each element in f (addOperator).
+func (p *parser) operatorList(i, depth int, f *bodyFields) (int, error) {
+	d := p.d
+	f.nop, f.opMore, f.opsErr = 0, f.opMore[:0], nil
+	j, done, err := p.array(i, depth)
+	if err != nil || done {
+		return j, err
+	}
+	depth++
+	for {
+		var ve int
+		if j < len(d) && d[j] == '{' {
+			ve, err = p.operator(j, depth, f, f.addOperator())
+		} else if ve, err = skipValue(d, j, depth); err == nil && f.opsErr == nil {
+			f.opsErr = malformed(fmt.Sprintf("stateOperators[%d] %s: want an object", f.nop, clip(string(d[j:ve]))))
+		}
+		if err != nil {
+			return ve, err
+		}
+		if j, done, err = p.next(ve, ']'); err != nil || done {
+			return j, err
+		}
+	}
+}
+
+// operator validates one element of stateOperators into o; a key read
+// twice is recorded in f.opsErr.
+func (p *parser) operator(i, depth int, f *bodyFields, o *operatorFields) (int, error) {
+	j, done, err := p.object(i, depth)
+	if err != nil || done {
+		return j, err
+	}
+	depth++
+	var ks keySet
+	for {
+		key, esc, vs, err := p.key(j)
+		if err != nil {
+			return vs, err
+		}
+		k := keyOf(key, esc)
+		ks.note(k, key, esc, vs)
+		ve, err := skipValue(p.d, vs, depth)
+		if err != nil {
+			return ve, err
+		}
+		switch k {
+		case keyOperatorName:
+			o.operatorName = span{vs, ve}
+		case keyRowsDropped:
+			o.rowsDropped = span{vs, ve}
+		case keyLate:
+			o.late = span{vs, ve}
+		}
+		if j, done, err = p.next(ve, '}'); err != nil || done {
+			if ks.dup != nil && f.opsErr == nil {
+				f.opsErr = fmt.Errorf("%w: %w", ErrMalformed, ks.dup)
+			}
+			return j, err
+		}
+	}
 }
 
 // inferKind guesses the kind of a listener-form document from its keys.
-func (f *fields) inferKind() Kind {
+func (f *bodyFields) inferKind() Kind {
 	switch {
 	case f.batchID.present() || f.sources.present():
 		// A document with sources is a progress even without a batchId
@@ -230,8 +676,16 @@ func classKind(class []byte) Kind {
 	return KindUnknown
 }
 
+// progressEvent is an Event of a progress with room for its first sources
+// and state operators, allocated at once.
+type progressEvent struct {
+	ev  Event
+	src [1]Source
+	ops [2]StateOperator
+}
+
 // build makes the Event of the given kind out of the members of f.
-func build(d []byte, f *fields, kind Kind) (*Event, error) {
+func build(d []byte, f *bodyFields, kind Kind) (*Event, error) {
 	var ids [72]byte
 	if err := readUUID(d, f.id, "id", ids[:36]); err != nil {
 		return nil, err
@@ -239,26 +693,38 @@ func build(d []byte, f *fields, kind Kind) (*Event, error) {
 	if err := readUUID(d, f.runID, "runId", ids[36:]); err != nil {
 		return nil, err
 	}
-	both := string(ids[:])
-	ev := &Event{Kind: kind, QueryID: both[:36], RunID: both[36:], BatchID: -1}
+	// The Event's strings share one allocation: the ids, then the others
+	// as they are read (strs), converted once at the end.
+	var strArr [256]byte
+	strs := append(strArr[:0], ids[:]...)
+	var ev *Event
+	var pe *progressEvent
+	if kind == KindProgress {
+		pe = &progressEvent{}
+		ev = &pe.ev
+	} else {
+		ev = &Event{}
+	}
+	ev.Kind, ev.BatchID = kind, -1
+	var name, exception, errorClass, watermark strRef
 	var err error
 	switch kind {
 	case KindStarted:
-		if ev.Name, err = optString(d, f.name, "name"); err != nil {
+		if strs, name, err = optString(strs, d, f.name, "name"); err != nil {
 			return nil, err
 		}
 		ev.Timestamp = readTimestamp(d, f.timestamp)
 	case KindIdle:
 		ev.Timestamp = readTimestamp(d, f.timestamp)
 	case KindTerminated:
-		if ev.Exception, err = optString(d, f.exception, "exception"); err != nil {
+		if strs, exception, err = optString(strs, d, f.exception, "exception"); err != nil {
 			return nil, err
 		}
-		if ev.ErrorClass, err = optString(d, f.errorClass, "errorClassOnException"); err != nil {
+		if strs, errorClass, err = optString(strs, d, f.errorClass, "errorClassOnException"); err != nil {
 			return nil, err
 		}
 	case KindProgress:
-		if ev.Name, err = optString(d, f.name, "name"); err != nil {
+		if strs, name, err = optString(strs, d, f.name, "name"); err != nil {
 			return nil, err
 		}
 		ev.Timestamp = readTimestamp(d, f.timestamp)
@@ -270,21 +736,51 @@ func build(d []byte, f *fields, kind Kind) (*Event, error) {
 			return nil, malformed(fmt.Sprintf("batchId %s: want an integer", clip(string(d[f.batchID.s:f.batchID.e]))))
 		}
 		ev.BatchID = n
-		if ev.Watermark, err = readWatermark(d, f.eventTime); err != nil {
+		if strs, watermark, err = readWatermark(strs, d, f); err != nil {
 			return nil, err
 		}
-		if ev.Sources, err = readSources(d, f.sources); err != nil {
+		if ev.Sources, strs, err = readSources(strs, d, f, pe.src[:]); err != nil {
 			return nil, err
 		}
 		ev.NumInputRows = sumInputRows(ev.Sources)
-		if ev.Executed, err = readExecuted(d, f.durationMs); err != nil {
+		if ev.Executed, err = readExecuted(d, f); err != nil {
 			return nil, err
 		}
-		if ev.StateOperators, err = readStateOperators(d, f.stateOperators); err != nil {
+		if ev.StateOperators, strs, err = readStateOperators(strs, d, f, pe.ops[:]); err != nil {
 			return nil, err
 		}
+		all := string(strs)
+		ev.Watermark = watermark.in(all)
+		for i := range ev.Sources {
+			ev.Sources[i].Description = f.source(i).desc.in(all)
+		}
+		for i := range ev.StateOperators {
+			ev.StateOperators[i].Name = f.operator(i).name.in(all)
+		}
+		ev.QueryID, ev.RunID, ev.Name = all[:36], all[36:72], name.in(all)
+		return ev, nil
 	}
+	all := string(strs)
+	ev.QueryID, ev.RunID = all[:36], all[36:72]
+	ev.Name, ev.Exception, ev.ErrorClass = name.in(all), exception.in(all), errorClass.in(all)
 	return ev, nil
+}
+
+// strRef is where a string of the Event lies in the strings' buffer.
+type strRef struct{ s, e int }
+
+// in returns the string strRef refers to in all, the buffer as a string.
+func (r strRef) in(all string) string { return all[r.s:r.e] }
+
+// appendStr appends the decoded string token tok (with quotes) to strs.
+func appendStr(strs, tok []byte) ([]byte, strRef) {
+	s := len(strs)
+	if body := tok[1 : len(tok)-1]; plainString(body) {
+		strs = append(strs, body...)
+	} else {
+		strs = appendUnquoted(strs, tok)
+	}
+	return strs, strRef{s, len(strs)}
 }
 
 // readUUID checks that the member is a UUID string and writes it in
@@ -325,20 +821,21 @@ func readUUID(d []byte, v span, field string, dst []byte) error {
 	return nil
 }
 
-// optString reads a member that is a string or null; absent and null give
-// "".
-func optString(d []byte, v span, field string) (string, error) {
+// optString reads a member that is a string or null into strs; absent
+// and null give "".
+func optString(strs, d []byte, v span, field string) ([]byte, strRef, error) {
 	if !v.present() {
-		return "", nil
+		return strs, strRef{}, nil
 	}
 	tok := d[v.s:v.e]
 	switch tok[0] {
 	case '"':
-		return stringValue(tok), nil
+		strs, r := appendStr(strs, tok)
+		return strs, r, nil
 	case 'n':
-		return "", nil
+		return strs, strRef{}, nil
 	}
-	return "", malformed(fmt.Sprintf("%s %s: want a string or null", field, clip(string(tok))))
+	return strs, strRef{}, malformed(fmt.Sprintf("%s %s: want a string or null", field, clip(string(tok))))
 }
 
 // readTimestamp reads the event's timestamp; anything but a readable time
@@ -356,76 +853,72 @@ func readTimestamp(d []byte, v span) (t time.Time) {
 	return t
 }
 
-// readWatermark reads eventTime.watermark; an absent or null eventTime or
-// watermark gives "".
-func readWatermark(d []byte, v span) (string, error) {
+// readWatermark reads eventTime.watermark into strs; an absent or null
+// eventTime or watermark gives "".
+func readWatermark(strs, d []byte, f *bodyFields) ([]byte, strRef, error) {
+	v := f.eventTime
 	if !v.present() || d[v.s] == 'n' {
-		return "", nil
+		return strs, strRef{}, nil
 	}
 	if d[v.s] != '{' {
-		return "", malformed(fmt.Sprintf("eventTime %s: want an object", clip(string(d[v.s:v.e]))))
+		return strs, strRef{}, malformed(fmt.Sprintf("eventTime %s: want an object", clip(string(d[v.s:v.e]))))
 	}
-	var et fields
-	if _, err := et.scan(d, v.s, true); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrMalformed, err)
+	if f.eventTimeDup != nil {
+		return strs, strRef{}, fmt.Errorf("%w: %w", ErrMalformed, f.eventTimeDup)
 	}
-	return optString(d, et.watermark, "eventTime.watermark")
+	return optString(strs, d, f.watermark, "eventTime.watermark")
 }
 
-// readSources reads the sources array; absent or null gives nil.
-func readSources(d []byte, v span) ([]Source, error) {
+// readSources reads the sources array, into room when it fits, and their
+// descriptions into strs; absent or null gives nil.
+func readSources(strs, d []byte, f *bodyFields, room []Source) ([]Source, []byte, error) {
+	v := f.sources
 	if !v.present() || d[v.s] == 'n' {
-		return nil, nil
+		return nil, strs, nil
 	}
 	if d[v.s] != '[' {
-		return nil, malformed(fmt.Sprintf("sources %s: want an array", clip(string(d[v.s:v.e]))))
+		return nil, strs, malformed(fmt.Sprintf("sources %s: want an array", clip(string(d[v.s:v.e]))))
 	}
-	var stack [4]fields
-	srcs := stack[:0]
+	if f.srcErr != nil {
+		return nil, strs, f.srcErr
+	}
+	n := f.nsrc
+	if n == 0 {
+		return nil, strs, nil
+	}
 	size := 0
-	_, err := eachElementTrusted(d, v.s, func(el span) error {
-		if d[el.s] != '{' {
-			return malformed(fmt.Sprintf("sources[%d] %s: want an object", len(srcs), clip(string(d[el.s:el.e]))))
-		}
-		var f fields
-		if _, err := f.scan(d, el.s, true); err != nil {
-			return err
-		}
-		srcs = append(srcs, f)
-		size += f.startOffset.e - f.startOffset.s + f.endOffset.e - f.endOffset.s + f.latestOffset.e - f.latestOffset.s
-		return nil
-	})
-	if err != nil {
-		if _, ok := err.(*syntaxError); ok {
-			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
-		}
-		return nil, err
+	for i := range n {
+		s := f.source(i)
+		size += s.startOffset.e - s.startOffset.s + s.endOffset.e - s.endOffset.s + s.latestOffset.e - s.latestOffset.s
 	}
-	if len(srcs) == 0 {
-		return nil, nil
+	var out []Source
+	if n <= len(room) {
+		out = room[:n:n]
+	} else {
+		out = make([]Source, n)
 	}
-	out := make([]Source, len(srcs))
 	buf := make([]byte, 0, size)
-	for i := range srcs {
-		f := &srcs[i]
+	var err error
+	for i := range n {
+		f := f.source(i)
 		if desc := f.description; desc.present() && d[desc.s] != 'n' {
 			if d[desc.s] != '"' {
-				return nil, malformed(fmt.Sprintf("sources[%d].description %s: want a string or null", i, clip(string(d[desc.s:desc.e]))))
+				return nil, strs, malformed(fmt.Sprintf("sources[%d].description %s: want a string or null", i, clip(string(d[desc.s:desc.e]))))
 			}
-			out[i].Description = stringValue(d[desc.s:desc.e])
+			strs, f.desc = appendStr(strs, d[desc.s:desc.e])
 		}
 		if buf, out[i].StartOffset, err = normOffset(buf, d, f.startOffset, i, "startOffset"); err != nil {
-			return nil, err
+			return nil, strs, err
 		}
 		if buf, out[i].EndOffset, err = normOffset(buf, d, f.endOffset, i, "endOffset"); err != nil {
-			return nil, err
+			return nil, strs, err
 		}
 		if buf, out[i].LatestOffset, err = normOffset(buf, d, f.latestOffset, i, "latestOffset"); err != nil {
-			return nil, err
+			return nil, strs, err
 		}
 		out[i].NumInputRows = readCount(d, f.numInputRows)
 	}
-	return out, nil
+	return out, strs, nil
 }
 
 // sumInputRows is the progress's numInputRows as Spark computes it (the
@@ -461,55 +954,52 @@ func readCount(d []byte, v span) int64 {
 // readExecuted reports whether durationMs has an "addBatch" entry: Spark
 // times addBatch only inside runBatch, so a trigger that ran no batch has
 // none (ADR 0012). An absent or null durationMs gives false.
-func readExecuted(d []byte, v span) (bool, error) {
+func readExecuted(d []byte, f *bodyFields) (bool, error) {
+	v := f.durationMs
 	if !v.present() || d[v.s] == 'n' {
 		return false, nil
 	}
 	if d[v.s] != '{' {
 		return false, malformed(fmt.Sprintf("durationMs %s: want an object", clip(string(d[v.s:v.e]))))
 	}
-	var df fields
-	if _, err := df.scan(d, v.s, true); err != nil {
-		return false, fmt.Errorf("%w: %w", ErrMalformed, err)
+	if f.durationMsDup != nil {
+		return false, fmt.Errorf("%w: %w", ErrMalformed, f.durationMsDup)
 	}
-	return df.addBatch.present(), nil
+	return f.addBatch, nil
 }
 
-// readStateOperators reads the stateOperators array: nil when it is
-// absent or null, an empty non-nil slice when it is [].
-func readStateOperators(d []byte, v span) ([]StateOperator, error) {
+// readStateOperators reads the stateOperators array, into room when it
+// fits, and their names into strs: nil when it is absent or null, an
+// empty non-nil slice when it is [].
+func readStateOperators(strs, d []byte, f *bodyFields, room []StateOperator) ([]StateOperator, []byte, error) {
+	v := f.stateOperators
 	if !v.present() || d[v.s] == 'n' {
-		return nil, nil
+		return nil, strs, nil
 	}
 	if d[v.s] != '[' {
-		return nil, malformed(fmt.Sprintf("stateOperators %s: want an array", clip(string(d[v.s:v.e]))))
+		return nil, strs, malformed(fmt.Sprintf("stateOperators %s: want an array", clip(string(d[v.s:v.e]))))
 	}
-	ops := []StateOperator{}
-	_, err := eachElementTrusted(d, v.s, func(el span) error {
-		if d[el.s] != '{' {
-			return malformed(fmt.Sprintf("stateOperators[%d] %s: want an object", len(ops), clip(string(d[el.s:el.e]))))
-		}
-		var f fields
-		if _, err := f.scan(d, el.s, true); err != nil {
-			return err
-		}
-		op := StateOperator{RowsDroppedByWatermark: readCount(d, f.rowsDropped)}
+	if f.opsErr != nil {
+		return nil, strs, f.opsErr
+	}
+	var ops []StateOperator
+	if f.nop <= len(room) {
+		ops = room[:f.nop:f.nop]
+	} else {
+		ops = make([]StateOperator, f.nop)
+	}
+	for i := range f.nop {
+		o := f.operator(i)
+		op := &ops[i]
+		op.RowsDroppedByWatermark = readCount(d, o.rowsDropped)
 		if op.RowsDroppedByWatermark < 0 {
-			op.RowsDroppedByWatermark = readCount(d, f.late)
+			op.RowsDroppedByWatermark = readCount(d, o.late)
 		}
-		if n := f.operatorName; n.present() && d[n.s] == '"' {
-			op.Name = stringValue(d[n.s:n.e])
+		if n := o.operatorName; n.present() && d[n.s] == '"' {
+			strs, o.name = appendStr(strs, d[n.s:n.e])
 		}
-		ops = append(ops, op)
-		return nil
-	})
-	if err != nil {
-		if _, ok := err.(*syntaxError); ok {
-			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
-		}
-		return nil, err
 	}
-	return ops, nil
+	return ops, strs, nil
 }
 
 // normOffset appends the normalised offset to buf and returns buf and the

@@ -1,9 +1,10 @@
 package progress
 
 import (
-	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -83,11 +84,27 @@ func skipLiteral(d []byte, i int, lit string) (int, error) {
 
 // skipString validates the string starting at d[i] ('"') and returns the
 // index after its closing quote and whether it holds a backslash escape.
+// It goes eight bytes at a time to the next quote, backslash or control
+// character (specials).
 func skipString(d []byte, i int) (end int, escaped bool, err error) {
 	j := i + 1
-	for j < len(d) {
-		c := d[j]
-		switch {
+	for {
+		if j+8 <= len(d) {
+			m := specials(binary.LittleEndian.Uint64(d[j:]))
+			if m == 0 {
+				j += 8
+				continue
+			}
+			j += bits.TrailingZeros64(m) >> 3
+		} else {
+			for j < len(d) && d[j] != '"' && d[j] != '\\' && d[j] >= 0x20 {
+				j++
+			}
+			if j >= len(d) {
+				return j, escaped, errAt(j, "unterminated string")
+			}
+		}
+		switch c := d[j]; {
 		case c == '"':
 			return j + 1, escaped, nil
 		case c == '\\':
@@ -111,13 +128,23 @@ func skipString(d []byte, i int) (end int, escaped bool, err error) {
 			default:
 				return j, escaped, errAt(j, "invalid escape")
 			}
-		case c < 0x20:
+		default: // below 0x20
 			return j, escaped, errAt(j, "control character in string")
-		default:
-			j++
 		}
 	}
-	return j, escaped, errAt(j, "unterminated string")
+}
+
+// specials returns a mask of the bytes of x (eight bytes of a string, the
+// first in the lowest bits) that are a quote, a backslash or below 0x20:
+// the high bit of each such byte. Bytes above (after) the first one may be
+// marked wrongly; the lowest mark is always the first such byte, and x has
+// none exactly when the mask is 0 (the classic has-zero-byte and
+// has-less-than tests).
+func specials(x uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q := x ^ (ones * '"')
+	b := x ^ (ones * '\\')
+	return ((q-ones)&^q | (b-ones)&^b | (x-ones*0x20)&^x) & highs
 }
 
 func unhex(c byte) int {
@@ -406,146 +433,4 @@ func parseInt64(b []byte) (int64, bool) {
 		return int64(-u), true
 	}
 	return 0, false
-}
-
-// The trusted walkers below go over JSON that a validating walk above has
-// already accepted (Parse validates the whole document once, then descends
-// into the members it reads): they only find where values end, so a nested
-// object is not validated twice. They still check their bounds, so that a
-// bug can only give an error, never a panic.
-
-// errTrusted is returned when a trusted walk meets what validation should
-// have refused: a bug, not bad input.
-var errTrusted = errors.New("trusted JSON walk out of bounds")
-
-// skipStringTrusted returns the index after the string at d[i] ('"') and
-// whether it holds a backslash escape.
-func skipStringTrusted(d []byte, i int) (int, bool, error) {
-	escaped := false
-	j := i + 1
-	for j <= len(d) {
-		k := bytes.IndexByte(d[j:], '"')
-		if k < 0 {
-			return len(d), escaped, errTrusted
-		}
-		q := j + k
-		if bytes.IndexByte(d[j:q], '\\') < 0 {
-			return q + 1, escaped, nil
-		}
-		escaped = true
-		n := 0
-		for p := q - 1; p >= j && d[p] == '\\'; p-- {
-			n++
-		}
-		if n%2 == 0 { // the backslashes escape each other, not the quote
-			return q + 1, escaped, nil
-		}
-		j = q + 1
-	}
-	return len(d), escaped, errTrusted
-}
-
-// skipValueTrusted returns the index after the value at d[i].
-func skipValueTrusted(d []byte, i int) (int, error) {
-	if i >= len(d) {
-		return i, errTrusted
-	}
-	switch c := d[i]; {
-	case c == '"':
-		end, _, err := skipStringTrusted(d, i)
-		return end, err
-	case c == '{' || c == '[':
-		depth := 0
-		for j := i; j < len(d); j++ {
-			switch d[j] {
-			case '"':
-				end, _, err := skipStringTrusted(d, j)
-				if err != nil {
-					return end, err
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1, nil
-				}
-			}
-		}
-		return len(d), errTrusted
-	case c == 't' || c == 'n':
-		return min(i+4, len(d)), nil
-	case c == 'f':
-		return min(i+5, len(d)), nil
-	default: // a number
-		j := i
-		for j < len(d) && (d[j] >= '0' && d[j] <= '9' || d[j] == '-' || d[j] == '+' || d[j] == '.' || d[j] == 'e' || d[j] == 'E') {
-			j++
-		}
-		return j, nil
-	}
-}
-
-// eachMemberTrusted is eachMember over validated JSON.
-func eachMemberTrusted(d []byte, i int, fn memberFunc) (int, error) {
-	j := skipWS(d, i+1)
-	if j < len(d) && d[j] == '}' {
-		return j + 1, nil
-	}
-	for j < len(d) && d[j] == '"' {
-		ke, esc, err := skipStringTrusted(d, j)
-		if err != nil {
-			return ke, err
-		}
-		key := d[j:ke]
-		j = skipWS(d, ke)
-		if j >= len(d) || d[j] != ':' {
-			return j, errTrusted
-		}
-		vs := skipWS(d, j+1)
-		ve, err := skipValueTrusted(d, vs)
-		if err != nil {
-			return ve, err
-		}
-		if err := fn(key, esc, span{vs, ve}); err != nil {
-			return ve, err
-		}
-		j = skipWS(d, ve)
-		if j < len(d) && d[j] == ',' {
-			j = skipWS(d, j+1)
-			continue
-		}
-		if j < len(d) && d[j] == '}' {
-			return j + 1, nil
-		}
-		break
-	}
-	return j, errTrusted
-}
-
-// eachElementTrusted is eachElement over validated JSON.
-func eachElementTrusted(d []byte, i int, fn func(v span) error) (int, error) {
-	j := skipWS(d, i+1)
-	if j < len(d) && d[j] == ']' {
-		return j + 1, nil
-	}
-	for j < len(d) {
-		ve, err := skipValueTrusted(d, j)
-		if err != nil {
-			return ve, err
-		}
-		if err := fn(span{j, ve}); err != nil {
-			return ve, err
-		}
-		j = skipWS(d, ve)
-		if j < len(d) && d[j] == ',' {
-			j = skipWS(d, j+1)
-			continue
-		}
-		if j < len(d) && d[j] == ']' {
-			return j + 1, nil
-		}
-		break
-	}
-	return j, errTrusted
 }
