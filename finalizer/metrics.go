@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/finalizer-dev/finalizer/progress"
 )
 
 // Metrics are the Prometheus collectors of the finalization engine. The
@@ -66,6 +68,13 @@ type Metrics struct {
 	// Rewinds counts the operator rewinds the service heard of.
 	Rewinds prometheus.Counter
 	Refused *prometheus.CounterVec
+
+	// The children of Events, Candidates and QuietAdvances already
+	// looked up, by label values: a lookup hashes the values and takes
+	// the vector's lock, and the hot path counts every event (issue 12).
+	events     [progress.KindTerminated + 1]sync.Map // outcome -> prometheus.Counter, by kind
+	candidates sync.Map                              // outcome -> prometheus.Counter
+	quiet      sync.Map                              // signal -> prometheus.Counter
 
 	now      func() time.Time
 	mu       sync.Mutex
@@ -168,6 +177,39 @@ func NewMetrics(prom prometheus.Registerer, now func() time.Time) *Metrics {
 			m.HistorySigns, m.Rewinds, verdictCollector{m})
 	}
 	return m
+}
+
+// CountEvent counts one listener event in Events (finalizer_events_total)
+// by its kind and outcome. It is Events.WithLabelValues(kind.String(),
+// outcome).Inc() with the child looked up once.
+func (m *Metrics) CountEvent(kind progress.Kind, outcome string) {
+	if kind > progress.KindTerminated {
+		kind = progress.KindUnknown
+	}
+	child(&m.events[kind], outcome, func() prometheus.Counter {
+		return m.Events.WithLabelValues(kind.String(), outcome)
+	}).Inc()
+}
+
+// candidate returns the child of Candidates for outcome.
+func (m *Metrics) candidate(outcome string) prometheus.Counter {
+	return child(&m.candidates, outcome, func() prometheus.Counter { return m.Candidates.WithLabelValues(outcome) })
+}
+
+// quietAdvance returns the child of QuietAdvances for signal.
+func (m *Metrics) quietAdvance(signal string) prometheus.Counter {
+	return child(&m.quiet, signal, func() prometheus.Counter { return m.QuietAdvances.WithLabelValues(signal) })
+}
+
+// child returns the counter cached under key in cache, looking it up with
+// lookup the first time. The keys are a small fixed set (kinds, outcomes,
+// signals), so the cache stays small.
+func child(cache *sync.Map, key string, lookup func() prometheus.Counter) prometheus.Counter {
+	if c, ok := cache.Load(key); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := cache.LoadOrStore(key, lookup())
+	return c.(prometheus.Counter)
 }
 
 // SetVerdict records a table's verdict for the lag gauges even when it is

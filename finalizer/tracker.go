@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -225,6 +226,9 @@ type Tracker struct {
 	quietAt  time.Time       // the newest time the source was known caught up, not yet applied
 	quietSig string          // the signal of quietAt
 	last     *progress.Event // the newest progress taken: the provenance of a quiet move
+	// droppedRows is the table's child of RowsDroppedByWatermark, looked
+	// up at the first rows dropped instead of at every progress.
+	droppedRows prometheus.Counter
 
 	// Owned by the worker goroutine until done is closed.
 	out         outcome
@@ -726,7 +730,7 @@ func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 	// A period that has not ended by the service's clock minus the delay
 	// is never final, whatever time the progress carries.
 	if limit := progress.Floor(now.Add(-t.cfg.Spec.Delay), t.cfg.Spec.Granularity, t.cfg.Spec.Location); cand.Until.After(limit) {
-		m.Candidates.WithLabelValues("clamped").Inc()
+		m.candidate("clamped").Inc()
 		t.log.Debug("progress time is ahead of this service's clock; the candidate stops at the period the clock is in",
 			zap.Time("time", cand.Time), zap.Time("until", limit), zap.Int64("batch_id", ev.BatchID))
 		cand.Until = limit
@@ -762,7 +766,7 @@ func (t *Tracker) wroteFirst(ctx context.Context, known bool, cand progress.Cand
 func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progress.Event) bool {
 	m := t.cfg.Metrics
 	if !t.written.IsZero() && !cand.Until.After(t.written) {
-		m.Candidates.WithLabelValues("same_period").Inc()
+		m.candidate("same_period").Inc()
 		return true
 	}
 	adv := control.Advance{
@@ -961,7 +965,7 @@ func (t *Tracker) applyQuiet(ctx context.Context) {
 	if !t.written.Equal(until) && t.written.After(until) {
 		return // another writer was already past it
 	}
-	t.cfg.Metrics.QuietAdvances.WithLabelValues(sig).Inc()
+	t.cfg.Metrics.quietAdvance(sig).Inc()
 	t.mu.Lock()
 	t.quiet = &QuietMove{Signal: sig, At: at.UTC(), Until: until}
 	t.mu.Unlock()
@@ -989,7 +993,7 @@ func (t *Tracker) hold(guard, why string, ev *progress.Event) {
 	t.guards[guard]++
 	t.mu.Unlock()
 	// Counted once the status shows it: who sees the count sees the why.
-	t.cfg.Metrics.Candidates.WithLabelValues(guard).Inc()
+	t.cfg.Metrics.candidate(guard).Inc()
 	if t.warned == nil {
 		t.warned = make(map[string]bool)
 	}
@@ -1044,7 +1048,10 @@ func (t *Tracker) countDropped(ev *progress.Event) {
 	t.mu.Lock()
 	t.dropped += n
 	t.mu.Unlock()
-	t.cfg.Metrics.RowsDroppedByWatermark.WithLabelValues(t.cfg.Table).Add(float64(n))
+	if t.droppedRows == nil {
+		t.droppedRows = t.cfg.Metrics.RowsDroppedByWatermark.WithLabelValues(t.cfg.Table)
+	}
+	t.droppedRows.Add(float64(n))
 }
 
 // backoff is the tracker's retry schedule: RetryDelay, then twice as
@@ -1107,14 +1114,14 @@ func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate
 	}
 	if moved {
 		m.Advances.Inc()
-		m.Candidates.WithLabelValues("advanced").Inc()
+		m.candidate("advanced").Inc()
 		t.logSampled(zapcore.InfoLevel, "moved", "verdict moved",
 			zap.Time("finalized_until", v.FinalizedUntil),
 			zap.Time("end_time", cand.Time),
 			zap.Int64("batch_id", ev.BatchID))
 		return
 	}
-	m.Candidates.WithLabelValues("unchanged").Inc()
+	m.candidate("unchanged").Inc()
 	t.log.Debug("verdict already at or past candidate",
 		zap.Time("candidate", cand.Until), zap.Time("finalized_until", v.FinalizedUntil))
 }

@@ -230,7 +230,7 @@ func (s *Service) dialBus(ctx context.Context) error {
 	o.Logger = s.log.Named("listener")
 	hook := s.opts.OnEvent
 	o.OnEvent = func(kind progress.Kind, outcome string) {
-		s.metrics.Events.WithLabelValues(kind.String(), outcome).Inc()
+		s.metrics.CountEvent(kind, outcome)
 		if hook != nil {
 			hook(kind, outcome)
 		}
