@@ -139,7 +139,7 @@ func TestGuardsAreVisibleAndWarnOnce(t *testing.T) {
 	g.bus.Publish(agg)
 	eventually(t, "write", func() bool { return len(g.store.Calls()) == 1 })
 	eventually(t, "dropped rows", func() bool { return g.reg.Status()[0].RowsDroppedByWatermark == 17 })
-	if v := testutil.ToFloat64(g.m.RowsDroppedByWatermark.WithLabelValues("t")); v != 17 {
+	if v := g.m.RowsDropped("t"); v != 17 {
 		t.Errorf("finalizer_rows_dropped_by_watermark_total{table=t} = %v, want 17", v)
 	}
 	// A no-data progress (Spark 3.0-3.4) with a watermark ahead: ignored.

@@ -2,6 +2,7 @@ package finalizer
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,10 +31,6 @@ type Metrics struct {
 	// HeldRuns is the number of live trackers whose newest progress gave
 	// no candidate, by guard (the outcome).
 	HeldRuns *prometheus.GaugeVec
-	// RowsDroppedByWatermark counts, by table, the rows Spark's stateful
-	// operators dropped as later than the watermark, in the progresses
-	// the trackers parsed.
-	RowsDroppedByWatermark *prometheus.CounterVec
 	// QuietAdvances counts verdict moves made because a source was quiet
 	// (ADR 0014), by signal: idle_event, no_data_progress, caught_up.
 	QuietAdvances *prometheus.CounterVec
@@ -76,11 +73,28 @@ type Metrics struct {
 	candidates sync.Map                              // outcome -> prometheus.Counter
 	quiet      sync.Map                              // signal -> prometheus.Counter
 
-	now      func() time.Time
-	mu       sync.Mutex
-	verdicts map[string]time.Time
-	lagDesc  *prometheus.Desc
-	tsDesc   *prometheus.Desc
+	now func() time.Time
+	mu  sync.Mutex
+	// tables holds the per-table figures, exported at scrape time by
+	// tableCollector: a map entry per table instead of a labelled
+	// collector per table and figure, which cost about 450 bytes of heap
+	// per tracked table (issue 12).
+	tables      map[string]*tableFigures
+	lagDesc     *prometheus.Desc
+	tsDesc      *prometheus.Desc
+	droppedDesc *prometheus.Desc
+}
+
+// tableFigures are one table's figures in Metrics.
+type tableFigures struct {
+	// until is the table's verdict (the lag gauges); zero when none was
+	// observed yet. Guarded by Metrics.mu.
+	until time.Time
+	// dropped counts the rows Spark's stateful operators dropped as later
+	// than the watermark, in the progresses the trackers parsed
+	// (finalizer_rows_dropped_by_watermark_total). A tracker keeps it
+	// (droppedRows) and adds to it without a lookup.
+	dropped atomic.Int64
 }
 
 // NewMetrics returns the engine's collectors, registered with prom (a
@@ -103,10 +117,6 @@ func NewMetrics(prom prometheus.Registerer, now func() time.Time) *Metrics {
 			Name: "finalizer_held_runs",
 			Help: "Trackers whose newest progress gave no candidate, by guard.",
 		}, []string{"guard"}),
-		RowsDroppedByWatermark: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "finalizer_rows_dropped_by_watermark_total",
-			Help: "Rows Spark dropped as later than the watermark (numRowsDroppedByWatermark), by table.",
-		}, []string{"table"}),
 		QuietAdvances: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "finalizer_quiet_advances_total",
 			Help: "Verdict moves made because the source was quiet (quiet.after), by signal.",
@@ -161,20 +171,22 @@ func NewMetrics(prom prometheus.Registerer, now func() time.Time) *Metrics {
 			Name: "finalizer_refused_total",
 			Help: "Runs refused tracking, by reason: table_name (invalid or too long), query_name (too long), run_cap (too many tracked runs).",
 		}, []string{"reason"}),
-		now:      now,
-		verdicts: make(map[string]time.Time),
+		now:    now,
+		tables: make(map[string]*tableFigures),
 		lagDesc: prometheus.NewDesc("finalizer_verdict_lag_seconds",
 			"Seconds between now and the table's finalized_until.", []string{"table"}, nil),
 		tsDesc: prometheus.NewDesc("finalizer_verdict_timestamp_seconds",
 			"The table's finalized_until as a Unix timestamp.", []string{"table"}, nil),
+		droppedDesc: prometheus.NewDesc("finalizer_rows_dropped_by_watermark_total",
+			"Rows Spark dropped as later than the watermark (numRowsDroppedByWatermark), by table.", []string{"table"}, nil),
 	}
 	for _, kind := range []string{SignReset, SignBehind, SignSourceChanged} {
 		m.HistorySigns.WithLabelValues(kind) // exported at 0, so that increase() sees the first sign
 	}
 	if prom != nil {
-		prom.MustRegister(m.Events, m.Candidates, m.HeldRuns, m.RowsDroppedByWatermark, m.QuietAdvances, m.Advances, m.Writes, m.FailedAdvances,
+		prom.MustRegister(m.Events, m.Candidates, m.HeldRuns, m.QuietAdvances, m.Advances, m.Writes, m.FailedAdvances,
 			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, m.Reasserts, m.Refused,
-			m.HistorySigns, m.Rewinds, verdictCollector{m})
+			m.HistorySigns, m.Rewinds, tableCollector{m})
 	}
 	return m
 }
@@ -216,34 +228,78 @@ func child(cache *sync.Map, key string, lookup func() prometheus.Counter) promet
 // older than the one recorded: after a rewind.
 func (m *Metrics) SetVerdict(table string, until time.Time) {
 	m.mu.Lock()
-	m.verdicts[table] = until
+	m.table(table).until = until
 	m.mu.Unlock()
+}
+
+// table returns the table's figures, made at the first use. m.mu held.
+func (m *Metrics) table(table string) *tableFigures {
+	f := m.tables[table]
+	if f == nil {
+		f = &tableFigures{}
+		m.tables[table] = f
+	}
+	return f
 }
 
 // ObserveVerdict records a table's verdict for the lag gauges. An older
 // value than the one recorded is ignored.
 func (m *Metrics) ObserveVerdict(table string, until time.Time) {
 	m.mu.Lock()
-	if old, ok := m.verdicts[table]; !ok || until.After(old) {
-		m.verdicts[table] = until
+	if f := m.table(table); f.until.IsZero() || until.After(f.until) {
+		f.until = until
 	}
 	m.mu.Unlock()
 }
 
-// verdictCollector exports the lag of every observed table at scrape time.
-type verdictCollector struct{ m *Metrics }
-
-func (c verdictCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.m.lagDesc
-	ch <- c.m.tsDesc
+// AddRowsDropped adds n rows dropped by the watermark to the table's
+// finalizer_rows_dropped_by_watermark_total.
+func (m *Metrics) AddRowsDropped(table string, n int64) {
+	if n > 0 {
+		m.droppedRows(table).Add(n)
+	}
 }
 
-func (c verdictCollector) Collect(ch chan<- prometheus.Metric) {
+// droppedRows returns the table's counter of rows dropped by the
+// watermark, for a tracker to keep.
+func (m *Metrics) droppedRows(table string) *atomic.Int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return &m.table(table).dropped
+}
+
+// RowsDropped returns the table's finalizer_rows_dropped_by_watermark_total.
+func (m *Metrics) RowsDropped(table string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f := m.tables[table]; f != nil {
+		return f.dropped.Load()
+	}
+	return 0
+}
+
+// tableCollector exports the per-table figures at scrape time: the lag of
+// every observed table, and the rows dropped by the watermark of those
+// that had any.
+type tableCollector struct{ m *Metrics }
+
+func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.m.lagDesc
+	ch <- c.m.tsDesc
+	ch <- c.m.droppedDesc
+}
+
+func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.m.now()
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
-	for table, until := range c.m.verdicts {
-		ch <- prometheus.MustNewConstMetric(c.m.lagDesc, prometheus.GaugeValue, now.Sub(until).Seconds(), table)
-		ch <- prometheus.MustNewConstMetric(c.m.tsDesc, prometheus.GaugeValue, float64(until.UnixMilli())/1000, table)
+	for table, f := range c.m.tables {
+		if !f.until.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.m.lagDesc, prometheus.GaugeValue, now.Sub(f.until).Seconds(), table)
+			ch <- prometheus.MustNewConstMetric(c.m.tsDesc, prometheus.GaugeValue, float64(f.until.UnixMilli())/1000, table)
+		}
+		if d := f.dropped.Load(); d > 0 {
+			ch <- prometheus.MustNewConstMetric(c.m.droppedDesc, prometheus.CounterValue, float64(d), table)
+		}
 	}
 }

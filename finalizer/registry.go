@@ -678,6 +678,14 @@ func (r *Registry) reap(e *entry) {
 	r.mu.Unlock()
 }
 
+// Tracked returns the number of trackers the registry holds now (one per
+// run and table), as the finalizer_tracked_runs gauge counts them.
+func (r *Registry) Tracked() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.trackers)
+}
+
 // add indexes e. r.mu held.
 func (r *Registry) add(e *entry) {
 	r.trackers[trackKey{e.req.RunID, e.req.Table}] = e

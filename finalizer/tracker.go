@@ -1,6 +1,7 @@
 package finalizer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -188,7 +188,7 @@ type QuietMove struct {
 // when Stop is called, or when its context is cancelled.
 type Tracker struct {
 	cfg   TrackerConfig
-	log   *zap.Logger
+	log   runLog
 	done  chan struct{}
 	start time.Time
 
@@ -225,10 +225,11 @@ type Tracker struct {
 	heldBy   string          // the guard holding the newest progress, "" when none
 	quietAt  time.Time       // the newest time the source was known caught up, not yet applied
 	quietSig string          // the signal of quietAt
-	last     *progress.Event // the newest progress taken: the provenance of a quiet move
-	// droppedRows is the table's child of RowsDroppedByWatermark, looked
-	// up at the first rows dropped instead of at every progress.
-	droppedRows prometheus.Counter
+	last     *progress.Event // the newest progress taken: the provenance of a quiet move; nil without quiet.after
+	// droppedRows is the table's counter of rows dropped by the
+	// watermark, looked up at the first rows dropped instead of at every
+	// progress.
+	droppedRows *atomic.Int64
 
 	// Owned by the worker goroutine until done is closed.
 	out         outcome
@@ -287,10 +288,10 @@ func newTracker(cfg TrackerConfig) *Tracker {
 	}
 	t := &Tracker{
 		cfg:   cfg,
-		log:   cfg.Logger.With(zap.String("table", cfg.Table), zap.String("query_id", cfg.QueryID), zap.String("run_id", cfg.RunID)),
 		done:  make(chan struct{}),
 		start: cfg.Clock.Now(),
 	}
+	t.log = runLog{base: cfg.Logger, cfg: &t.cfg}
 	t.lastEvent = t.start
 	return t
 }
@@ -519,16 +520,21 @@ func (t *Tracker) step(ctx context.Context) (done bool) {
 	}
 	if mail.Progress != nil {
 		t.pending = mail.Progress
-		t.last = t.pending
+		if t.cfg.Spec.QuietAfter > 0 {
+			// Only a quiet move reads it (its provenance); kept for
+			// every run, the parsed progress and its offsets cost about
+			// a kilobyte per tracked run (issue 12).
+			t.last = t.pending
+		}
 		t.countDropped(t.pending)
 		if at, sig, ok := t.cfg.Spec.QuietAt(t.pending); ok {
 			t.noteQuiet(at, sig)
 		}
-		if ce := t.log.Check(zap.DebugLevel, "progress taken"); ce != nil {
-			ce.Write(zap.Int64("batch_id", t.pending.BatchID), zap.Time("timestamp", t.pending.Timestamp))
+		if t.log.enabled(zap.DebugLevel) {
+			t.log.Debug("progress taken", zap.Int64("batch_id", t.pending.BatchID), zap.Time("timestamp", t.pending.Timestamp))
 		}
 	}
-	if mail.Idle || mail.NotNewer {
+	if (mail.Idle || mail.NotNewer) && t.log.enabled(zap.DebugLevel) {
 		t.log.Debug("idle event or a progress not newer: a chance to retry", zap.Bool("idle_event", mail.Idle), zap.Bool("retry", t.pending != nil))
 	}
 	if !mail.IdleAt.IsZero() && t.cfg.Spec.QuietAfter > 0 {
@@ -803,6 +809,9 @@ func (t *Tracker) wrote(ctx context.Context, adv control.Advance, cand progress.
 		t.retryWanted, t.stepErr, t.stepCand = true, err, cand
 		return false
 	}
+	// The advance is kept for a re-assert; its end offset is a slice of
+	// the progress's buffer of every offset, which it would keep alive.
+	adv.EndOffset = bytes.Clone(adv.EndOffset)
 	t.lastAdv = &adv
 	t.succeed(verdict, moved, cand, ev)
 	t.movedLast = moved
@@ -1013,8 +1022,8 @@ func (t *Tracker) hold(guard, why string, ev *progress.Event) {
 		t.logSampled(zapcore.WarnLevel, "hold:"+guard, "progress gives no candidate; the verdict waits (logged once per run and guard)",
 			zap.String("guard", guard), zap.String("reason", why), zap.Int64("batch_id", ev.BatchID))
 	default:
-		if ce := t.log.Check(zap.DebugLevel, "progress gives no candidate"); ce != nil {
-			ce.Write(zap.String("guard", guard), zap.String("reason", why), zap.Int64("batch_id", ev.BatchID))
+		if t.log.enabled(zap.DebugLevel) {
+			t.log.Debug("progress gives no candidate", zap.String("guard", guard), zap.String("reason", why), zap.Int64("batch_id", ev.BatchID))
 		}
 	}
 }
@@ -1049,9 +1058,9 @@ func (t *Tracker) countDropped(ev *progress.Event) {
 	t.dropped += n
 	t.mu.Unlock()
 	if t.droppedRows == nil {
-		t.droppedRows = t.cfg.Metrics.RowsDroppedByWatermark.WithLabelValues(t.cfg.Table)
+		t.droppedRows = t.cfg.Metrics.droppedRows(t.cfg.Table)
 	}
-	t.droppedRows.Add(float64(n))
+	t.droppedRows.Add(n)
 }
 
 // backoff is the tracker's retry schedule: RetryDelay, then twice as
@@ -1140,7 +1149,5 @@ func (t *Tracker) logSampled(lvl zapcore.Level, class, msg string, fields ...zap
 			fields = append(fields, zap.Int("suppressed", n))
 		}
 	}
-	if ce := t.log.Check(lvl, msg); ce != nil {
-		ce.Write(fields...)
-	}
+	t.log.log(lvl, msg, fields)
 }

@@ -1,9 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -16,6 +25,8 @@ func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 		cfg      bench.Config
 		logLevel string
 		jsonOnly bool
+		curve    []int
+		svgPath  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -32,11 +43,18 @@ Without --postgres-url it starts a throwaway PostgreSQL cluster from the local
 installation and removes it afterwards; with one, it works in a schema of its own
 (bench_<tag>) that it drops at the end.`,
 		Example: `  finalizer bench --runs 10000
-  finalizer bench --runs 50 --duration 3s --profile-dir /tmp/prof`,
+  finalizer bench --runs 50 --duration 3s --profile-dir /tmp/prof
+  finalizer bench --curve 1000,10000,100000 --naive=false --svg docs/bench-curve.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.Validate(); err != nil {
 				return usageError(err)
+			}
+			if len(curve) > 0 {
+				return runCurve(cmd, curve, svgPath, jsonOnly, stdout, stderr)
+			}
+			if svgPath != "" {
+				return usageError(errors.New("--svg needs --curve"))
 			}
 			if logLevel != "" {
 				log, err := newLogger(LogConfig{Format: "console", Level: logLevel}, stderr)
@@ -72,7 +90,8 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 	fs := cmd.Flags()
 	fs.IntVar(&cfg.Runs, "runs", bench.DefaultRuns, "simulated runs (N), each with its own query id, run id and table")
 	fs.StringVar(&cfg.Tracking, "tracking", bench.DefaultTracking, "how runs are tracked: mixed, explicit or rule")
-	fs.IntVar(&cfg.IngestPerRun, "ingest-per-run", bench.DefaultIngestPerRun, "progress events per run in the ingest phase")
+	fs.IntVar(&cfg.IngestPerRun, "ingest-per-run", 0, fmt.Sprintf("progress events per run in the ingest phase (0: %d, fewer above %d runs so that the phase stays at %d events)",
+		bench.DefaultIngestPerRun, bench.DefaultIngestEvents/bench.DefaultIngestPerRun, bench.DefaultIngestEvents))
 	fs.Float64Var(&cfg.Rate, "rate", bench.DefaultRate, "background load of the latency phase, events/s")
 	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "length of the latency phase")
 	fs.DurationVar(&cfg.Idle, "idle", 0, "length of the idle phase (every run posts a progress every 10 s, the service's CPU is measured), e.g. 30s; 0 skips it")
@@ -86,11 +105,103 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 	fs.IntVar(&cfg.MaxBatch, "max-batch", 0, "most advances in one group commit (0: the service's default)")
 	fs.IntVar(&cfg.Workers, "workers", 0, "most tracker steps at once, so most advances waiting for a group (0: the service's default)")
 	fs.BoolVar(&cfg.NoGroupCommit, "no-group-commit", false, "one statement per advance (ADR 0008 off), to measure what group commit changes")
+	fs.StringVar(&cfg.MemoryLimit, "memory-limit", "auto", "the service's own soft memory limit: auto (as serve sets it) or off (the Go runtime's default); GOMEMLIMIT overrides both")
+	fs.Float64Var(&cfg.MemoryHeadroom, "memory-headroom", 0, "headroom of the auto memory limit, a share of the live heap (0: the service's default)")
 	fs.StringVar(&cfg.Actions, "actions", "", "give every bench table an action: nats or marker (issue 19), to measure what actions cost")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU, a block and a mutex profile per phase and a heap profile here")
 	fs.BoolVar(&cfg.Trace, "trace", false, "with --profile-dir, also an execution trace per phase (go tool trace -pprof=net shows the waits on PostgreSQL and NATS)")
-	fs.DurationVar(&cfg.WaitTimeout, "wait-timeout", bench.DefaultWaitTimeout, "bound of every wait for verdicts")
+	fs.DurationVar(&cfg.WaitTimeout, "wait-timeout", 0, fmt.Sprintf("bound of every wait for verdicts (0: %s, or 5 ms per run when longer)", bench.DefaultWaitTimeout))
 	fs.StringVar(&logLevel, "log-level", "", "log the service at this level on stderr (empty: no logs)")
 	fs.BoolVar(&jsonOnly, "json", false, "print only the JSON line")
+	fs.IntSliceVar(&curve, "curve", nil, "run the bench at each of these sizes (e.g. 1000,10000,100000), each in a process of its own with the other flags, and print the scaling curve: every figure per run or per event, and its slope between sizes (0: linear)")
+	fs.StringVar(&svgPath, "svg", "", "with --curve, write the curve as an SVG chart to this file")
 	return cmd
+}
+
+// curveSkip are the flags a --curve does not pass on to its runs.
+var curveSkip = map[string]bool{"curve": true, "svg": true, "runs": true, "json": true, "profile-dir": true, "trace": true}
+
+// runCurve runs the bench at every size in a process of its own (this
+// binary, `bench --runs N --json` and the other flags given), so that each
+// size's memory is measured in a fresh process, and prints the curve. A
+// size that fails is reported and the curve drawn from the others.
+func runCurve(cmd *cobra.Command, sizes []int, svgPath string, jsonOnly bool, stdout, stderr io.Writer) error {
+	sizes = slices.Clone(sizes)
+	slices.Sort(sizes)
+	sizes = slices.Compact(sizes)
+	if sizes[0] < 2 {
+		return usageError(fmt.Errorf("--curve %v: every size must be at least 2 runs", sizes))
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var pass []string
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if curveSkip[f.Name] {
+			return
+		}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			for _, v := range sv.GetSlice() {
+				pass = append(pass, "--"+f.Name+"="+v)
+			}
+			return
+		}
+		v := f.Value.String()
+		if f.Value.Type() == "stringToString" {
+			v = strings.TrimSuffix(strings.TrimPrefix(v, "["), "]") // printed as [a=b,c=d]
+		}
+		pass = append(pass, "--"+f.Name+"="+v)
+	})
+	var (
+		c    bench.Curve
+		errs []error
+	)
+	for _, n := range sizes {
+		args := append([]string{"bench", "--runs", strconv.Itoa(n), "--json"}, pass...)
+		fmt.Fprintf(stderr, "bench --curve: N=%d: %s %s\n", n, self, strings.Join(args, " "))
+		var out bytes.Buffer
+		run := exec.CommandContext(cmd.Context(), self, args...)
+		run.Stdout, run.Stderr = &out, stderr
+		if err := run.Run(); err != nil {
+			errs = append(errs, fmt.Errorf("N=%d: %w", n, err))
+			continue
+		}
+		lines := bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n"))
+		var res bench.Result
+		if err := json.Unmarshal(lines[len(lines)-1], &res); err != nil {
+			errs = append(errs, fmt.Errorf("N=%d: reading its result: %w", n, err))
+			continue
+		}
+		c.Results = append(c.Results, res)
+	}
+	if len(c.Results) > 0 {
+		if !jsonOnly {
+			if err := c.WriteTable(stdout); err != nil {
+				return err
+			}
+		}
+		if _, err := fmt.Fprintf(stdout, "%s\n", c.JSON()); err != nil {
+			return err
+		}
+		if svgPath != "" {
+			var b bytes.Buffer
+			sz := make([]string, len(c.Results))
+			for i, r := range c.Results {
+				sz[i] = strconv.Itoa(r.Runs)
+			}
+			title := fmt.Sprintf("finalizer bench at N = %s runs (x: N, log scale; y: per run or per event, log scale; flat = linear)", strings.Join(sz, ", "))
+			if err := c.SVG(&b, title); err != nil {
+				return err
+			}
+			if err := os.WriteFile(svgPath, b.Bytes(), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "bench --curve: wrote %s\n", svgPath)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bench --curve: %w", err)
+	}
+	return nil
 }

@@ -155,6 +155,10 @@ type TrackingConfig struct {
 	MaxTrackers int      `yaml:"max_trackers"`
 	FutureSkew  Duration `yaml:"future_skew"`
 	Shutdown    Duration `yaml:"shutdown_timeout"`
+	// MemoryLimit is "auto" (the default: a soft memory limit the service
+	// sets for itself from its live heap and tracked runs, ADR 0022) or
+	// "off" (the Go runtime's default). GOMEMLIMIT, when set, wins.
+	MemoryLimit string `yaml:"memory_limit"`
 }
 
 // OwnershipConfig is how replicas share the writes of the tables
@@ -228,6 +232,7 @@ func defaultConfig() Config {
 			ExpireAfter: Duration(DefaultExpireAfter),
 			FutureSkew:  Duration(finalizer.DefaultFutureSkew),
 			Shutdown:    Duration(DefaultShutdown),
+			MemoryLimit: "auto",
 		},
 		Ownership: OwnershipConfig{
 			Enabled: true, Buckets: ownership.DefaultBuckets,
@@ -340,6 +345,11 @@ func (c Config) validate() error {
 	if c.Ownership.Poll <= 0 || c.Ownership.Grace <= 0 {
 		return fmt.Errorf("ownership.poll_interval %v, ownership.grace %v: want positive durations",
 			time.Duration(c.Ownership.Poll), time.Duration(c.Ownership.Grace))
+	}
+	switch c.Tracking.MemoryLimit {
+	case "auto", "off":
+	default:
+		return fmt.Errorf("tracking.memory_limit %q: want auto or off (a fixed limit is the GOMEMLIMIT environment variable)", c.Tracking.MemoryLimit)
 	}
 	if c.NATS.URL == "" && c.NATS.Listen == "" {
 		return fmt.Errorf("nats: set url (external server) or listen (embedded server)")

@@ -85,6 +85,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"subject_prefix: \"spark.>\"\n", "subject_prefix"},
 		{"tracking: {stale_after: soon}\n", "not a duration"},
 		{"log: {format: xml}\n", "log.format"},
+		{"tracking: {memory_limit: 2GiB}\n", "tracking.memory_limit"},
 		{"tables:\n  - table: t\n    query: q\n    retire: always\n", `retire "always"`},
 		{"tables:\n  - table: \"s.{name}\"\n    query: q\n    feeders: [a]\n", "feeders need one table"},
 	}

@@ -75,6 +75,7 @@ marker directory that cannot be written) stops the start with an error naming th
 	fs.String("subject-prefix", "", `subject prefix of the listener events (default "`+listener.DefaultPrefix+`")`)
 	fs.String("log-format", "", `log format: json or console (default "json")`)
 	fs.String("log-level", "", `log level: debug, info, warn, error (default "info")`)
+	fs.String("memory-limit", "", `soft memory limit: auto (from the live heap and the tracked runs) or off (default "auto"); GOMEMLIMIT, when set, wins`)
 	addNATSAuthFlags(fs)
 	addAPIPrefixFlag(fs)
 	return cmd
@@ -104,6 +105,7 @@ func (f *serveFlags) resolve(cmd *cobra.Command) (Config, error) {
 	set("subject-prefix", &cfg.Prefix)
 	set("log-format", &cfg.Log.Format)
 	set("log-level", &cfg.Log.Level)
+	set("memory-limit", &cfg.Tracking.MemoryLimit)
 	for name, dst := range map[string]*bool{"no-migrate": &cfg.Postgres.NoMigrate, "http-insecure": &cfg.HTTP.Insecure,
 		"nats-allow-anonymous": &cfg.NATS.Embedded.AllowAnonymous} {
 		if fl := fs.Lookup(name); fl.Changed {
@@ -172,7 +174,8 @@ func serviceOptions(cfg Config, log *zap.Logger, stdout io.Writer) (service.Opti
 			ExpireAfter: time.Duration(cfg.Tracking.ExpireAfter),
 			MaxTrackers: cfg.Tracking.MaxTrackers,
 		},
-		Actions: actionRules,
+		Actions:        actionRules,
+		MemoryLimitOff: cfg.Tracking.MemoryLimit == "off",
 		Ownership: service.Ownership{
 			Off: !cfg.Ownership.Enabled, Balance: cfg.Ownership.Balance, Buckets: cfg.Ownership.Buckets,
 			Poll: time.Duration(cfg.Ownership.Poll), Grace: time.Duration(cfg.Ownership.Grace),

@@ -34,8 +34,15 @@ const (
 	// DefaultTracking tracks half of the runs explicitly and half by rule.
 	DefaultTracking = "mixed"
 	// DefaultIngestPerRun is how many progress events each run publishes in
-	// the ingest phase.
+	// the ingest phase, up to DefaultIngestEvents events in all (see
+	// IngestPerRunFor).
 	DefaultIngestPerRun = 20
+	// DefaultIngestEvents bounds the ingest phase's events when the
+	// events per run are not set: at 100,000 runs, 10 per run (1M events,
+	// as issue 12's outside measurement).
+	DefaultIngestEvents = 1_000_000
+	// minIngestPerRun is the fewest events per run the default gives.
+	minIngestPerRun = 2
 	// DefaultRate is the background load of the latency phase, events/s.
 	DefaultRate = 1000
 	// DefaultDuration is the length of the latency phase.
@@ -48,8 +55,10 @@ const (
 	DefaultWindow = 10_000
 	// DefaultRawRounds is how many times the raw delivery is measured.
 	DefaultRawRounds = 3
-	// DefaultWaitTimeout bounds every wait for verdicts.
+	// DefaultWaitTimeout bounds every wait for verdicts, or
+	// waitPerRun per run when that is longer.
 	DefaultWaitTimeout = 5 * time.Minute
+	waitPerRun         = 5 * time.Millisecond
 	// prefix is the event subject prefix.
 	prefix = listener.DefaultPrefix
 )
@@ -63,7 +72,7 @@ type Config struct {
 	// "rule".
 	Tracking string
 	// IngestPerRun is the number of progress events per run in the ingest
-	// phase (N * IngestPerRun messages in all).
+	// phase (N * IngestPerRun messages in all); 0 = IngestPerRunFor(N).
 	IngestPerRun int
 	// Rate is the background load of the latency phase, in events/s.
 	Rate float64
@@ -100,6 +109,12 @@ type Config struct {
 	// pool (0: the service's defaults), to measure the burst at other
 	// sizes (issue 12).
 	MaxBatch, Workers int
+	// MemoryLimit is the service's soft memory limit (package memlimit,
+	// ADR 0022): "" or "auto" as serve sets it, "off" the Go runtime's
+	// default. MemoryHeadroom, when positive, replaces its headroom (a
+	// share of the live heap), to measure other settings.
+	MemoryLimit    string
+	MemoryHeadroom float64
 	// Actions gives every bench table an action (issue 19): "" none,
 	// "nats" (the JetStream event) or "marker" (a file under the work
 	// dir), to measure what actions cost the hot path.
@@ -111,7 +126,8 @@ type Config struct {
 	// Trace also writes an execution trace per phase to ProfileDir
 	// (trace-<phase>.out), for the time spent waiting on the network.
 	Trace bool
-	// WaitTimeout bounds each wait for verdicts; 0 means DefaultWaitTimeout.
+	// WaitTimeout bounds each wait for verdicts; 0 means DefaultWaitTimeout
+	// or 5 ms per run, whichever is longer.
 	WaitTimeout time.Duration
 	// Logger receives the service's logs; nil discards them.
 	Logger *zap.Logger
@@ -127,7 +143,7 @@ func (c Config) withDefaults() Config {
 		c.Tracking = DefaultTracking
 	}
 	if c.IngestPerRun <= 0 {
-		c.IngestPerRun = DefaultIngestPerRun
+		c.IngestPerRun = IngestPerRunFor(c.Runs)
 	}
 	if c.Rate <= 0 {
 		c.Rate = DefaultRate
@@ -145,7 +161,7 @@ func (c Config) withDefaults() Config {
 		c.RawRounds = DefaultRawRounds
 	}
 	if c.WaitTimeout <= 0 {
-		c.WaitTimeout = DefaultWaitTimeout
+		c.WaitTimeout = max(DefaultWaitTimeout, time.Duration(c.Runs)*waitPerRun)
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -156,12 +172,27 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// IngestPerRunFor is the default of Config.IngestPerRun for n runs:
+// DefaultIngestPerRun, fewer (at least 2) when the ingest phase would
+// exceed DefaultIngestEvents.
+func IngestPerRunFor(n int) int {
+	if n <= 0 {
+		return DefaultIngestPerRun
+	}
+	return min(DefaultIngestPerRun, max(minIngestPerRun, DefaultIngestEvents/n))
+}
+
 // Validate reports a Config that cannot run.
 func (c Config) Validate() error {
 	switch c.Tracking {
 	case "", "mixed", "explicit", "rule":
 	default:
 		return fmt.Errorf("tracking %q: want mixed, explicit or rule", c.Tracking)
+	}
+	switch c.MemoryLimit {
+	case "", "auto", "off":
+	default:
+		return fmt.Errorf("memory-limit %q: want auto or off", c.MemoryLimit)
 	}
 	switch c.Actions {
 	case "", "nats", "marker":
@@ -359,6 +390,7 @@ func (r *runner) serviceConfig() serviceConfig {
 		NATSURL: r.natsURL, PostgresURL: r.pgURL, ControlTable: r.schema + ".table_finalization",
 		Prefix: prefix, Rules: r.rules(), Logger: r.cfg.Logger, NoGroupCommit: r.cfg.NoGroupCommit,
 		MaxBatch: r.cfg.MaxBatch, Workers: r.cfg.Workers, Actions: r.actionRules(),
+		MemoryLimitOff: r.cfg.MemoryLimit == "off", MemoryHeadroom: r.cfg.MemoryHeadroom,
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/actions"
+	"github.com/finalizer-dev/finalizer/internal/memlimit"
 	"github.com/finalizer-dev/finalizer/internal/service"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
@@ -47,6 +48,10 @@ type serviceConfig struct {
 	MaxBatch, Workers int
 	// Actions are the rules with actions (issue 19).
 	Actions []actions.Rule
+	// MemoryLimitOff turns the service's own memory limit off;
+	// MemoryHeadroom, when positive, sets its headroom (memlimit.Options).
+	MemoryLimitOff bool
+	MemoryHeadroom float64
 }
 
 // startService starts the service as serve does, recovering explicit
@@ -61,8 +66,10 @@ func startService(ctx context.Context, c serviceConfig) (*benchService, error) {
 		// No cap: the bench tracks exactly its N runs, up to 100,000 and
 		// beyond (the service's default cap is a guard against a flood of
 		// run ids, not a size the bench must stay under).
-		Registry: finalizer.RegistryConfig{Rules: c.Rules, MaxTrackers: -1},
-		Actions:  c.Actions,
+		Registry:       finalizer.RegistryConfig{Rules: c.Rules, MaxTrackers: -1},
+		Actions:        c.Actions,
+		MemoryLimitOff: c.MemoryLimitOff,
+		MemoryLimit:    memlimit.Options{Headroom: c.MemoryHeadroom},
 		OnEvent: func(kind progress.Kind, outcome string) {
 			switch {
 			case outcome != listener.OutcomeAccepted && outcome != listener.OutcomeSuperseded:

@@ -23,6 +23,7 @@ import (
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/memlimit"
 	"github.com/finalizer-dev/finalizer/internal/ownership"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
 	"github.com/finalizer-dev/finalizer/internal/redact"
@@ -305,6 +306,23 @@ func (s *Service) startRegistry(context.Context) error {
 		}
 	})
 	return s.watchReconnects()
+}
+
+// limitMemory starts the soft memory limit that follows the live heap and
+// the tracked runs (ADR 0022, addendum), unless it is off or GOMEMLIMIT is
+// set. It stops before the registry does and gives the process its
+// previous limit back.
+func (s *Service) limitMemory(context.Context) error {
+	if s.opts.MemoryLimitOff {
+		s.log.Info("memory limit: off (tracking.memory_limit: off); the Go runtime's default pacing")
+		return nil
+	}
+	o := s.opts.MemoryLimit
+	o.Tracked, o.Logger = s.registry.Tracked, s.log.Named("memlimit")
+	if l := memlimit.Start(o); l != nil {
+		s.started("memory limit", func(context.Context) { l.Stop() })
+	}
+	return nil
 }
 
 // watchReconnects makes every tracker re-assert its last verdict each time

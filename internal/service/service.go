@@ -30,6 +30,7 @@ import (
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/actions"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/memlimit"
 	"github.com/finalizer-dev/finalizer/internal/ownership"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
 	"github.com/finalizer-dev/finalizer/internal/statuspage"
@@ -139,6 +140,14 @@ type Options struct {
 	// DefaultStoreCheckEvery, negative = never.
 	StoreCheckEvery time.Duration
 
+	// MemoryLimit configures the soft memory limit the service sets for
+	// itself from its live heap and its tracked runs (package memlimit,
+	// ADR 0022); MemoryLimitOff leaves the Go runtime's default. An
+	// operator's GOMEMLIMIT always wins. Tracked and Logger are set by
+	// Start.
+	MemoryLimit    memlimit.Options
+	MemoryLimitOff bool
+
 	// OnEvent, when set, is called for every event the bus takes in or
 	// drops, besides counting it in the metrics. It must not block.
 	OnEvent func(kind progress.Kind, outcome string)
@@ -233,6 +242,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		s.dialBus,
 		s.watchStore,
 		s.startRegistry,
+		s.limitMemory,
 		s.startActions,
 		s.serveAPI,
 		s.discover,

@@ -1,0 +1,69 @@
+package finalizer
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// TestTrackerHeldMemory bounds what a tracker holds on the heap with the
+// service's JSON logger: a logger made with the run's fields per tracker
+// held an encoder and its buffer (more than a kilobyte) for every tracked
+// run (issue 12).
+func TestTrackerHeldMemory(t *testing.T) {
+	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	log := zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zap.InfoLevel))
+	m := NewMetrics(nil, nil)
+	const n = 2000
+	keep := make([]*Tracker, n)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range keep {
+		keep[i] = newTracker(TrackerConfig{QueryID: "q", RunID: "r", Table: "t", Logger: log, Metrics: m})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+	t.Logf("%.0f bytes of heap per tracker", per)
+	if per > 1400 {
+		t.Errorf("a tracker holds %.0f bytes of heap: want at most 1400", per)
+	}
+	runtime.KeepAlive(keep)
+}
+
+// TestPerTableMetricsMemory bounds what the per-table figures hold (the
+// verdict and the rows dropped by the watermark, a table each run): a
+// labelled counter per table cost about 450 bytes of heap (issue 12).
+func TestPerTableMetricsMemory(t *testing.T) {
+	m := NewMetrics(nil, nil)
+	const n = 5000
+	tables := make([]string, n)
+	for i := range tables {
+		tables[i] = fmt.Sprintf("bronze.table_%06d", i)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	at := time.Unix(1_700_000_000, 0)
+	for _, table := range tables {
+		m.ObserveVerdict(table, at)
+		m.AddRowsDropped(table, 3)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+	t.Logf("%.0f bytes of heap per table", per)
+	if per > 200 {
+		t.Errorf("the per-table metrics hold %.0f bytes per table: want at most 200", per)
+	}
+	if got := m.RowsDropped(tables[7]); got != 3 {
+		t.Errorf("RowsDropped = %d, want 3", got)
+	}
+	runtime.KeepAlive(m)
+}

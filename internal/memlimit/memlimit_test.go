@@ -1,0 +1,157 @@
+package memlimit
+
+import (
+	"math"
+	"runtime"
+	"runtime/debug"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const mib = 1 << 20
+
+func TestLimitFollowsTheLiveHeapWithAFloor(t *testing.T) {
+	o := Options{Floor: 64 * mib, Headroom: 0.5, MinHeadroom: 32 * mib, PerRun: 4 << 10}
+	for _, c := range []struct {
+		name string
+		s    Sample
+		want int64
+	}{
+		{"a small heap: the floor", Sample{Live: 10 * mib, Other: 5 * mib}, 64 * mib},
+		{"a large heap: half of it above, and the rest of the runtime", Sample{Live: 400 * mib, Other: 20 * mib}, 620 * mib},
+		{"the headroom is at least MinHeadroom", Sample{Live: 40 * mib, Other: 10 * mib}, 82 * mib},
+		// 100,000 runs tracked since the last collection measured 50 MiB:
+		// the limit assumes 4 KiB per run, not the stale figure.
+		{"tracked runs bound the live heap from below", Sample{Live: 50 * mib, Other: 10 * mib, Tracked: 100_000}, int64(100_000*4<<10*1.5) + 10*mib},
+	} {
+		if got := o.Limit(c.s); got != c.want {
+			t.Errorf("%s: Limit(%+v) = %d MiB, want %d MiB", c.name, c.s, got/mib, c.want/mib)
+		}
+	}
+}
+
+func TestLimitNeverBelowWhatIsLive(t *testing.T) {
+	// Below the live heap the collector would run on every allocation.
+	var o Options
+	for live := uint64(1); live < 1<<40; live *= 3 {
+		if got := o.Limit(Sample{Live: live, Other: live / 10}); got < int64(live+live/10) {
+			t.Fatalf("Limit(live %d) = %d: below the live heap", live, got)
+		}
+	}
+}
+
+func TestStartSetsTheLimitAndStopRestoresIt(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	var tracked atomic.Int64
+	l := Start(Options{Tracked: func() int { return int(tracked.Load()) }, Every: 10 * time.Millisecond, Getenv: func(string) string { return "" }})
+	if l == nil {
+		t.Fatal("Start returned nil without GOMEMLIMIT")
+	}
+	if got := debug.SetMemoryLimit(-1); got != l.Limit() || got < DefaultFloor {
+		t.Errorf("the process's limit is %d, the limiter's %d (floor %d)", got, l.Limit(), int64(DefaultFloor))
+	}
+	// A second limiter in the same process leaves the limit to the first.
+	if l2 := Start(Options{Getenv: func(string) string { return "" }}); l2 != nil {
+		l2.Stop()
+		t.Error("a second limiter started while the first owns the limit")
+	}
+	// The limit follows the tracked runs.
+	tracked.Store(200_000)
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Limit() < 200_000*DefaultPerRun && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if l.Limit() < 200_000*DefaultPerRun {
+		t.Errorf("limit %d MiB with 200,000 tracked runs: want at least %d MiB", l.Limit()/mib, 200_000*DefaultPerRun/mib)
+	}
+	l.Stop()
+	l.Stop()
+	if got := debug.SetMemoryLimit(-1); got != before {
+		t.Errorf("after Stop the limit is %d, want the previous %d", got, before)
+	}
+	var nilLimiter *Limiter
+	nilLimiter.Stop()
+}
+
+func TestGOMEMLIMITWins(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	l := Start(Options{Getenv: func(k string) string {
+		if k == EnvGOMEMLIMIT {
+			return "1GiB"
+		}
+		return ""
+	}})
+	if l != nil {
+		l.Stop()
+		t.Fatal("the limiter started although GOMEMLIMIT is set")
+	}
+	if got := debug.SetMemoryLimit(-1); got != before {
+		t.Errorf("the limit moved from %d to %d although GOMEMLIMIT is set", before, got)
+	}
+	if before != math.MaxInt64 {
+		t.Logf("the test process runs with a limit of %d", before)
+	}
+}
+
+func TestACollectionRecomputesTheLimit(t *testing.T) {
+	// The timer never fires in this test: only the end of a collection
+	// can move the limit.
+	var tracked atomic.Int64
+	l := Start(Options{Tracked: func() int { return int(tracked.Load()) }, Every: time.Hour, Getenv: func(string) string { return "" }})
+	if l == nil {
+		t.Fatal("Start returned nil")
+	}
+	defer l.Stop()
+	tracked.Store(500_000)
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Limit() < 500_000*DefaultPerRun {
+		if time.Now().After(deadline) {
+			t.Fatalf("limit %d MiB after collections with 500,000 tracked runs: not recomputed", l.Limit()/mib)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestTheLimitComesDownStepByStep(t *testing.T) {
+	// 500,000 runs tracked, then none: the limit goes up at once and
+	// comes down by at most a tenth a tick, so that the allocating
+	// goroutines are never made to return hundreds of MB before they go on.
+	var tracked atomic.Int64
+	tracked.Store(500_000)
+	core, logs := observer.New(zap.DebugLevel)
+	l := Start(Options{Tracked: func() int { return int(tracked.Load()) }, Every: 5 * time.Millisecond,
+		Getenv: func(string) string { return "" }, Logger: zap.New(core)})
+	if l == nil {
+		t.Fatal("Start returned nil")
+	}
+	defer l.Stop()
+	peak := l.Limit()
+	if peak < 500_000*DefaultPerRun {
+		t.Fatalf("limit %d MiB with 500,000 tracked runs at the start", peak/mib)
+	}
+	tracked.Store(0)
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Limit() > peak/4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the limit stayed at %d MiB (peak %d MiB) with no tracked run", l.Limit()/mib, peak/mib)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Every limit set, in order.
+	var prev int64
+	for _, e := range logs.FilterMessage("memory limit set").All() {
+		cur := e.ContextMap()["limit_bytes"].(int64)
+		if prev > 0 && float64(cur) < float64(prev)*(1-lowerStep)-1 {
+			t.Fatalf("the limit fell from %d to %d MiB at once: more than a tenth", prev/mib, cur/mib)
+		}
+		prev = cur
+	}
+}
