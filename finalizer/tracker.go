@@ -1,7 +1,6 @@
 package finalizer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -809,9 +808,9 @@ func (t *Tracker) wrote(ctx context.Context, adv control.Advance, cand progress.
 		t.retryWanted, t.stepErr, t.stepCand = true, err, cand
 		return false
 	}
-	// The advance is kept for a re-assert; its end offset is a slice of
-	// the progress's buffer of every offset, which it would keep alive.
-	adv.EndOffset = bytes.Clone(adv.EndOffset)
+	// The advance is kept for a re-assert: without the progress's
+	// buffers, which it would keep alive.
+	adv = adv.Detached()
 	t.lastAdv = &adv
 	t.succeed(verdict, moved, cand, ev)
 	t.movedLast = moved

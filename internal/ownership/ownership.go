@@ -673,6 +673,9 @@ func (w *Owner) hold(a control.Advance, now time.Time) bool {
 		w.held[a.Table] = hs
 	}
 	if h := hs[a.QueryID]; h == nil || a.FinalizedUntil.After(h.a.FinalizedUntil) {
+		// Kept for a day once reached (Forget): without the progress's
+		// buffers, which it would keep alive.
+		a = a.Detached()
 		hs[a.QueryID] = &held{a: a, at: now, since: now}
 	}
 	return !w.known || w.owned[w.Bucket(a.Table)]
