@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -66,4 +67,14 @@ func TestPerTableMetricsMemory(t *testing.T) {
 		t.Errorf("RowsDropped = %d, want 3", got)
 	}
 	runtime.KeepAlive(m)
+}
+
+// TestTrackerSize keeps the tracker, allocated once per tracked run and
+// table, within the allocator's 1,024-byte size class: at 1,040 bytes it
+// took 1,152 (issue 12). Group new small fields with the others of their
+// kind (the bools sit together) before raising this.
+func TestTrackerSize(t *testing.T) {
+	if n := unsafe.Sizeof(Tracker{}); n > 1024 {
+		t.Errorf("Tracker is %d bytes: above the 1,024-byte size class (128 bytes more per tracked run)", n)
+	}
 }

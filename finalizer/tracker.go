@@ -185,6 +185,10 @@ type QuietMove struct {
 // advances the table's verdict when the candidate is later than the one it
 // last wrote. It stops after applying what is left when the run terminates,
 // when Stop is called, or when its context is cancelled.
+//
+// There is one per tracked run and table: its bools sit together, without
+// padding after each, and it stays within the allocator's 1,024-byte size
+// class (TestTrackerSize).
 type Tracker struct {
 	cfg   TrackerConfig
 	log   runLog
@@ -206,15 +210,15 @@ type Tracker struct {
 
 	// Owned by the steps (one at a time).
 	pending      *progress.Event // newest progress not yet applied
-	wantReassert bool            // a re-assert is asked for and not done yet
-	sawProgress  bool
-	retries      int         // retries armed in the current failure streak
-	retryStop    func() bool // stops the armed retry timer; nil when none
-	retryWanted  bool        // this step's advance or re-assert failed
-	stepErr      error       // this step's failed advance, and its candidate
+	retries      int             // retries armed in the current failure streak
+	retryStop    func() bool     // stops the armed retry timer; nil when none
+	stepErr      error           // this step's failed advance, and its candidate
 	stepCand     progress.Candidate
-	mayPark      bool    // write may hand its advance over and return (parked)
 	parked       *parked // the step's advance waits for its group commit
+	wantReassert bool    // a re-assert is asked for and not done yet
+	sawProgress  bool
+	retryWanted  bool // this step's advance or re-assert failed
+	mayPark      bool // write may hand its advance over and return (parked)
 
 	// Owned by the worker goroutine.
 	written  time.Time
@@ -233,10 +237,10 @@ type Tracker struct {
 	// Owned by the worker goroutine until done is closed.
 	out         outcome
 	hist        history
-	movedLast   bool // the last advance moved the verdict
 	seenRewinds uint64
-	batchZero   bool          // the run's batch 0 arrived, perhaps replaced in the mailbox (checkReset)
 	rewinds     atomic.Uint64 // bumped by rewound, from any goroutine
+	movedLast   bool          // the last advance moved the verdict
+	batchZero   bool          // the run's batch 0 arrived, perhaps replaced in the mailbox (checkReset)
 
 	mu         sync.Mutex
 	lastErr    error
@@ -246,14 +250,14 @@ type Tracker struct {
 	terminated bool
 	failed     bool
 	retired    bool
-	shownWrite time.Time
-	held       string
-	guards     map[string]int64
-	dropped    int64
-	quiet      *QuietMove
 	// heldByQuiet: heldBy was set by a quiet signal, not by the newest
 	// progress, so it does not stop a later quiet signal. Worker only.
 	heldByQuiet bool
+	shownWrite  time.Time
+	held        string
+	guards      map[string]int64
+	dropped     int64
+	quiet       *QuietMove
 	behind      int64
 	signText    string
 }
