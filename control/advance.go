@@ -68,7 +68,10 @@ func rfc3339(col string) string {
 // notified, solo, written) where written is the extra expression (the
 // feeder rows the statement wrote, or 0). The second branch reads the
 // standing rows of the tables that did not move, as of the statement's
-// snapshot.
+// snapshot: it looks up only those (the input's tables less the moved
+// ones), so a group where every table moves (the top of a period) reads
+// no row twice; probing every input table and filtering out the moved
+// ones was a fifth of the sole statement's time for 1,000 tables.
 //
 // The "notified" CTE is a SELECT: it runs only because the first branch
 // reads it, once per moved row.
@@ -80,7 +83,7 @@ func notifyAndReturn(n names, written string) string {
 SELECT true, ` + readColumns + `, (SELECT count(*) FROM notified), solo, ` + written + ` FROM moved
 UNION ALL
 SELECT false, ` + readColumns + `, 0, solo, ` + written + ` FROM ` + n.table + `
-WHERE table_name IN (SELECT table_name FROM input) AND table_name NOT IN (SELECT table_name FROM moved)`
+WHERE table_name IN (SELECT table_name FROM input EXCEPT SELECT table_name FROM moved)`
 }
 
 // moveToLowest is the end of the advance and settle statements. It needs
