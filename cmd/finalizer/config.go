@@ -159,6 +159,11 @@ type TrackingConfig struct {
 	// sets for itself from its live heap and tracked runs, ADR 0022) or
 	// "off" (the Go runtime's default). GOMEMLIMIT, when set, wins.
 	MemoryLimit string `yaml:"memory_limit"`
+	// MemoryHeadroom is how far the heap may grow above what is live
+	// under the auto limit, as a share of the live heap; 0 = the default
+	// (memlimit.DefaultHeadroom, 0.5). 1.0 makes the collector run about
+	// as often as the Go runtime's default.
+	MemoryHeadroom float64 `yaml:"memory_headroom"`
 }
 
 // OwnershipConfig is how replicas share the writes of the tables
@@ -350,6 +355,9 @@ func (c Config) validate() error {
 	case "auto", "off":
 	default:
 		return fmt.Errorf("tracking.memory_limit %q: want auto or off (a fixed limit is the GOMEMLIMIT environment variable)", c.Tracking.MemoryLimit)
+	}
+	if h := c.Tracking.MemoryHeadroom; h != 0 && (h < 0.1 || h > 4) {
+		return fmt.Errorf("tracking.memory_headroom %v: want a share of the live heap from 0.1 to 4 (0: the default, 0.5)", h)
 	}
 	if c.NATS.URL == "" && c.NATS.Listen == "" {
 		return fmt.Errorf("nats: set url (external server) or listen (embedded server)")

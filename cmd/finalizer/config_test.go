@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -86,6 +88,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"tracking: {stale_after: soon}\n", "not a duration"},
 		{"log: {format: xml}\n", "log.format"},
 		{"tracking: {memory_limit: 2GiB}\n", "tracking.memory_limit"},
+		{"tracking: {memory_headroom: 50}\n", "tracking.memory_headroom"},
 		{"tables:\n  - table: t\n    query: q\n    retire: always\n", `retire "always"`},
 		{"tables:\n  - table: \"s.{name}\"\n    query: q\n    feeders: [a]\n", "feeders need one table"},
 	}
@@ -228,5 +231,29 @@ func TestConfigFeeders(t *testing.T) {
 	rules, err := cfg.rules()
 	if err != nil || len(rules) != 1 || len(rules[0].Feeders) != 2 || rules[0].Feeders[1] != "region-eu" || rules[0].Retire != "on_clean_termination" {
 		t.Fatalf("rules = %+v, %v", rules, err)
+	}
+}
+
+// The memory limit's keys reach the service: off by the flag, the
+// headroom from the file; auto by default (ADR 0022, addendum 2).
+func TestMemoryLimitConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := resolveServe(t, "--data-dir", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tracking.MemoryLimit != "auto" {
+		t.Errorf("tracking.memory_limit = %q by default, want auto", cfg.Tracking.MemoryLimit)
+	}
+	cfg, err = resolveServe(t, "--data-dir", dir, "--memory-limit", "off", "--config", writeConfig(t, "tracking: {memory_headroom: 0.75}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := serviceOptions(cfg, zap.NewNop(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.MemoryLimitOff || o.MemoryLimit.Headroom != 0.75 {
+		t.Errorf("service options: memory limit off %v, headroom %v; want true, 0.75", o.MemoryLimitOff, o.MemoryLimit.Headroom)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/memlimit"
 	"github.com/finalizer-dev/finalizer/internal/service"
 	"github.com/finalizer-dev/finalizer/listener"
 )
@@ -176,6 +177,7 @@ func serviceOptions(cfg Config, log *zap.Logger, stdout io.Writer) (service.Opti
 		},
 		Actions:        actionRules,
 		MemoryLimitOff: cfg.Tracking.MemoryLimit == "off",
+		MemoryLimit:    memlimit.Options{Headroom: cfg.Tracking.MemoryHeadroom},
 		Ownership: service.Ownership{
 			Off: !cfg.Ownership.Enabled, Balance: cfg.Ownership.Balance, Buckets: cfg.Ownership.Buckets,
 			Poll: time.Duration(cfg.Ownership.Poll), Grace: time.Duration(cfg.Ownership.Grace),
