@@ -252,8 +252,23 @@ func (r *runner) serviceIngest(ctx context.Context, svc *benchService) error {
 	// its results back to its trackers after the commit), and a write
 	// counted late would be charged to the ingest.
 	writes0 := r.settle(ctx, func() float64 { return svc.metric("finalizer_control_writes_total") })
+	// The phase ends when the service has taken every message in and the
+	// stream has stored them, as a raw round does (rawRound).
+	js, err := jetstream.New(r.pub)
+	if err != nil {
+		return err
+	}
+	st, err := js.Stream(ctx, listener.DefaultStream)
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	from := info.State.LastSeq
 	var start, acceptedAt time.Time
-	err := r.profile("ingest", func() error {
+	err = r.profile("ingest", func() error {
 		var err error
 		if start, err = r.blast(ctx, n, func(i int) error {
 			s, k := r.ingestAt(i)
@@ -266,6 +281,11 @@ func (r *runner) serviceIngest(ctx context.Context, svc *benchService) error {
 			return err
 		}
 		acceptedAt = time.Now()
+		storedAt, err := r.capturedAt(ctx, st, from, n)
+		if err != nil {
+			return err
+		}
+		acceptedAt = maxTime(acceptedAt, storedAt)
 		_, err = r.waitVerdicts(ctx, "ingest", r.targetsAtLast())
 		return err
 	})
@@ -284,4 +304,11 @@ func (r *runner) serviceIngest(ctx context.Context, svc *benchService) error {
 	r.say("ingest: %d events accepted at %.0f/s (%.0f%% of raw), all verdicts committed at %.0f/s, %.2f writes per (table, period)",
 		n, r.res.IngestEventsPerSec, 100*r.res.IngestEventsPerSec/r.res.RawEventsPerSec, r.res.SettledEventsPerSec, r.res.IngestWritesPerPeriod)
 	return nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
