@@ -128,6 +128,7 @@ func FuzzCandidate(f *testing.F) {
 	f.Add([]byte(cdcEnd), "/commit_ts", "2026-09-28T14:20:31.000Z", uint8(0), uint8(1), int64(0))
 	f.Add([]byte(`{"a/b":{"m~n":[1,"2026-09-28T14:37:12+05:30"]}}`), "/a~1b/m~0n/1", "1970-01-01T00:00:00Z", uint8(3), uint8(2), int64(time.Hour))
 	f.Add([]byte(`1790606232345`), "", "", uint8(2), uint8(3), int64(90*time.Second))
+	f.Add([]byte(`{"commit_ts":"2026-09-28T14:37:12.345"}`), "/commit_ts", "2026-02-29T14:37:12.3456789", uint8(0), uint8(1), int64(0))
 	f.Add([]byte(`{"commit_ts":-62167219200000}`), "/commit_ts", "0000-01-01T00:00:00Z", uint8(5), uint8(0), int64(0))
 	f.Add([]byte(`{"commit_ts":"9999-12-31T23:59:59.999999999-23:59"}`), "/commit_ts", "9999-12-31T23:59:59Z", uint8(4), uint8(2), int64(1<<62))
 	zones := []string{"UTC", "Europe/London", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe", "America/Havana", "America/Santiago"}
@@ -172,11 +173,17 @@ func FuzzCandidate(f *testing.F) {
 				}
 			}
 		}
-		// The fast time path agrees with the general one.
+		// The fast time paths agree with the general one.
 		if t1, ok1 := fastUTC([]byte(watermark)); ok1 {
 			t2, ok2 := parseTimeString(watermark)
 			if !ok2 || !t1.Equal(t2) {
 				t.Fatalf("fastUTC(%q) = %v, time.Parse gives %v %v", watermark, t1, t2, ok2)
+			}
+		}
+		if t1, ok1 := parseTimeBytesIn([]byte(watermark), nil); ok1 {
+			t2, ok2 := parseTimeStringIn(watermark, nil)
+			if !ok2 || !t1.Equal(t2) {
+				t.Fatalf("parseTimeBytesIn(%q) = %v, time.Parse gives %v %v", watermark, t1, t2, ok2)
 			}
 		}
 		// Decoding strings agrees with encoding/json.

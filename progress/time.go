@@ -152,6 +152,17 @@ func parseTimeBytesIn(b []byte, naive *time.Location) (time.Time, bool) {
 	if t, ok := fastUTC(b); ok {
 		return t, true
 	}
+	if naive == nil || naive == time.UTC {
+		// The ISO-8601 time without a zone that CDC offsets carry
+		// (commit_ts), read in UTC: without the general path's attempts
+		// at RFC 3339 first, which fail and allocate their error.
+		if n := len(b); n >= 19 && b[n-1] >= '0' && b[n-1] <= '9' {
+			z := make([]byte, 0, 40)
+			if t, ok := fastUTC(append(append(z, b...), 'Z')); ok {
+				return t, true
+			}
+		}
+	}
 	return parseTimeStringIn(string(b), naive)
 }
 
