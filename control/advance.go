@@ -26,6 +26,8 @@ type statements struct {
 	list       string
 	feeders    string
 	allFeeders string
+	join       string
+	retired    string
 }
 
 // verdictColumns are the columns an advance writes; with markColumns, they
@@ -230,6 +232,11 @@ WHERE table_name = $1::text AND NOT EXISTS (SELECT FROM moved)`,
 SELECT count(pg_advisory_xact_lock(k)) FROM (
 	SELECT DISTINCT hashtextextended($2 || t, 0) AS k FROM unnest($1::text[]) AS t ORDER BY 1
 ) keys`,
+		// lockRows, promote and advance find the rows of their input by
+		// primary key ("= ANY" of the input's tables): left to join the
+		// input to the whole table, the planner scanned every table's row
+		// at every group, a cost that grew with the tables tracked (50 ms
+		// at 100,000; ADR 0023).
 		// lockRows locks, in table order, the table rows an advance's
 		// transaction may write: those its candidates may move, and solo
 		// ones it must promote (another query's advance). Taking them up
@@ -238,7 +245,7 @@ SELECT count(pg_advisory_xact_lock(k)) FROM (
 		lockRows: `
 SELECT count(*) FROM (
 	SELECT c.table_name FROM ` + n.table + ` c
-	WHERE EXISTS (SELECT FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS i(table_name, feeder, finalized_until)
+	WHERE c.table_name = ANY($1::text[]) AND EXISTS (SELECT FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS i(table_name, feeder, finalized_until)
 		WHERE i.table_name = c.table_name AND (c.finalized_until IS NULL OR c.finalized_until < i.finalized_until
 			OR (c.solo AND coalesce(c.query_id, '') <> i.feeder)))
 	ORDER BY c.table_name FOR UPDATE
@@ -246,15 +253,20 @@ SELECT count(*) FROM (
 		// promote makes shared each solo table of the input that another
 		// query ($2) advances or joins, and writes its one feeder's row
 		// from the table's row. A retired query adds no feeder: its
-		// advance is recorded in its own row and the table stays solo. It runs after lockKeys (and, in an
+		// advance is recorded in its own row and the table stays solo.
+		// Both lookups go by primary key, from the input (ADR 0023): the
+		// table rows by "= ANY", the retired check as a scalar subquery,
+		// which the planner cannot turn into a scan of the whole feeders
+		// table (it did, with no retired feeder to estimate from: a
+		// statement cost grew with the tables tracked, 50 ms at 100,000). It runs after lockKeys (and, in an
 		// advance, lockRows): the UPDATE reads the row as the last sole
 		// statement left it.
 		promote: `
 WITH promoted AS (
 	UPDATE ` + n.table + ` c SET solo = false
-	WHERE c.solo AND EXISTS (SELECT FROM unnest($1::text[], $2::text[]) AS i(table_name, feeder)
+	WHERE c.solo AND c.table_name = ANY($1::text[]) AND EXISTS (SELECT FROM unnest($1::text[], $2::text[]) AS i(table_name, feeder)
 		WHERE i.table_name = c.table_name AND i.feeder <> coalesce(c.query_id, '')
-			AND NOT EXISTS (SELECT FROM ` + n.feeds + ` r WHERE r.table_name = i.table_name AND r.feeder = i.feeder AND r.retired_at IS NOT NULL))
+			AND (SELECT r.retired_at FROM ` + n.feeds + ` r WHERE r.table_name = i.table_name AND r.feeder = i.feeder) IS NULL)
 	RETURNING ` + promotedColumns + `
 )` + promoted(n),
 		// promoteOne makes table $1 shared if it is solo: before an
@@ -299,7 +311,8 @@ WITH input AS (
 ), resolved AS (
 	UPDATE ` + n.feeds + ` p SET retired_at = now(), retired_why = 'reported as query ' || i.feeder
 	FROM input i
-	WHERE p.table_name = i.table_name AND p.feeder = i.query_name AND p.feeder <> i.feeder
+	WHERE p.table_name = ANY($1::text[]) AND p.feeder = ANY($3::text[])
+		AND p.table_name = i.table_name AND p.feeder = i.query_name AND p.feeder <> i.feeder
 		AND p.expected AND p.finalized_until IS NULL AND p.retired_at IS NULL
 	RETURNING p.table_name, p.feeder
 ), state AS (
@@ -324,6 +337,26 @@ WITH input AS (
 		list:       `SELECT ` + readColumns + ` FROM ` + n.table + ` ORDER BY table_name`,
 		feeders:    `SELECT ` + feederColumns + ` FROM ` + feedersView(n) + ` WHERE table_name = $1 ORDER BY joined_at, feeder`,
 		allFeeders: `SELECT ` + feederColumns + ` FROM ` + feedersView(n) + ` ORDER BY table_name, joined_at, feeder`,
+		// join adds the feeders of a group of joins (JoinFeeders, after
+		// lockKeys and promote) that the table does not know yet, or
+		// knows without the query's name: a known feeder is not offered
+		// to the upsert, whose conflict arm would lock (write) its row.
+		join: `
+INSERT INTO ` + n.feeds + ` AS f (table_name, feeder, query_name)
+SELECT i.table_name, i.feeder, nullif(i.query_name, '')
+FROM unnest($1::text[], $2::text[], $3::text[]) AS i(table_name, feeder, query_name)
+WHERE NOT EXISTS (SELECT FROM ` + n.feeds + ` x WHERE x.table_name = i.table_name AND x.feeder = i.feeder
+	AND (x.query_name IS NOT NULL OR i.query_name = ''))
+ORDER BY i.table_name, i.feeder
+ON CONFLICT (table_name, feeder) DO UPDATE SET query_name = EXCLUDED.query_name
+	WHERE f.query_name IS NULL AND EXCLUDED.query_name IS NOT NULL
+RETURNING f.table_name, f.feeder, (xmax = 0)`,
+		// retired returns the retired feeders among a group's, looked up
+		// by key (a LATERAL with LIMIT is not flattened into a join).
+		retired: `
+SELECT i.table_name, i.feeder, f.retired_at, f.retired_why FROM unnest($1::text[], $2::text[]) AS i(table_name, feeder)
+CROSS JOIN LATERAL (SELECT r.retired_at, r.retired_why FROM ` + n.feeds + ` r
+	WHERE r.table_name = i.table_name AND r.feeder = i.feeder AND r.retired_at IS NOT NULL LIMIT 1) f`,
 	}
 }
 

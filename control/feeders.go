@@ -278,7 +278,8 @@ func (s *Store) joinAll(ctx context.Context, order []feederKey, names map[feeder
 // one implicit transaction: the tables' advisory locks, the promotion of
 // solo tables another query joins, the feeder rows that do not exist yet
 // (one that exists is not offered, so a join again is a read), and the
-// retired ones among them.
+// retired ones among them. Every statement looks rows up by primary key
+// from the input, so its cost follows the group, not the tables tracked.
 func (s *Store) join(ctx context.Context, order []feederKey, names map[feederKey]string, out map[feederKey]JoinedResult) error {
 	tables := make([]string, len(order))
 	queries := make([]string, len(order))
@@ -289,20 +290,8 @@ func (s *Store) join(ctx context.Context, order []feederKey, names map[feederKey
 	var pb pgx.Batch
 	pb.Queue(s.sql.lockKeys, tables, s.n.table)
 	pb.Queue(s.sql.promote, tables, queries)
-	pb.Queue(`
-INSERT INTO `+s.n.feeds+` AS f (table_name, feeder, query_name)
-SELECT i.table_name, i.feeder, nullif(i.query_name, '')
-FROM unnest($1::text[], $2::text[], $3::text[]) AS i(table_name, feeder, query_name)
-WHERE NOT EXISTS (SELECT FROM `+s.n.feeds+` x WHERE x.table_name = i.table_name AND x.feeder = i.feeder
-	AND (x.query_name IS NOT NULL OR i.query_name = ''))
-ORDER BY i.table_name, i.feeder
-ON CONFLICT (table_name, feeder) DO UPDATE SET query_name = EXCLUDED.query_name
-	WHERE f.query_name IS NULL AND EXCLUDED.query_name IS NOT NULL
-RETURNING f.table_name, f.feeder, (xmax = 0)`, tables, queries, qnames)
-	pb.Queue(`
-SELECT f.table_name, f.feeder, f.retired_at, f.retired_why FROM `+s.n.feeds+` f
-JOIN unnest($1::text[], $2::text[]) AS i(table_name, feeder) ON f.table_name = i.table_name AND f.feeder = i.feeder
-WHERE f.retired_at IS NOT NULL`, tables, queries)
+	pb.Queue(s.sql.join, tables, queries, qnames)
+	pb.Queue(s.sql.retired, tables, queries)
 	br := s.pool.SendBatch(ctx, &pb)
 	got := make(map[feederKey]Joined, len(order))
 	_, err := br.Exec()
