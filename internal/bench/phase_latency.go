@@ -64,16 +64,13 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// burst makes every run cross into its next period at once and returns
-// the time from the first publication to the last committed verdict.
-func (r *runner) burst(ctx context.Context) (float64, error) {
-	start := time.Now()
-	for _, s := range r.sims {
-		if _, err := r.publishProgress(s, r.clk.nextCrossing(s, s.last)); err != nil {
-			return 0, err
-		}
-	}
-	if err := r.pub.Flush(); err != nil {
+// burst makes every run cross into its next period at once (as fast as
+// the service takes the messages in when accepted is not nil: see
+// publishAll) and returns the time from the first publication to the last
+// committed verdict.
+func (r *runner) burst(ctx context.Context, accepted func() int64) (float64, error) {
+	start, err := r.publishAll(ctx, func(s *sim) int64 { return r.clk.nextCrossing(s, s.last) }, accepted)
+	if err != nil {
 		return 0, err
 	}
 	last, err := r.waitVerdicts(ctx, "burst", r.targetsAtLast())

@@ -55,7 +55,7 @@ func (r *runner) runNaive(ctx context.Context) error {
 	}
 	return r.profile("naive-burst", func() error {
 		var err error
-		b.BurstSeconds, err = r.burst(ctx)
+		b.BurstSeconds, err = r.burst(ctx, nil)
 		return err
 	})
 }

@@ -33,6 +33,13 @@ type benchService struct {
 	retainedIn, recoverIn time.Duration
 }
 
+// acceptedSince returns a counter of the progress events the service
+// takes in from now on.
+func (b *benchService) acceptedSince() func() int64 {
+	base := b.accepted.Load()
+	return func() int64 { return b.accepted.Load() - base }
+}
+
 // serviceConfig is what startService needs.
 type serviceConfig struct {
 	NATSURL      string

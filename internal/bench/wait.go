@@ -47,6 +47,22 @@ func (r *runner) blast(ctx context.Context, n int, next func(i int) error, consu
 	return start, r.pub.FlushTimeout(10 * time.Second)
 }
 
+// publishAll publishes one progress of every run, batch batch(s), as fast
+// as the service takes them in (within Window messages of accepted) when
+// accepted is not nil, at once otherwise. It returns when the first was
+// published, after the last is flushed.
+func (r *runner) publishAll(ctx context.Context, batch func(s *sim) int64, accepted func() int64) (time.Time, error) {
+	if accepted == nil {
+		n := int64(len(r.sims))
+		accepted = func() int64 { return n }
+	}
+	return r.blast(ctx, len(r.sims), func(i int) error {
+		s := r.sims[i]
+		_, err := r.publishProgress(s, batch(s))
+		return err
+	}, accepted)
+}
+
 // waitCount polls until count() reaches n, and returns when it did.
 func (r *runner) waitCount(ctx context.Context, what string, n int64, count func() int64) error {
 	deadline := time.Now().Add(r.cfg.WaitTimeout)
