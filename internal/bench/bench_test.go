@@ -80,6 +80,10 @@ func TestQuickBench(t *testing.T) {
 	if i := res.Idle; i == nil || i.TotalCoreShare <= 0 || i.GeneratorCoreShare <= 0 || i.ServiceCoreShare < 0 || i.EventsPerSec != 5 {
 		t.Errorf("idle phase: %+v; want the process's and the generator's CPU measured at 5 events/s (50 runs, one per 10 s)", i)
 	}
+	if i := res.Idle; i != nil && (i.IdleEventsSent == 0 || i.IdleEventsAccepted != int64(i.IdleEventsSent) || i.IdleEventsTotalCoreShare <= 0) {
+		t.Errorf("idle events: %d sent, %d taken in by their runs, process %.3f of a core; want every one taken in",
+			i.IdleEventsSent, i.IdleEventsAccepted, i.IdleEventsTotalCoreShare)
+	}
 	if res.NATSSlowConsumer != 0 || res.NATSDropped != 0 || res.NATSDisconnects != 0 {
 		t.Errorf("the service's NATS connection: %d slow-consumer errors, %d messages dropped, %d disconnects",
 			res.NATSSlowConsumer, res.NATSDropped, res.NATSDisconnects)

@@ -56,8 +56,14 @@ var measures = []measure{
 	{"restart recovery", "ms per run", []series{
 		{"all re-applied", func(r *Result) float64 { return perRun(r.RecoverySeconds*1e3, r) }},
 	}},
-	{"idle: a progress per run every 10 s", "% of a core per 1,000 events/s", []series{
-		{"service", func(r *Result) float64 {
+	{"idle: an event per run every 10 s", "% of a core per 1,000 events/s", []series{
+		{"idle events", func(r *Result) float64 {
+			if r.Idle == nil {
+				return 0
+			}
+			return div(r.Idle.IdleEventsServiceCoreShare*100, r.Idle.EventsPerSec/1000)
+		}},
+		{"progress, new data", func(r *Result) float64 {
 			if r.Idle == nil {
 				return 0
 			}

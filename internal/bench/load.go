@@ -52,6 +52,7 @@ type sim struct {
 
 	subject        string // <prefix>.progress.<q>.<r>
 	startedSubject string
+	idleSubject    string // <prefix>.idle.<q>.<r>
 	started        []byte // the started event
 	tmpl           []byte // progress template with placeholders
 	batchAt        []int
@@ -132,6 +133,7 @@ func newSims(n int, tag uint32, prefix, tracking string, perPeriod int64) ([]*si
 		}
 		s.subject = prefix + ".progress." + s.queryID + "." + s.runID
 		s.startedSubject = prefix + ".started." + s.queryID + "." + s.runID
+		s.idleSubject = prefix + ".idle." + s.queryID + "." + s.runID
 		s.buildTemplates()
 		sims[i] = s
 	}
@@ -234,6 +236,25 @@ func indexAll(b []byte, mark string) []int {
 
 // progress writes the run's progress of batch k, with event time t, into
 // buf (reused) and returns it.
+// idleEvent appends s's QueryIdleEvent at t to buf[:0], in s's form: what
+// Spark 3.5+ posts every noDataProgressEventInterval while the run has no
+// new data.
+func (s *sim) idleEvent(buf []byte, t time.Time) []byte {
+	buf = buf[:0]
+	if s.eventLog {
+		buf = append(buf, `{"Event":"org.apache.spark.sql.streaming.StreamingQueryListener$QueryIdleEvent",`...)
+	} else {
+		buf = append(buf, '{')
+	}
+	buf = append(buf, `"id":"`...)
+	buf = append(buf, s.queryID...)
+	buf = append(buf, `","runId":"`...)
+	buf = append(buf, s.runID...)
+	buf = append(buf, `","timestamp":"`...)
+	buf = t.UTC().AppendFormat(buf, "2006-01-02T15:04:05.000Z")
+	return append(buf, `"}`...)
+}
+
 func (s *sim) progress(buf []byte, k int64, t time.Time) []byte {
 	buf = append(buf[:0], s.tmpl...)
 	var scratch [32]byte

@@ -118,7 +118,7 @@ func (r *runner) runService(ctx context.Context) error {
 	}
 	// Idle cost (optional: it takes about 1.5 times Idle).
 	if r.cfg.Idle > 0 {
-		if err := r.profile("idle", func() error { return r.idle(ctx) }); err != nil {
+		if err := r.profile("idle", func() error { return r.idle(ctx, svc) }); err != nil {
 			return fmt.Errorf("idle: %w", err)
 		}
 	}

@@ -175,9 +175,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 	row("memory per tracked run (KiB RSS), after a GC", fmt.Sprintf("%.1f", r.MemPerRunKiB), "", "< 16")
 	row("  heap / stacks (KiB), goroutines", fmt.Sprintf("%.1f / %.1f, %.1f", r.HeapPerRunKiB, r.StackPerRunKiB, r.GoroutinesPerRun), "", "")
 	if i := r.Idle; i != nil {
-		row(fmt.Sprintf("idle: %d runs, a progress each per %s: service (share of a core)", r.Runs, IdleInterval),
-			fmt.Sprintf("%.3f", i.ServiceCoreShare), "", "< 0.05")
-		row("  process / load generator (share of a core)", fmt.Sprintf("%.3f / %.3f", i.TotalCoreShare, i.GeneratorCoreShare), "", "")
+		row(fmt.Sprintf("idle: %d runs, an idle event each per %s: service (share of a core)", r.Runs, IdleInterval),
+			fmt.Sprintf("%.3f", i.IdleEventsServiceCoreShare), "", "< 0.05")
+		row(fmt.Sprintf("  a progress with new data each per %s instead: service", IdleInterval),
+			fmt.Sprintf("%.3f", i.ServiceCoreShare), "", "")
+		row("  process, idle events / new data / load generator", fmt.Sprintf("%.3f / %.3f / %.3f", i.IdleEventsTotalCoreShare, i.TotalCoreShare, i.GeneratorCoreShare), "", "")
 	}
 	row(fmt.Sprintf("recovery of %d runs (s)", r.Runs), fmt.Sprintf("%.3f", r.RecoverySeconds), "", "< 5")
 	row("  of which start and Recover (s)", fmt.Sprintf("%.3f", r.RecoveryStartSeconds), "", "")
@@ -192,8 +194,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 	return tw.Flush()
 }
 
-// Idle is the CPU the process spent while every run posted one progress
-// every IdleInterval, as shares of one core (1.0 is a core busy).
+// Idle is the CPU the process spent while every run posted one event every
+// IdleInterval, as shares of one core (1.0 is a core busy): a
+// QueryIdleEvent (a run without new data, Spark's idle rhythm), and in a
+// second window a progress with new data (a run that trickles).
 type Idle struct {
 	Seconds      float64 `json:"seconds"`
 	EventsPerSec float64 `json:"events_per_s"`
@@ -206,4 +210,12 @@ type Idle struct {
 	// ServiceCoreShare is TotalCoreShare - GeneratorCoreShare: the
 	// service and the NATS server's storing and delivering of its events.
 	ServiceCoreShare float64 `json:"service_core_share"`
+	// IdleEventsTotalCoreShare and IdleEventsServiceCoreShare are the same
+	// while every run posts a QueryIdleEvent instead of a progress.
+	IdleEventsTotalCoreShare   float64 `json:"idle_events_total_core_share"`
+	IdleEventsServiceCoreShare float64 `json:"idle_events_service_core_share"`
+	// IdleEventsSent and IdleEventsAccepted count the idle events of
+	// that window: published, and taken in by the runs' subscriptions.
+	IdleEventsSent     int   `json:"idle_events_sent"`
+	IdleEventsAccepted int64 `json:"idle_events_accepted"`
 }

@@ -26,6 +26,7 @@ type benchService struct {
 	tracker *finalizer.Registry
 
 	accepted atomic.Int64 // progress events taken in: parsed and accepted, or superseded unparsed
+	idles    atomic.Int64 // idle events accepted
 	dropped  atomic.Int64 // events dropped (malformed, mismatch, ...)
 
 	startedIn time.Duration // serve's start: open, migrate, dial, stream, recover
@@ -83,6 +84,8 @@ func startService(ctx context.Context, c serviceConfig) (*benchService, error) {
 				b.dropped.Add(1)
 			case kind == progress.KindProgress:
 				b.accepted.Add(1) // parsed, or made useless by a newer one (ADR 0011)
+			case kind == progress.KindIdle:
+				b.idles.Add(1)
 			}
 		},
 	}
