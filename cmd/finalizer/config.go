@@ -356,7 +356,7 @@ func (c Config) validate() error {
 	default:
 		return fmt.Errorf("tracking.memory_limit %q: want auto or off (a fixed limit is the GOMEMLIMIT environment variable)", c.Tracking.MemoryLimit)
 	}
-	if h := c.Tracking.MemoryHeadroom; h != 0 && (h < 0.1 || h > 4) {
+	if h := c.Tracking.MemoryHeadroom; h != 0 && !(h >= 0.1 && h <= 4) { // NaN fails every comparison
 		return fmt.Errorf("tracking.memory_headroom %v: want a share of the live heap from 0.1 to 4 (0: the default, 0.5)", h)
 	}
 	if c.NATS.URL == "" && c.NATS.Listen == "" {

@@ -89,6 +89,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"log: {format: xml}\n", "log.format"},
 		{"tracking: {memory_limit: 2GiB}\n", "tracking.memory_limit"},
 		{"tracking: {memory_headroom: 50}\n", "tracking.memory_headroom"},
+		{"tracking: {memory_headroom: .nan}\n", "tracking.memory_headroom NaN"},
+		{"tracking: {memory_headroom: -0.5}\n", "tracking.memory_headroom -0.5"},
 		{"tables:\n  - table: t\n    query: q\n    retire: always\n", `retire "always"`},
 		{"tables:\n  - table: \"s.{name}\"\n    query: q\n    feeders: [a]\n", "feeders need one table"},
 	}

@@ -78,7 +78,9 @@ func (o Options) withDefaults() Options {
 	if o.Floor <= 0 {
 		o.Floor = DefaultFloor
 	}
-	if o.Headroom <= 0 {
+	if !(o.Headroom > 0) || math.IsInf(o.Headroom, 0) {
+		// Also NaN, which passes any range check: a NaN limit would
+		// be the floor whatever is live.
 		o.Headroom = DefaultHeadroom
 	}
 	if o.MinHeadroom <= 0 {

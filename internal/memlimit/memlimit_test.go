@@ -47,6 +47,20 @@ func TestLimitNeverBelowWhatIsLive(t *testing.T) {
 	}
 }
 
+// A headroom that is not a positive finite share (NaN slips past any
+// range check, and int64(NaN) is the smallest int64 on amd64) takes the
+// default instead of pinning the limit at the floor under a live heap
+// far above it, where the collector would run back to back.
+func TestOddHeadroomIsTheDefault(t *testing.T) {
+	live := uint64(800 * mib)
+	want := Options{}.Limit(Sample{Live: live})
+	for _, h := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -1} {
+		if got := (Options{Headroom: h}).Limit(Sample{Live: live}); got != want {
+			t.Errorf("headroom %v: limit %d, want the default headroom's %d (live %d)", h, got, want, live)
+		}
+	}
+}
+
 func TestStartSetsTheLimitAndStopRestoresIt(t *testing.T) {
 	before := debug.SetMemoryLimit(-1)
 	var tracked atomic.Int64
