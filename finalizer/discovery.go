@@ -180,11 +180,40 @@ func (r *Registry) discoverLoop() {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sem := make(chan struct{}, DefaultDiscoverParallelism)
-	async := func(fn func()) {
+	// The starts into one table go one after the other, in the order the
+	// runs were decided: a run seen first joins the table's feeders
+	// before a later run's tracker starts, so that the later one never
+	// moves the table as its sole feeder while the earlier one's join
+	// waits (the verdict would run ahead of the data of a query the
+	// service had already seen). Starts into other tables go in parallel.
+	var (
+		lastMu sync.Mutex
+		last   = make(map[string]chan struct{}) // a table's latest start: closed once it returned
+	)
+	async := func(table string, fn func()) {
+		lastMu.Lock()
+		prev := last[table]
+		done := make(chan struct{})
+		last[table] = done
+		lastMu.Unlock()
 		sem <- struct{}{} // bounded: a start never waits for this loop
 		wg.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
+			defer func() {
+				close(done)
+				lastMu.Lock()
+				if last[table] == done {
+					delete(last, table)
+				}
+				lastMu.Unlock()
+				<-sem
+				wg.Done()
+			}()
+			if prev != nil {
+				// Its goroutine was started before this one, so it
+				// holds a slot of sem: it runs, and this wait ends.
+				<-prev
+			}
 			fn()
 		}()
 	}
@@ -212,11 +241,11 @@ func (r *Registry) discoverLoop() {
 // consider decides on a pending run: it looks its name up when no event
 // carried one (once, here, off the NATS callback), and tracks it into
 // every table whose rule matches. The trackers are registered before it
-// returns; each is started (joined, subscribed) through async, or at once
-// when async is nil. A run without a name that no rule
+// returns; each is started (joined, subscribed) through async (which
+// starts the runs into one table in order), or at once when async is nil. A run without a name that no rule
 // matches by id stays undecided, never ignored: a later event that carries
 // the name decides it. A named run that no rule matches is ignored.
-func (r *Registry) consider(ctx context.Context, runID string, async func(func())) {
+func (r *Registry) consider(ctx context.Context, runID string, async func(table string, start func())) {
 	r.mu.Lock()
 	p := r.pending[runID]
 	if p == nil || p.claimed {
@@ -334,7 +363,7 @@ func (r *Registry) consider(ctx context.Context, runID string, async func(func()
 		if async == nil {
 			start()
 		} else {
-			async(start)
+			async(e.req.Table, start)
 		}
 	}
 }
