@@ -22,11 +22,12 @@ import (
 
 func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 	var (
-		cfg      bench.Config
-		logLevel string
-		jsonOnly bool
-		curve    []int
-		svgPath  string
+		cfg       bench.Config
+		logLevel  string
+		jsonOnly  bool
+		curve     []int
+		svgPath   string
+		curveFrom string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -49,6 +50,13 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.Validate(); err != nil {
 				return usageError(err)
+			}
+			if curveFrom != "" {
+				c, err := readCurve(curveFrom)
+				if err != nil {
+					return usageError(err)
+				}
+				return writeCurve(c, svgPath, jsonOnly, stdout, stderr)
 			}
 			if len(curve) > 0 {
 				return runCurve(cmd, curve, svgPath, jsonOnly, stdout, stderr)
@@ -115,6 +123,7 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 	fs.BoolVar(&jsonOnly, "json", false, "print only the JSON line")
 	fs.IntSliceVar(&curve, "curve", nil, "run the bench at each of these sizes (e.g. 1000,10000,100000), each in a process of its own with the other flags, and print the scaling curve: every figure per run or per event, and its slope between sizes (0: linear)")
 	fs.StringVar(&svgPath, "svg", "", "with --curve, write the curve as an SVG chart to this file")
+	fs.StringVar(&curveFrom, "curve-from", "", "print the curve (and with --svg draw it) from a file holding a --curve run's output, without running the bench")
 	return cmd
 }
 
@@ -176,32 +185,64 @@ func runCurve(cmd *cobra.Command, sizes []int, svgPath string, jsonOnly bool, st
 		c.Results = append(c.Results, res)
 	}
 	if len(c.Results) > 0 {
-		if !jsonOnly {
-			if err := c.WriteTable(stdout); err != nil {
-				return err
-			}
-		}
-		if _, err := fmt.Fprintf(stdout, "%s\n", c.JSON()); err != nil {
+		if err := writeCurve(&c, svgPath, jsonOnly, stdout, stderr); err != nil {
 			return err
-		}
-		if svgPath != "" {
-			var b bytes.Buffer
-			sz := make([]string, len(c.Results))
-			for i, r := range c.Results {
-				sz[i] = strconv.Itoa(r.Runs)
-			}
-			title := fmt.Sprintf("finalizer bench at N = %s runs (x: N, log scale; y: per run or per event, log scale; flat = linear)", strings.Join(sz, ", "))
-			if err := c.SVG(&b, title); err != nil {
-				return err
-			}
-			if err := os.WriteFile(svgPath, b.Bytes(), 0o644); err != nil {
-				return err
-			}
-			fmt.Fprintf(stderr, "bench --curve: wrote %s\n", svgPath)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bench --curve: %w", err)
 	}
 	return nil
+}
+
+// writeCurve prints the curve's table (unless jsonOnly) and JSON line, and
+// draws it to svgPath when set.
+func writeCurve(c *bench.Curve, svgPath string, jsonOnly bool, stdout, stderr io.Writer) error {
+	if !jsonOnly {
+		if err := c.WriteTable(stdout); err != nil {
+			return err
+		}
+	}
+	if _, err := fmt.Fprintf(stdout, "%s\n", c.JSON()); err != nil {
+		return err
+	}
+	if svgPath == "" {
+		return nil
+	}
+	var b bytes.Buffer
+	sz := make([]string, len(c.Results))
+	for i, r := range c.Results {
+		sz[i] = strconv.Itoa(r.Runs)
+	}
+	title := fmt.Sprintf("finalizer bench, N = %s runs: per run or per event, log-log (flat = linear)", strings.Join(sz, ", "))
+	if err := c.SVG(&b, title); err != nil {
+		return err
+	}
+	if err := os.WriteFile(svgPath, b.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "bench --curve: wrote %s\n", svgPath)
+	return nil
+}
+
+// readCurve reads the last {"curve": ...} line of a --curve run's output.
+func readCurve(path string) (*bench.Curve, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		if bytes.HasPrefix(lines[i], []byte(`{"curve"`)) {
+			var c bench.Curve
+			if err := json.Unmarshal(lines[i], &c); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			if len(c.Results) == 0 {
+				break
+			}
+			return &c, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: no curve (the JSON line of a bench --curve run)", path)
 }
