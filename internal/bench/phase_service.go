@@ -125,19 +125,11 @@ func (r *runner) runService(ctx context.Context) error {
 
 	// Restart: stop, publish one crossing per run while down, start.
 	stop()
-	js, err := jetstream.New(r.pub)
+	st, stored, err := r.eventStream(ctx)
 	if err != nil {
 		return err
 	}
-	st, err := js.Stream(ctx, listener.DefaultStream)
-	if err != nil {
-		return err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return err
-	}
-	r.stored = info.State.LastSeq
+	r.stored = stored
 	for _, s := range r.sims {
 		if _, err := r.publishProgress(s, r.clk.nextCrossing(s, s.last)); err != nil {
 			return err
@@ -256,19 +248,10 @@ func (r *runner) serviceIngest(ctx context.Context, svc *benchService) error {
 	writes0 := r.settle(ctx, func() float64 { return svc.metric("finalizer_control_writes_total") })
 	// The phase ends when the service has taken every message in and the
 	// stream has stored them, as a raw round does (rawRound).
-	js, err := jetstream.New(r.pub)
+	st, from, err := r.eventStream(ctx)
 	if err != nil {
 		return err
 	}
-	st, err := js.Stream(ctx, listener.DefaultStream)
-	if err != nil {
-		return err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return err
-	}
-	from := info.State.LastSeq
 	var start, acceptedAt time.Time
 	err = r.profile("ingest", func() error {
 		var err error
@@ -313,4 +296,22 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// eventStream returns the service's event stream and the sequence of the
+// last message it stored.
+func (r *runner) eventStream(ctx context.Context) (jetstream.Stream, uint64, error) {
+	js, err := jetstream.New(r.pub)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := js.Stream(ctx, listener.DefaultStream)
+	if err != nil {
+		return nil, 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return st, info.State.LastSeq, nil
 }
