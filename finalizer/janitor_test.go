@@ -94,25 +94,7 @@ func TestExpiredRunThatSpeaksAgainIsTrackedAgain(t *testing.T) {
 		Rules:      []finalizer.Rule{{Table: "rule", Query: "orders", Spec: hourSpec(t)}},
 		StaleAfter: time.Minute, ExpireAfter: time.Hour, Logger: zap.NewNop()})
 	defer reg.Close(context.Background())
-	p := cdcProgress(runA, "2026-09-28T13:05:00")
-	p.Name = "orders"
-	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindProgress, Event: p})
-	if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "explicit", Spec: hourSpec(t), Explicit: true}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "both tracked", func() bool { return len(reg.Status()) == 2 })
-	eventually(t, "the first progress applied", func() bool { return store.Verdict("rule").Equal(utc("2026-09-28T13:00:00Z")) })
-	eventually(t, "janitor armed", func() bool { return clock.Waiting() == 1 })
-	// The explicit tracker may take the discovered progress (or none)
-	// after the clock moved, and then counts its silence from then: the
-	// clock moves on until both have expired.
-	eventually(t, "both expired", func() bool {
-		if len(reg.Status()) == 0 && !reg.Known(runA) {
-			return true
-		}
-		clock.Advance(2 * time.Hour)
-		return false
-	})
+	trackBothAndExpire(t, reg, clock, store, finalizer.Request{QueryID: queryA, RunID: runA, Table: "explicit", Spec: hourSpec(t), Explicit: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if res, err := reg.Join(ctx, runA); err != nil || res.Done || !strings.Contains(res.Stopped, "expired") {
@@ -148,26 +130,8 @@ func TestRetrackOfOneExpiredTableKeepsTheOthers(t *testing.T) {
 		Rules:      []finalizer.Rule{{Table: "rule", Query: "orders", Spec: hourSpec(t)}},
 		StaleAfter: time.Minute, ExpireAfter: time.Hour, Logger: zap.NewNop()})
 	defer reg.Close(context.Background())
-	p := cdcProgress(runA, "2026-09-28T13:05:00")
-	p.Name = "orders"
-	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindProgress, Event: p})
 	explicit := finalizer.Request{QueryID: queryA, RunID: runA, Table: "explicit", Spec: hourSpec(t), Explicit: true}
-	if _, err := reg.Track(context.Background(), explicit); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "both tracked", func() bool { return len(reg.Status()) == 2 })
-	eventually(t, "the first progress applied", func() bool { return store.Verdict("rule").Equal(utc("2026-09-28T13:00:00Z")) })
-	eventually(t, "janitor armed", func() bool { return clock.Waiting() == 1 })
-	// The explicit tracker may take the discovered progress (or none)
-	// after the clock moved, and then counts its silence from then: the
-	// clock moves on until both have expired.
-	eventually(t, "both expired", func() bool {
-		if len(reg.Status()) == 0 && !reg.Known(runA) {
-			return true
-		}
-		clock.Advance(2 * time.Hour)
-		return false
-	})
+	trackBothAndExpire(t, reg, clock, store, explicit)
 	if _, err := reg.Track(context.Background(), explicit); err != nil {
 		t.Fatal(err)
 	}
@@ -181,4 +145,30 @@ func TestRetrackOfOneExpiredTableKeepsTheOthers(t *testing.T) {
 	for _, table := range []string{"rule", "explicit"} {
 		eventually(t, "the progress after the expiry applied to "+table, func() bool { return store.Verdict(table).Equal(utc("2026-09-28T14:00:00Z")) })
 	}
+}
+
+// trackBothAndExpire has runA discovered by reg's rule "rule" (a progress
+// of 13:05) and tracked by explicit, waits until both trackers run and the
+// rule's table has its first verdict, then moves the clock until both
+// have expired. The explicit tracker may take the discovered progress (or
+// none) after the clock moved, and then counts its silence from then: the
+// clock moves on until both have expired.
+func trackBothAndExpire(t *testing.T, reg *finalizer.Registry, clock *fakeClock, store *fakeStore, explicit finalizer.Request) {
+	t.Helper()
+	p := cdcProgress(runA, "2026-09-28T13:05:00")
+	p.Name = "orders"
+	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindProgress, Event: p})
+	if _, err := reg.Track(context.Background(), explicit); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both tracked", func() bool { return len(reg.Status()) == 2 })
+	eventually(t, "the first progress applied", func() bool { return store.Verdict("rule").Equal(utc("2026-09-28T13:00:00Z")) })
+	eventually(t, "janitor armed", func() bool { return clock.Waiting() == 1 })
+	eventually(t, "both expired", func() bool {
+		if len(reg.Status()) == 0 && !reg.Known(runA) {
+			return true
+		}
+		clock.Advance(2 * time.Hour)
+		return false
+	})
 }
