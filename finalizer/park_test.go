@@ -169,15 +169,7 @@ func TestBurstDoesNotHoldWorkers(t *testing.T) {
 // is pending). A Stop whose wake-up was taken by the step that resumed
 // the parked advance was lost, and Close waited for its deadline.
 func TestStopWhileParkedAppliesWhatCameMeanwhile(t *testing.T) {
-	store := newGatedBatch()
-	bus := newFakeBus()
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store,
-		Clock: newFakeClock(utc("2026-09-29T00:00:00Z"))})
-	if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t)}); err != nil {
-		t.Fatal(err)
-	}
-	bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
-	<-store.entered
+	store, bus, reg := parkOne(t)
 	bus.Publish(cdcProgress(runA, "2026-09-28T15:05:00"))
 	closed := make(chan error, 1)
 	go func() {
@@ -199,6 +191,22 @@ func TestStopWhileParkedAppliesWhatCameMeanwhile(t *testing.T) {
 // hangs: the statement is cancelled, the tracker takes the error and
 // exits, and Close returns (goleak checks that nothing is left).
 func TestShutdownCancelsAParkedAdvance(t *testing.T) {
+	store, _, reg := parkOne(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := reg.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("close: %v, want the deadline", err)
+	}
+	if n := len(store.Calls()); n != 0 {
+		t.Fatalf("%d advances applied after their statement was cancelled", n)
+	}
+}
+
+// parkOne tracks runA into table t on a registry over a gated store and
+// publishes a crossing progress: it returns once that advance's group has
+// reached the store and waits at the gate (the step's advance is parked).
+func parkOne(t *testing.T) (*gatedBatch, *fakeBus, *finalizer.Registry) {
+	t.Helper()
 	store := newGatedBatch()
 	bus := newFakeBus()
 	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store,
@@ -208,12 +216,5 @@ func TestShutdownCancelsAParkedAdvance(t *testing.T) {
 	}
 	bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
 	<-store.entered
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	if err := reg.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("close: %v, want the deadline", err)
-	}
-	if n := len(store.Calls()); n != 0 {
-		t.Fatalf("%d advances applied after their statement was cancelled", n)
-	}
+	return store, bus, reg
 }
