@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
@@ -31,20 +30,7 @@ func TestJoinDuringRecoveryWaitsForIt(t *testing.T) {
 	track(t, first, newRun)
 	first.Stop(context.Background())
 
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pgURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `LOCK TABLE public.table_finalization_tracks IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	unlock := lockTracksTable(t, pgURL)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -88,14 +74,14 @@ func TestJoinDuringRecoveryWaitsForIt(t *testing.T) {
 	}()
 	select {
 	case rep := <-replies:
-		_ = tx.Rollback(ctx)
+		unlock()
 		if svc := <-started; svc != nil {
 			svc.Stop(context.Background())
 		}
 		t.Fatalf("join during recovery = %+v, want it to wait for the recovery", rep)
 	case <-time.After(500 * time.Millisecond):
 	}
-	_ = tx.Rollback(ctx) // recovery goes on
+	unlock() // recovery goes on
 	svc := <-started
 	if svc == nil {
 		t.FailNow()

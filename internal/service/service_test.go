@@ -137,19 +137,7 @@ func TestJoinIsNotDoneWhenTheServiceStops(t *testing.T) {
 func TestTrackOnAStuckStoreEndsAtItsDeadline(t *testing.T) {
 	svc, _ := startTestWith(t, Options{TrackTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, svc.pgURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `LOCK TABLE public.table_finalization_tracks IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	unlock := lockTracksTable(t, svc.pgURL)
 	got := make(chan listener.TrackReply, 1)
 	go func() {
 		got <- svc.handleTrack(ctx, listener.TrackRequest{QueryID: testQuery, RunID: newRun, Table: "t"})
@@ -161,7 +149,7 @@ func TestTrackOnAStuckStoreEndsAtItsDeadline(t *testing.T) {
 		}
 		t.Logf("reply: %+v", rep)
 	case <-time.After(10 * time.Second):
-		_ = tx.Rollback(ctx) // frees the handler, so that the service stops
+		unlock() // frees the handler, so that the service stops
 		<-got
 		t.Fatal("track on a stuck store still running after 10s")
 	}
@@ -205,4 +193,27 @@ func TestUnreadableAnnouncementIsNoReconnect(t *testing.T) {
 	if n := logs.FilterMessage("control database connection re-established; every tracker re-asserts its last verdict").Len(); n != 0 {
 		t.Fatalf("%d re-asserts of every tracker after unreadable announcements, want 0", n)
 	}
+}
+
+// lockTracksTable locks the persisted tracks' table in a transaction of
+// another session, so that the control database does not answer for it,
+// and returns what releases the lock (again at the end of the test).
+func lockTracksTable(t *testing.T, pgURL string) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock = func() { _ = tx.Rollback(ctx) }
+	t.Cleanup(unlock)
+	if _, err := tx.Exec(ctx, `LOCK TABLE public.table_finalization_tracks IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	return unlock
 }
