@@ -272,21 +272,7 @@ func TestWaitSurvivesSilentListener(t *testing.T) {
 // (moves announced meanwhile are lost), and nothing after stop.
 func TestWatchSeesEveryMove(t *testing.T) {
 	s, url := newStore(t, Options{})
-	var mu sync.Mutex
-	var got []Notification
-	seen := func() []Notification {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]Notification(nil), got...)
-	}
-	stop, err := s.Watch(func(n Notification) {
-		mu.Lock()
-		got = append(got, n)
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	seen, stop := watchAll(t, s)
 	eventually(t, "the first connect's re-read", func() bool { return len(seen()) == 1 })
 	if n := seen()[0]; n != (Notification{Reconnected: true}) {
 		t.Fatalf("first notification %+v, want the zero re-read", n)
@@ -351,21 +337,7 @@ func TestWatchHearsOnlyItsControlTable(t *testing.T) {
 	if err := other.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var got []Notification
-	seen := func() []Notification {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]Notification(nil), got...)
-	}
-	stop, err := s.Watch(func(n Notification) {
-		mu.Lock()
-		got = append(got, n)
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	seen, stop := watchAll(t, s)
 	defer stop()
 	eventually(t, "the first connect's re-read", func() bool { return len(seen()) == 1 })
 
@@ -389,4 +361,25 @@ func TestWatchHearsOnlyItsControlTable(t *testing.T) {
 			t.Errorf("heard %+v: a move or rewind of another control table", n)
 		}
 	}
+}
+
+// watchAll watches s and returns what the watcher got so far (a copy, in
+// order) and the watch's stop.
+func watchAll(t *testing.T, s *Store) (seen func() []Notification, stop func()) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []Notification
+	stop, err := s.Watch(func(n Notification) {
+		mu.Lock()
+		got = append(got, n)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() []Notification {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]Notification(nil), got...)
+	}, stop
 }
