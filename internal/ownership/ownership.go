@@ -59,6 +59,9 @@ const (
 	// may have been made (the database's clock against this process's) and
 	// still stop the held advance from being written after a reconnect.
 	rewindMargin = time.Minute
+	// forgetChunk is how many tables forget looks at under the lock at
+	// once: the advances of the trackers wait for the lock meanwhile.
+	forgetChunk = 1024
 	// memberKey is the second key of the shared advisory lock every
 	// replica holds, so that the replicas can count each other.
 	memberKey = -1
@@ -131,10 +134,18 @@ type Owner struct {
 	// known: the lock connection is up, so owned says who writes; while
 	// it is not (before the first poll, after a failed one) this replica
 	// writes every advance, as an active-active replica does.
-	known   bool
-	dirty   []bool                      // owned buckets whose held advances are to be written
-	held    map[string]map[string]*held // table -> feeder (query id) -> its newest advance
-	started bool
+	known bool
+	dirty []bool                      // owned buckets whose held advances are to be written
+	held  map[string]map[string]*held // table -> feeder (query id) -> its newest advance
+	// unreached indexes the held advances not known reached (to their
+	// table): the only ones flush and fallback may write. A poll looks at
+	// them, not at every table's: the advances of the trackers wait for
+	// mu, and a walk of 100,000 tables under it each second was the
+	// latency's p99 at that size (BENCHMARKS.md, "The latency tail").
+	unreached map[*held]string
+	nheld     int       // the advances in held
+	forgotAt  time.Time // the last forget (the loop's)
+	started   bool
 
 	kick   chan struct{}
 	stop   chan struct{}
@@ -172,9 +183,11 @@ func New(o Options) *Owner {
 		owned:  make([]bool, o.Buckets),
 		dirty:  make([]bool, o.Buckets),
 		held:   make(map[string]map[string]*held),
-		kick:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+
+		unreached: make(map[*held]string),
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 }
 
@@ -245,7 +258,36 @@ func (w *Owner) Observed(table string, until time.Time) {
 	defer w.mu.Unlock()
 	for _, h := range w.held[table] {
 		if !until.Before(h.a.FinalizedUntil) {
-			h.reached = true
+			w.reachedLocked(h)
+		}
+	}
+}
+
+// reachedLocked marks h known reached. w.mu held.
+func (w *Owner) reachedLocked(h *held) {
+	h.reached = true
+	delete(w.unreached, h)
+}
+
+// dropLocked removes the held advances of table ("" = of every table),
+// or only its feeder's when query is not empty. w.mu held.
+func (w *Owner) dropLocked(table, query string) {
+	switch {
+	case table == "":
+		clear(w.held)
+		clear(w.unreached)
+		w.nheld = 0
+	case query == "":
+		for _, h := range w.held[table] {
+			delete(w.unreached, h)
+		}
+		w.nheld -= len(w.held[table])
+		delete(w.held, table)
+	default:
+		if h := w.held[table][query]; h != nil {
+			delete(w.unreached, h)
+			w.nheld--
+			delete(w.held[table], query)
 		}
 	}
 }
@@ -256,11 +298,7 @@ func (w *Owner) Observed(table string, until time.Time) {
 func (w *Owner) Rewound(table string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if table == "" {
-		clear(w.held)
-		return
-	}
-	delete(w.held, table)
+	w.dropLocked(table, "")
 }
 
 // Reconnected says that the control database's LISTEN connection was
@@ -279,9 +317,10 @@ func (w *Owner) Reconnected() {
 // and every owned bucket as to be written. w.mu held.
 func (w *Owner) doubtLocked() {
 	now := time.Now()
-	for _, hs := range w.held {
+	for table, hs := range w.held {
 		for _, h := range hs {
 			h.reached, h.doubt, h.since = false, true, now
+			w.unreached[h] = table
 		}
 	}
 	for b, o := range w.owned {
@@ -498,23 +537,20 @@ func (w *Owner) flush(ctx context.Context) {
 			buckets = append(buckets, b)
 		}
 	}
+	if len(buckets) == 0 {
+		w.mu.Unlock()
+		return
+	}
 	var as []control.Advance
 	var doubt bool
-	for table, hs := range w.held {
+	for h, table := range w.unreached {
 		if b := w.Bucket(table); !w.owned[b] || !w.dirty[b] {
 			continue
 		}
-		for _, h := range hs {
-			if !h.reached {
-				as = append(as, h.a)
-				doubt = doubt || h.doubt
-			}
-		}
+		as = append(as, h.a)
+		doubt = doubt || h.doubt
 	}
 	w.mu.Unlock()
-	if len(buckets) == 0 {
-		return
-	}
 	if err := w.write(ctx, as, doubt, "flush"); err != nil {
 		w.log.Warn("ownership: could not write the held advances of the buckets taken; tried again at the next poll",
 			zap.Int("advances", len(as)), zap.Error(err))
@@ -544,16 +580,12 @@ func (w *Owner) fallback(ctx context.Context) {
 	}
 	var as []control.Advance
 	doubt := false
-	for table, hs := range w.held {
-		if w.owned[w.Bucket(table)] {
+	for h, table := range w.unreached {
+		if w.owned[w.Bucket(table)] || now.Sub(h.since) < w.o.Grace {
 			continue
 		}
-		for _, h := range hs {
-			if !h.reached && now.Sub(h.since) >= w.o.Grace {
-				as = append(as, h.a)
-				doubt = doubt || h.doubt
-			}
-		}
+		as = append(as, h.a)
+		doubt = doubt || h.doubt
 	}
 	w.mu.Unlock()
 	if len(as) == 0 {
@@ -593,7 +625,7 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 				// Rewound after (or about when) it was asked: writing it
 				// would undo the rewind. The run's next progress writes
 				// again from the rewound verdict.
-				delete(w.held[a.Table], a.QueryID)
+				w.dropLocked(a.Table, a.QueryID)
 				w.log.Info("ownership: a held advance is older than the table's rewind; not written",
 					zap.String("table", a.Table), zap.Time("finalized_until", a.FinalizedUntil), zap.Time("rewound_at", v.RewoundAt))
 			default:
@@ -621,7 +653,7 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 			moved++
 		}
 		if h := w.held[as[i].Table][as[i].QueryID]; h != nil && h.a.FinalizedUntil.Equal(as[i].FinalizedUntil) {
-			h.reached = true // written; a later reconnect writes it again
+			w.reachedLocked(h) // written; a later reconnect writes it again
 		}
 	}
 	w.mu.Unlock()
@@ -641,24 +673,49 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 	return nil
 }
 
-// forget drops held advances known reached long ago.
+// forget drops held advances known reached long ago. It walks every
+// table, so it runs at most every forgetEvery (a held advance is kept for
+// up to Forget and that interval), and lets go of the lock every
+// forgetChunk tables, for the advances of the trackers that wait for it.
 func (w *Owner) forget() {
-	cut := time.Now().Add(-w.o.Forget)
+	now := time.Now()
+	if now.Sub(w.forgotAt) < w.forgetEvery() {
+		w.mu.Lock()
+		n := w.nheld
+		w.mu.Unlock()
+		w.m.heldNow.Set(float64(n))
+		return
+	}
+	w.forgotAt = now
+	cut := now.Add(-w.o.Forget)
 	w.mu.Lock()
-	n := 0
+	seen := 0
 	for table, hs := range w.held {
 		for k, h := range hs {
 			if h.reached && h.at.Before(cut) {
 				delete(hs, k)
+				w.nheld--
 			}
 		}
 		if len(hs) == 0 {
 			delete(w.held, table)
 		}
-		n += len(hs)
+		if seen++; seen%forgetChunk == 0 {
+			// The map may change meanwhile: a table added is looked at
+			// now or at the next forget, one removed is not seen.
+			w.mu.Unlock()
+			w.mu.Lock()
+		}
 	}
+	n := w.nheld
 	w.mu.Unlock()
 	w.m.heldNow.Set(float64(n))
+}
+
+// forgetEvery is how often forget walks the held advances: a tenth of
+// Forget, at most an hour, at least a poll.
+func (w *Owner) forgetEvery() time.Duration {
+	return max(w.o.Poll, min(w.o.Forget/10, time.Hour))
 }
 
 // hold records a as the newest advance of its feeder when it is, and
@@ -673,10 +730,17 @@ func (w *Owner) hold(a control.Advance, now time.Time) bool {
 		w.held[a.Table] = hs
 	}
 	if h := hs[a.QueryID]; h == nil || a.FinalizedUntil.After(h.a.FinalizedUntil) {
+		if h == nil {
+			w.nheld++
+		} else {
+			delete(w.unreached, h)
+		}
 		// Kept for a day once reached (Forget): without the progress's
 		// buffers, which it would keep alive.
 		a = a.Detached()
-		hs[a.QueryID] = &held{a: a, at: now, since: now}
+		nh := &held{a: a, at: now, since: now}
+		hs[a.QueryID] = nh
+		w.unreached[nh] = a.Table
 	}
 	return !w.known || w.owned[w.Bucket(a.Table)]
 }
@@ -689,7 +753,7 @@ func (w *Owner) reached(a control.Advance, v control.Verdict) {
 	}
 	w.mu.Lock()
 	if h := w.held[a.Table][a.QueryID]; h != nil && !v.FinalizedUntil.Before(h.a.FinalizedUntil) {
-		h.reached = true
+		w.reachedLocked(h)
 	}
 	w.mu.Unlock()
 }
