@@ -29,7 +29,7 @@ type observer struct {
 	// Latency probes: per table, crossings published and not yet heard,
 	// oldest first.
 	pending map[string][]probe
-	lat     []time.Duration
+	lat     []heardProbe
 	// A wait for every table of targets to reach its time.
 	targets  map[string]time.Time
 	left     int
@@ -41,6 +41,14 @@ type observer struct {
 type probe struct {
 	until     time.Time
 	published time.Time
+}
+
+// heardProbe is a probe whose verdict was heard: when its progress was
+// published, and how long after that its verdict was heard.
+type heardProbe struct {
+	table     string
+	published time.Time
+	latency   time.Duration
 }
 
 // startObserver opens its own connection and LISTENs on the channel.
@@ -99,7 +107,7 @@ func (o *observer) heard(table string, until, at time.Time) {
 	if ps := o.pending[table]; len(ps) > 0 {
 		i := 0
 		for ; i < len(ps) && !ps[i].until.After(until); i++ {
-			o.lat = append(o.lat, at.Sub(ps[i].published))
+			o.lat = append(o.lat, heardProbe{table: table, published: ps[i].published, latency: at.Sub(ps[i].published)})
 		}
 		if i == len(ps) {
 			delete(o.pending, table)
@@ -128,9 +136,10 @@ func (o *observer) expect(table string, until, published time.Time) {
 	o.mu.Unlock()
 }
 
-// takeLatencies returns the latencies measured since the last call, and
-// how many probes are still unanswered (they are dropped).
-func (o *observer) takeLatencies() ([]time.Duration, int) {
+// takeLatencies returns the probes heard since the last call, in the
+// order they were heard, and how many are still unanswered (they are
+// dropped).
+func (o *observer) takeLatencies() ([]heardProbe, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	lat := o.lat

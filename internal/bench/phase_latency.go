@@ -2,7 +2,11 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -46,7 +50,16 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	if _, err := r.waitVerdicts(ctx, "latency", touched); err != nil {
 		return err
 	}
-	lat, missing := r.obs.takeLatencies()
+	heard, missing := r.obs.takeLatencies()
+	if r.cfg.ProfileDir != "" {
+		if err := writeProbes(filepath.Join(r.cfg.ProfileDir, "latency-probes.csv"), heard); err != nil {
+			return err
+		}
+	}
+	lat := make([]time.Duration, len(heard))
+	for i, h := range heard {
+		lat[i] = h.latency
+	}
 	slices.Sort(lat)
 	out.Events = sent
 	out.Probes = len(lat)
@@ -63,6 +76,21 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// writeProbes writes every crossing of the latency phase, one a line:
+// when its progress was published (wall clock, UTC, RFC 3339 with
+// nanoseconds), its table and the latency in milliseconds. With the
+// phase's execution trace (--trace; its Sync events carry the wall clock)
+// it places each slow crossing on the trace's timeline: what ran, what
+// waited and whether a collection was marking then.
+func writeProbes(path string, heard []heardProbe) error {
+	var b strings.Builder
+	b.WriteString("published,table,latency_ms\n")
+	for _, h := range heard {
+		fmt.Fprintf(&b, "%s,%s,%.3f\n", h.published.UTC().Format(time.RFC3339Nano), h.table, ms(h.latency))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
 
 // burst makes every run cross into its next period at once (as fast as
 // the service takes the messages in when accepted is not nil: see
