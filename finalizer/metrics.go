@@ -289,17 +289,40 @@ func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.droppedDesc
 }
 
+// The figures are copied under m.mu, in chunks of collectChunk tables,
+// and sent after: a send waits for the gatherer, and every verdict a
+// tracker records (ObserveVerdict) takes m.mu; held for a scrape of
+// 100,000 tables, it stalled them (issue 12, "The latency tail").
 func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
+	type figures struct {
+		table   string
+		until   time.Time
+		dropped int64
+	}
 	now := c.m.now()
 	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
+	all := make([]figures, 0, len(c.m.tables))
 	for table, f := range c.m.tables {
-		if !f.until.IsZero() {
-			ch <- prometheus.MustNewConstMetric(c.m.lagDesc, prometheus.GaugeValue, now.Sub(f.until).Seconds(), table)
-			ch <- prometheus.MustNewConstMetric(c.m.tsDesc, prometheus.GaugeValue, float64(f.until.UnixMilli())/1000, table)
+		all = append(all, figures{table, f.until, f.dropped.Load()})
+		if len(all)%collectChunk == 0 {
+			// The map may change meanwhile: a table added is exported
+			// now or at the next scrape.
+			c.m.mu.Unlock()
+			c.m.mu.Lock()
 		}
-		if d := f.dropped.Load(); d > 0 {
-			ch <- prometheus.MustNewConstMetric(c.m.droppedDesc, prometheus.CounterValue, float64(d), table)
+	}
+	c.m.mu.Unlock()
+	for _, f := range all {
+		if !f.until.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.m.lagDesc, prometheus.GaugeValue, now.Sub(f.until).Seconds(), f.table)
+			ch <- prometheus.MustNewConstMetric(c.m.tsDesc, prometheus.GaugeValue, float64(f.until.UnixMilli())/1000, f.table)
+		}
+		if f.dropped > 0 {
+			ch <- prometheus.MustNewConstMetric(c.m.droppedDesc, prometheus.CounterValue, float64(f.dropped), f.table)
 		}
 	}
 }
+
+// collectChunk is how many tables tableCollector copies under Metrics.mu
+// at once.
+const collectChunk = 1024

@@ -794,11 +794,24 @@ type seenTracker struct {
 
 // snapshot returns every tracker that has started, with its status, sorted
 // by table and run. Trackers still starting are left out.
+//
+// Only the list of entries is taken under r.mu: each status is read after
+// (e.t is set before e.ready is closed and never changes after), so that
+// a reader of every tracker (the janitor, the status page, the API) holds
+// the registry's lock for a copy of pointers, not for a status per
+// tracker. Held for the whole walk, the lock queued a tracker starting or
+// ending and, behind that writer, every reader of the hot path (issue 12,
+// "The latency tail").
 func (r *Registry) snapshot() []seenTracker {
 	now := r.cfg.Clock.Now()
 	r.mu.RLock()
-	out := make([]seenTracker, 0, len(r.trackers))
+	all := make([]*entry, 0, len(r.trackers))
 	for _, e := range r.trackers {
+		all = append(all, e)
+	}
+	r.mu.RUnlock()
+	out := make([]seenTracker, 0, len(all))
+	for _, e := range all {
 		select {
 		case <-e.ready: // e.t is set, or nil when the start failed
 		default:
@@ -812,7 +825,6 @@ func (r *Registry) snapshot() []seenTracker {
 		s.Stale = !s.Done && now.Sub(s.LastEvent) > r.cfg.StaleAfter
 		out = append(out, seenTracker{e: e, status: s})
 	}
-	r.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i].status, out[j].status
 		if a.Table != b.Table {
