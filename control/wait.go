@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -271,8 +270,8 @@ func (l *listener) wakeAll(reconnected bool) {
 // reaches; a payload it cannot read wakes all of that table's (or, without
 // a table, everyone), who then look for themselves.
 func (l *listener) dispatch(payload string) {
-	var n notification
-	if err := json.Unmarshal([]byte(payload), &n); err != nil || n.Table == "" {
+	n, err := readNotification(payload)
+	if err != nil || n.Table == "" {
 		l.wakeAll(false)
 		return
 	}
