@@ -8,6 +8,7 @@ import "context"
 func StartTracker(ctx context.Context, cfg TrackerConfig) *Tracker {
 	t := newTracker(cfg)
 	p := newPool(1)
+	p.keep = 0 // no worker waits on a pool that nobody closes
 	t.begin(ctx, p, nil)
 	go func() { // the end of ctx reaches the tracker as a step
 		select {

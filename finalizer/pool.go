@@ -8,20 +8,38 @@ import "sync"
 // pool's size does not bound a group.
 const DefaultWorkers = 1024
 
+// keepWorkers is how many workers of a pool wait for work when the
+// queue is empty, instead of exiting (issue 12): at one event a
+// millisecond (10,000 idle runs) a worker that exits leaves the next
+// event a new goroutine to start and a stack to grow again to the
+// parser's depth, about 3% of the idle service's CPU. Their stacks are
+// the pool's, not any tracker's: a service holds these few goroutines
+// however many runs it tracks.
+const keepWorkers = 8
+
+// stepper is what a pool runs: a Tracker (a fake in the pool's tests).
+type stepper interface{ runStep() }
+
 // pool runs the steps of trackers on at most max goroutines (ADR 0022). A
 // tracker is submitted when it has something to do (mail, a stop, a
 // re-assert, a retry that is due) and is in the queue at most once; a
 // worker takes the trackers in the order they were submitted and runs one
-// step of each. Workers are started when work is queued and none is free,
-// and exit when the queue is empty: an idle service holds no goroutine
-// and no stack for its trackers.
+// step of each. A submit wakes a waiting worker, or starts one when none
+// waits and fewer than max run; a worker that finds the queue empty waits
+// for the next submit when fewer than keep wait already, and exits
+// otherwise: an idle service holds at most keep goroutines, and no stack
+// for its trackers. close makes the waiting workers exit.
 type pool struct {
-	max int
+	max  int
+	keep int
 
 	mu      sync.Mutex
-	queue   []*Tracker // queue[head:] waits
+	queue   []stepper // queue[head:] waits
 	head    int
-	running int // workers alive
+	running int // workers alive, waiting ones included
+	waiting int // workers waiting on wake
+	closed  bool
+	wake    chan struct{} // one token per woken worker; capacity keep
 	wg      sync.WaitGroup
 }
 
@@ -29,12 +47,13 @@ func newPool(max int) *pool {
 	if max <= 0 {
 		max = DefaultWorkers
 	}
-	return &pool{max: max}
+	keep := min(max, keepWorkers)
+	return &pool{max: max, keep: keep, wake: make(chan struct{}, keep)}
 }
 
-// submit queues t for a step and starts a worker when none is free and
-// fewer than max run. It never blocks on a step.
-func (p *pool) submit(t *Tracker) {
+// submit queues t for a step and wakes a waiting worker, or starts one
+// when none waits and fewer than max run. It never blocks on a step.
+func (p *pool) submit(t stepper) {
 	p.mu.Lock()
 	if p.head > 0 && len(p.queue) == cap(p.queue) {
 		n := copy(p.queue, p.queue[p.head:])
@@ -42,8 +61,16 @@ func (p *pool) submit(t *Tracker) {
 		p.queue, p.head = p.queue[:n], 0
 	}
 	p.queue = append(p.queue, t)
-	start := p.running < p.max
-	if start {
+	wake := p.waiting > 0
+	start := !wake && p.running < p.max
+	switch {
+	case wake:
+		// The token cannot block: at most keep workers wait, each
+		// taking one token, and a token is sent only for a worker
+		// counted here.
+		p.waiting--
+		p.wake <- struct{}{}
+	case start:
 		p.running++
 		p.wg.Add(1)
 	}
@@ -53,16 +80,28 @@ func (p *pool) submit(t *Tracker) {
 	}
 }
 
-// work runs queued steps until the queue is empty.
+// work runs queued steps; when the queue is empty it waits for a submit
+// (fewer than keep waiting, the pool open) or exits.
 func (p *pool) work() {
 	defer p.wg.Done()
 	for {
 		p.mu.Lock()
 		if p.head == len(p.queue) {
 			p.queue, p.head = p.queue[:0], 0
-			p.running--
+			if p.closed || p.waiting >= p.keep {
+				p.running--
+				p.mu.Unlock()
+				return
+			}
+			p.waiting++
 			p.mu.Unlock()
-			return
+			if _, ok := <-p.wake; !ok {
+				p.mu.Lock()
+				p.running--
+				p.mu.Unlock()
+				return
+			}
+			continue
 		}
 		t := p.queue[p.head]
 		p.queue[p.head] = nil
@@ -72,6 +111,15 @@ func (p *pool) work() {
 	}
 }
 
-// wait waits until every worker has exited. Call it once every tracker
-// has exited (nothing submits any more).
-func (p *pool) wait() { p.wg.Wait() }
+// wait makes the waiting workers exit and waits until every worker has
+// exited. Call it once every tracker has exited (nothing submits any
+// more).
+func (p *pool) wait() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.wake)
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
