@@ -87,3 +87,16 @@ func plainString(s string) (str, rest string, ok bool) {
 	}
 	return "", "", false
 }
+
+// plainJSON reports whether json.Marshal writes s as it is between its
+// quotes: printable ASCII without the quote, the backslash and the three
+// characters it escapes for HTML (<, >, &).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= utf8.RuneSelf, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}

@@ -115,3 +115,38 @@ func BenchmarkReadNotification(b *testing.B) {
 		}
 	})
 }
+
+// slowPayloadPrefix is payloadPrefix through encoding/json alone.
+func slowPayloadPrefix(table string) string {
+	b, _ := json.Marshal(notification{Table: table})
+	return string(b[:len(b)-len(`"}`)])
+}
+
+// payloadPrefix writes what encoding/json writes, for plain names and
+// the others.
+func TestPayloadPrefix(t *testing.T) {
+	for _, table := range []string{"silver.orders", "t", "", "a b", "a<b", "a>b", "a&b", `a"b`, `a\b`, "a\tb", "a\x7fb", "ordres_é", "a\u2028b", "x\xffy"} {
+		got, err := payloadPrefix(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := slowPayloadPrefix(table); got != want {
+			t.Fatalf("payloadPrefix(%q) = %s, encoding/json: %s", table, got, want)
+		}
+	}
+}
+
+func FuzzPayloadPrefix(f *testing.F) {
+	for _, s := range []string{"silver.orders", "a<b", `a"b`, "a\x7fb", "ordres_é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, table string) {
+		got, err := payloadPrefix(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := slowPayloadPrefix(table); got != want {
+			t.Fatalf("payloadPrefix(%q) = %s, encoding/json: %s", table, got, want)
+		}
+	})
+}
