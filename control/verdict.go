@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 )
@@ -25,6 +26,11 @@ type Advance struct {
 	// order (provenance: which source an index meant when the verdict
 	// moved); nil is stored as SQL NULL.
 	Sources []string
+
+	// detached: made by Detached or DetachedLike, so that a second
+	// Detached returns it as it is (a tracker detaches its advance once;
+	// ownership's held copy and the tracker's last write share it).
+	detached bool
 }
 
 // Detached returns a copy of a that shares no memory with the progress
@@ -32,10 +38,27 @@ type Advance struct {
 // buffer of every offset, and its source descriptions are slices of the
 // block that holds all of the document's strings: an advance kept after
 // its statement (a tracker's last write, a held advance) would keep them
-// alive whole, about a kilobyte per tracked run (issue 12).
-func (a Advance) Detached() Advance {
+// alive whole, about a kilobyte per tracked run (issue 12). An advance
+// Detached (or DetachedLike) returned is returned as it is, without a copy.
+func (a Advance) Detached() Advance { return a.DetachedLike(nil) }
+
+// DetachedLike is Detached, except that the ids and source descriptions
+// equal to like's (an advance detached already: a tracker's last one, or
+// one holding the tracker's own ids) are like's, not copies: a tracker's
+// advances of one run have the same ids and most often the same sources,
+// so that each allocates only its end offset, and what a tracked run keeps
+// of its last write is shared with ownership's held copy (issue 12).
+func (a Advance) DetachedLike(like *Advance) Advance {
+	if a.detached {
+		return a
+	}
+	a.detached = true
 	a.EndOffset = bytes.Clone(a.EndOffset)
-	if a.Sources != nil {
+	switch {
+	case a.Sources == nil:
+	case like != nil && slices.Equal(a.Sources, like.Sources):
+		a.Sources = like.Sources
+	default:
 		srcs := make([]string, len(a.Sources))
 		for i, s := range a.Sources {
 			srcs[i] = strings.Clone(s)
@@ -44,8 +67,17 @@ func (a Advance) Detached() Advance {
 	}
 	// The ids come from the document too; the table and the query's name
 	// from the tracker's configuration, which lives as long anyway.
-	a.QueryID, a.RunID = strings.Clone(a.QueryID), strings.Clone(a.RunID)
+	a.QueryID = cloneUnlike(a.QueryID, like, func(l *Advance) string { return l.QueryID })
+	a.RunID = cloneUnlike(a.RunID, like, func(l *Advance) string { return l.RunID })
 	return a
+}
+
+// cloneUnlike returns like's string when it equals s, else a copy of s.
+func cloneUnlike(s string, like *Advance, of func(*Advance) string) string {
+	if like != nil && of(like) == s {
+		return of(like)
+	}
+	return strings.Clone(s)
 }
 
 // Verdict is a table's row in the control table, as it stands.

@@ -789,6 +789,15 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 		BatchID:        ev.BatchID,
 		Sources:        descriptions(ev),
 	}
+	// Detached once, here: the tracker keeps it for a re-assert and
+	// ownership keeps it as the feeder's held advance, both without the
+	// progress's buffers and sharing one copy; its ids are the tracker's
+	// own and its sources the last advance's when unchanged (issue 12).
+	like := t.lastAdv
+	if like == nil {
+		like = &control.Advance{QueryID: t.cfg.QueryID, RunID: t.cfg.RunID}
+	}
+	adv = adv.DetachedLike(like)
 	if t.mayPark {
 		if as, ok := t.cfg.Store.(asyncStore); ok {
 			t.park(ctx, as, adv, cand, ev)
@@ -813,7 +822,8 @@ func (t *Tracker) wrote(ctx context.Context, adv control.Advance, cand progress.
 		return false
 	}
 	// The advance is kept for a re-assert: without the progress's
-	// buffers, which it would keep alive.
+	// buffers, which it would keep alive (write detached it already, so
+	// this copies nothing).
 	adv = adv.Detached()
 	t.lastAdv = &adv
 	t.succeed(verdict, moved, cand, ev)

@@ -105,14 +105,20 @@ type BatchStore interface {
 	List(ctx context.Context) ([]control.Verdict, error)
 }
 
-// held is the newest advance asked of one feeder of one table.
+// held is the newest advance asked of one feeder of one table. The held
+// advances of a table form a chain from Owner.held, one per feeder (most
+// tables have one): one map entry per table and nothing more, where a map
+// of feeders per table cost about 250 bytes more per tracked run (issue
+// 12).
 type held struct {
 	a control.Advance
-	// at is when it was asked (this process's clock).
-	at time.Time
+	// at is when it was asked (this process's clock, Unix nanoseconds).
+	at int64
 	// since is when it was last found not known reached (asked, or a
-	// reconnect): the grace runs from it.
-	since time.Time
+	// reconnect): the grace runs from it (Unix nanoseconds).
+	since int64
+	// next is the held advance of the table's next feeder, nil at the end.
+	next *held
 	// reached: an announcement (or this replica's own statement) showed
 	// the table at or past a.FinalizedUntil since the last reconnect.
 	reached bool
@@ -120,6 +126,20 @@ type held struct {
 	// been missed, so the table's row is read before it is written.
 	doubt bool
 }
+
+// find returns the held advance of feeder in the chain h, nil when none.
+func (h *held) find(feeder string) *held {
+	for ; h != nil; h = h.next {
+		if h.a.QueryID == feeder {
+			return h
+		}
+	}
+	return nil
+}
+
+// heldOf returns the held advance of table's feeder, nil when none. w.mu
+// held.
+func (w *Owner) heldOf(table, feeder string) *held { return w.held[table].find(feeder) }
 
 // Owner holds this replica's buckets and the advances of the others.
 type Owner struct {
@@ -135,8 +155,8 @@ type Owner struct {
 	// it is not (before the first poll, after a failed one) this replica
 	// writes every advance, as an active-active replica does.
 	known bool
-	dirty []bool                      // owned buckets whose held advances are to be written
-	held  map[string]map[string]*held // table -> feeder (query id) -> its newest advance
+	dirty []bool           // owned buckets whose held advances are to be written
+	held  map[string]*held // table -> the newest advance of each of its feeders (query ids), a chain
 	// unreached indexes the held advances not known reached (to their
 	// table): the only ones flush and fallback may write. A poll looks at
 	// them, not at every table's: the advances of the trackers wait for
@@ -182,7 +202,7 @@ func New(o Options) *Owner {
 		m:      newMetrics(o.Registerer),
 		owned:  make([]bool, o.Buckets),
 		dirty:  make([]bool, o.Buckets),
-		held:   make(map[string]map[string]*held),
+		held:   make(map[string]*held),
 
 		unreached: make(map[*held]string),
 		kick:      make(chan struct{}, 1),
@@ -256,7 +276,7 @@ func (w *Owner) Owned() int {
 func (w *Owner) Observed(table string, until time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, h := range w.held[table] {
+	for h := w.held[table]; h != nil; h = h.next {
 		if !until.Before(h.a.FinalizedUntil) {
 			w.reachedLocked(h)
 		}
@@ -278,16 +298,28 @@ func (w *Owner) dropLocked(table, query string) {
 		clear(w.unreached)
 		w.nheld = 0
 	case query == "":
-		for _, h := range w.held[table] {
-			delete(w.unreached, h)
-		}
-		w.nheld -= len(w.held[table])
-		delete(w.held, table)
-	default:
-		if h := w.held[table][query]; h != nil {
+		for h := w.held[table]; h != nil; h = h.next {
 			delete(w.unreached, h)
 			w.nheld--
-			delete(w.held[table], query)
+		}
+		delete(w.held, table)
+	default:
+		first := w.held[table]
+		for prev, h := (*held)(nil), first; h != nil; prev, h = h, h.next {
+			if h.a.QueryID != query {
+				continue
+			}
+			delete(w.unreached, h)
+			w.nheld--
+			switch {
+			case prev != nil:
+				prev.next = h.next
+			case h.next != nil:
+				w.held[table] = h.next
+			default:
+				delete(w.held, table)
+			}
+			return
 		}
 	}
 }
@@ -316,9 +348,9 @@ func (w *Owner) Reconnected() {
 // doubtLocked marks every held advance as not known reached and in doubt,
 // and every owned bucket as to be written. w.mu held.
 func (w *Owner) doubtLocked() {
-	now := time.Now()
-	for table, hs := range w.held {
-		for _, h := range hs {
+	now := time.Now().UnixNano()
+	for table, first := range w.held {
+		for h := first; h != nil; h = h.next {
 			h.reached, h.doubt, h.since = false, true, now
 			w.unreached[h] = table
 		}
@@ -581,7 +613,7 @@ func (w *Owner) fallback(ctx context.Context) {
 	var as []control.Advance
 	doubt := false
 	for h, table := range w.unreached {
-		if w.owned[w.Bucket(table)] || now.Sub(h.since) < w.o.Grace {
+		if w.owned[w.Bucket(table)] || now.Sub(time.Unix(0, h.since)) < w.o.Grace {
 			continue
 		}
 		as = append(as, h.a)
@@ -615,13 +647,13 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 		w.mu.Lock()
 		kept := as[:0]
 		for _, a := range as {
-			h := w.held[a.Table][a.QueryID]
+			h := w.heldOf(a.Table, a.QueryID)
 			if h == nil || h.a.FinalizedUntil != a.FinalizedUntil {
 				continue // replaced or dropped meanwhile: the newer one is written by its own path
 			}
 			v, ok := rows[a.Table]
 			switch {
-			case h.doubt && ok && !v.RewoundAt.IsZero() && v.RewoundAt.After(h.at.Add(-rewindMargin)):
+			case h.doubt && ok && !v.RewoundAt.IsZero() && v.RewoundAt.After(time.Unix(0, h.at).Add(-rewindMargin)):
 				// Rewound after (or about when) it was asked: writing it
 				// would undo the rewind. The run's next progress writes
 				// again from the rewound verdict.
@@ -652,7 +684,7 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 		if r.Moved {
 			moved++
 		}
-		if h := w.held[as[i].Table][as[i].QueryID]; h != nil && h.a.FinalizedUntil.Equal(as[i].FinalizedUntil) {
+		if h := w.heldOf(as[i].Table, as[i].QueryID); h != nil && h.a.FinalizedUntil.Equal(as[i].FinalizedUntil) {
 			w.reachedLocked(h) // written; a later reconnect writes it again
 		}
 	}
@@ -687,18 +719,32 @@ func (w *Owner) forget() {
 		return
 	}
 	w.forgotAt = now
-	cut := now.Add(-w.o.Forget)
+	cut := now.Add(-w.o.Forget).UnixNano()
 	w.mu.Lock()
 	seen := 0
-	for table, hs := range w.held {
-		for k, h := range hs {
-			if h.reached && h.at.Before(cut) {
-				delete(hs, k)
+	for table, first := range w.held {
+		// Keep the chain's order; drop what was reached long ago.
+		var kept, last *held
+		for h := first; h != nil; h = h.next {
+			if h.reached && h.at < cut {
 				w.nheld--
+				continue
 			}
+			if last == nil {
+				kept = h
+			} else {
+				last.next = h
+			}
+			last = h
 		}
-		if len(hs) == 0 {
+		switch {
+		case kept == nil:
 			delete(w.held, table)
+		default:
+			last.next = nil
+			if kept != first {
+				w.held[table] = kept
+			}
 		}
 		if seen++; seen%forgetChunk == 0 {
 			// The map may change meanwhile: a table added is looked at
@@ -724,23 +770,19 @@ func (w *Owner) forgetEvery() time.Duration {
 func (w *Owner) hold(a control.Advance, now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	hs := w.held[a.Table]
-	if hs == nil {
-		hs = make(map[string]*held, 1)
-		w.held[a.Table] = hs
-	}
-	if h := hs[a.QueryID]; h == nil || a.FinalizedUntil.After(h.a.FinalizedUntil) {
-		if h == nil {
-			w.nheld++
-		} else {
-			delete(w.unreached, h)
-		}
-		// Kept for a day once reached (Forget): without the progress's
-		// buffers, which it would keep alive.
-		a = a.Detached()
-		nh := &held{a: a, at: now, since: now}
-		hs[a.QueryID] = nh
-		w.unreached[nh] = a.Table
+	// Kept for a day once reached (Forget): without the progress's
+	// buffers, which it would keep alive (free when the tracker detached
+	// it already: the held advance then shares the tracker's last one).
+	first, t := w.held[a.Table], now.UnixNano()
+	switch h := first.find(a.QueryID); {
+	case h == nil:
+		h = &held{a: a.Detached(), at: t, since: t, next: first}
+		w.held[a.Table] = h
+		w.unreached[h] = a.Table
+		w.nheld++
+	case a.FinalizedUntil.After(h.a.FinalizedUntil):
+		h.a, h.at, h.since, h.reached, h.doubt = a.Detached(), t, t, false, false
+		w.unreached[h] = a.Table
 	}
 	return !w.known || w.owned[w.Bucket(a.Table)]
 }
@@ -752,7 +794,7 @@ func (w *Owner) reached(a control.Advance, v control.Verdict) {
 		return
 	}
 	w.mu.Lock()
-	if h := w.held[a.Table][a.QueryID]; h != nil && !v.FinalizedUntil.Before(h.a.FinalizedUntil) {
+	if h := w.heldOf(a.Table, a.QueryID); h != nil && !v.FinalizedUntil.Before(h.a.FinalizedUntil) {
 		w.reachedLocked(h)
 	}
 	w.mu.Unlock()

@@ -31,8 +31,8 @@ func checkIndex(t *testing.T, w *Owner, step string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n, want := 0, 0
-	for table, hs := range w.held {
-		for _, h := range hs {
+	for table, first := range w.held {
+		for h := first; h != nil; h = h.next {
 			n++
 			if h.reached {
 				if _, ok := w.unreached[h]; ok {
@@ -186,9 +186,9 @@ func TestForgetInChunks(t *testing.T) {
 	}
 	// Not again before forgetEvery.
 	w.mu.Lock()
-	for _, hs := range w.held {
-		for _, h := range hs {
-			h.at, h.reached = old, true
+	for _, first := range w.held {
+		for h := first; h != nil; h = h.next {
+			h.at, h.reached = old.UnixNano(), true
 			delete(w.unreached, h)
 		}
 	}
