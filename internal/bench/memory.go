@@ -2,10 +2,15 @@ package bench
 
 import (
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -73,4 +78,48 @@ func metricValue(g prometheus.Gatherer, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// peakHeap, when dir is set, writes a heap profile to dir/name each time a
+// collection finds more live heap than any before it, until the returned
+// stop is called (safe to call twice): the profile of the highest live heap of the window (a
+// heap profile shows what the last collection found live). The resident
+// set without a forced GC follows the highest heap of the window, not the
+// heap at its end: what the runs' first progresses hold while in flight
+// shows there and not in heap.pprof.
+func peakHeap(dir, name string) (stop func() (peak uint64)) {
+	if dir == "" {
+		return func() uint64 { return 0 }
+	}
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	quit, done := make(chan struct{}), make(chan struct{})
+	var peak uint64
+	go func() {
+		defer close(done)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		var cycles uint64
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			metrics.Read(s)
+			live, c := s[0].Value.Uint64(), s[1].Value.Uint64()
+			if c == cycles || live <= peak {
+				continue
+			}
+			cycles, peak = c, live
+			if f, err := os.Create(filepath.Join(dir, name)); err == nil {
+				_ = pprof.WriteHeapProfile(f)
+				_ = f.Close()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() uint64 {
+		once.Do(func() { close(quit); <-done })
+		return peak
+	}
 }

@@ -21,6 +21,8 @@ func (r *runner) runService(ctx context.Context) error {
 		return fmt.Errorf("raw delivery: %w", err)
 	}
 	before := sampleMemory()
+	stopPeak := peakHeap(r.cfg.ProfileDir, "heap-peak.pprof")
+	defer stopPeak()
 
 	// Start and track.
 	svc, err := startService(ctx, r.serviceConfig())
@@ -70,6 +72,9 @@ func (r *runner) runService(ctx context.Context) error {
 	// has not collected yet included), then after a GC that returned what
 	// it could (what the runs hold).
 	rssNoGC := residentBytes()
+	if peak := stopPeak(); peak > 0 {
+		r.say("highest live heap from the service's start to here: %.1f KiB per run (heap-peak.pprof)", (float64(peak)-float64(before.heap))/float64(len(r.sims))/1024)
+	}
 	after := sampleMemory()
 	n := float64(len(r.sims))
 	r.res.RSSNoGCPerRunKiB = (float64(rssNoGC) - float64(before.rss)) / n / 1024
