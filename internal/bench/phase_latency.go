@@ -18,6 +18,8 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	writes0 := writes()
 	crossings, sent := 0, 0
 	touched := make(map[string]time.Time)
+	rt := newRuntimeStats()
+	rt0 := rt.read()
 	start := time.Now()
 	for {
 		elapsed := time.Since(start)
@@ -50,6 +52,11 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	if _, err := r.waitVerdicts(ctx, "latency", touched); err != nil {
 		return err
 	}
+	rt1 := rt.read()
+	out.GCCycles = int(rt1.cycles - rt0.cycles)
+	out.GCMarkCPUS = rt1.markS - rt0.markS
+	out.SchedP99Ms = schedQuantile(rt0, rt1, 0.99) * 1000
+	out.SchedP999Ms = schedQuantile(rt0, rt1, 0.999) * 1000
 	heard, missing := r.obs.takeLatencies()
 	if r.cfg.ProfileDir != "" {
 		if err := writeProbes(filepath.Join(r.cfg.ProfileDir, "latency-probes.csv"), heard); err != nil {
@@ -70,8 +77,10 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 		out.MaxMs = ms(lat[len(lat)-1])
 	}
 	out.WritesPerPeriod = (r.settle(ctx, writes) - writes0) / float64(max(crossings, 1))
-	r.say("latency at %.0f events/s for %s: %d crossings, p50 %.2f ms, p99 %.2f ms, max %.2f ms, %.2f writes per (table, period)",
-		r.cfg.Rate, r.cfg.Duration, out.Probes, out.P50Ms, out.P99Ms, out.MaxMs, out.WritesPerPeriod)
+	r.say("latency at %.0f events/s for %s: %d crossings, p50 %.2f ms, p99 %.2f ms, max %.2f ms, %.2f writes per (table, period); "+
+		"%d collections (%.2f s of marking CPU), scheduling latency p99 %.2f ms, p99.9 %.2f ms",
+		r.cfg.Rate, r.cfg.Duration, out.Probes, out.P50Ms, out.P99Ms, out.MaxMs, out.WritesPerPeriod,
+		out.GCCycles, out.GCMarkCPUS, out.SchedP99Ms, out.SchedP999Ms)
 	return nil
 }
 

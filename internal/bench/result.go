@@ -20,6 +20,14 @@ type Latency struct {
 	// WritesPerPeriod is control-table writes per (table, period) crossed
 	// in the phase; 1.00 is the least that moves every verdict.
 	WritesPerPeriod float64 `json:"writes_per_period"`
+	// The Go runtime during the phase (the whole process: the service,
+	// the embedded NATS server, the bench's publisher and observer):
+	// collections completed, CPU seconds their marking took, and the p99
+	// of the time a runnable goroutine waited for a processor.
+	GCCycles    int     `json:"gc_cycles"`
+	GCMarkCPUS  float64 `json:"gc_mark_cpu_s"`
+	SchedP99Ms  float64 `json:"sched_latency_p99_ms"`
+	SchedP999Ms float64 `json:"sched_latency_p999_ms"`
 }
 
 // Baseline is the naive consumer's figures, measured on the same messages.
