@@ -225,6 +225,11 @@ func TestEnsureStreamReplicasOnCluster(t *testing.T) {
 	if info.Config.Replicas != 3 || info.Config.Placement == nil || info.Config.Placement.Cluster != natstest.ClusterName {
 		t.Fatalf("created stream: replicas %d, placement %+v", info.Config.Replicas, info.Config.Placement)
 	}
+	// A replicated stream's writes go through its Raft log: the server
+	// refuses the async persist mode there, and EnsureStream does not ask.
+	if info.Config.PersistMode != jetstream.DefaultPersistMode {
+		t.Fatalf("created R3 stream: persist mode %v", info.Config.PersistMode)
+	}
 
 	// An operator's R1 stream with another retention: kept, and named.
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "HAND", Subjects: []string{"hand.started.>", "hand.progress.>", "hand.idle.>", "hand.terminated.>"}, Replicas: 1,

@@ -461,6 +461,11 @@ func TestEnsureStream(t *testing.T) {
 		t.Fatalf("stream config = subjects %v, per subject %d, storage %v, max age %v, direct %v",
 			cfg.Subjects, cfg.MaxMsgsPerSubject, cfg.Storage, cfg.MaxAge, cfg.AllowDirect)
 	}
+	// A single-replica stream flushes its writes asynchronously (ADR 0004,
+	// addendum: a write per message was a fifth of the service's CPU).
+	if cfg.PersistMode != jetstream.AsyncPersistMode {
+		t.Fatalf("stream persist mode = %v, want async", cfg.PersistMode)
+	}
 	// Bounded (issue 9, item 6): before, a flood of 2 GB reached 3.3 GB on
 	// disk. Messages no larger than what is parsed, nor than the server takes.
 	if cfg.MaxBytes != listener.DefaultMaxBytes || cfg.MaxMsgSize != int32(min(int64(listener.DefaultMaxPayload), nc.MaxPayload())) {
