@@ -14,20 +14,20 @@ func StartTracker(ctx context.Context, cfg TrackerConfig) *Tracker {
 		select {
 		case <-ctx.Done():
 			t.schedule()
-		case <-t.done:
+		case <-t.done.wait():
 		}
 	}()
 	return t
 }
 
 // Done is closed when the worker has exited.
-func (t *Tracker) Done() <-chan struct{} { return t.done }
+func (t *Tracker) Done() <-chan struct{} { return t.done.wait() }
 
 // Join waits until the worker has exited or ctx is done. It reports whether
 // the worker finished; whether its last advance succeeded is LastError.
 func (t *Tracker) Join(ctx context.Context) bool {
 	select {
-	case <-t.done:
+	case <-t.done.wait():
 		return true
 	case <-ctx.Done():
 		return false

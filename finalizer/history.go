@@ -217,9 +217,7 @@ func (r *Registry) Rewound(table string, until time.Time) {
 		if table != "" && k.table != table {
 			continue
 		}
-		select {
-		case <-e.ready:
-		default:
+		if !e.ready.closed() {
 			continue // starting: it has written nothing yet
 		}
 		if e.t != nil {

@@ -189,8 +189,8 @@ type trackKey struct{ runID, table string }
 type entry struct {
 	req    Request
 	box    *listener.Mailbox // set at registration, before the subscription
-	ready  chan struct{}     // closed once t is set or the start failed
-	reaped chan struct{}     // closed once the finished tracker is unsubscribed and recorded
+	ready  latch             // closed once t is set or the start failed
+	reaped latch             // closed once the finished tracker is unsubscribed and recorded
 
 	// Guarded by Registry.mu; t and sub are set before ready is closed.
 	t   *Tracker
@@ -227,6 +227,10 @@ type Registry struct {
 	saves *gather[control.Track, error]
 	joins *gather[control.FeederJoin, control.JoinedResult]
 	pool  *pool // runs the trackers' steps (ADR 0022)
+	// shared is what every tracker's configuration points to
+	// (trackerShared), made once.
+	sharedOnce sync.Once
+	shared     *trackerShared
 
 	mu       sync.RWMutex
 	closed   bool
@@ -399,7 +403,7 @@ func (r *Registry) register(reqs []Request, p *pendingRun) (es []*entry, capped 
 			capped++
 			continue
 		}
-		e := &entry{req: req, box: listener.NewMailbox(), ready: make(chan struct{}), reaped: make(chan struct{})}
+		e := &entry{req: req, box: listener.NewMailbox()}
 		if p != nil {
 			p.fill(e.box)
 		}
@@ -437,7 +441,7 @@ func (r *Registry) launch(ctx context.Context, e *entry) error {
 	if err != nil {
 		r.remove(e)
 		r.mu.Unlock()
-		close(e.ready)
+		e.ready.close()
 		return err
 	}
 	e.t, e.sub = t, sub
@@ -448,7 +452,7 @@ func (r *Registry) launch(ctx context.Context, e *entry) error {
 	// No goroutine per tracker: its steps, then its reaping, run on the
 	// registry's pool (ADR 0022).
 	t.begin(r.ctx, r.pool, func() { r.reap(e) })
-	close(e.ready)
+	e.ready.close()
 	if stop {
 		t.Stop()
 	}
@@ -501,11 +505,8 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscripti
 	if err != nil {
 		return nil, nil, fmt.Errorf("subscribe to run %s: %w", req.RunID, err)
 	}
-	o := r.cfg.Tracker
 	tc := TrackerConfig{
-		QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: req.Spec, Box: e.box, Store: r.store,
-		Clock: r.cfg.Clock, Logger: r.cfg.Logger, Metrics: r.cfg.Metrics, sampler: r.sampler,
-		RetryDelay: o.RetryDelay, Retries: o.Retries, WarnEvery: o.WarnEvery, FutureSkew: o.FutureSkew, AdvanceTimeout: o.AdvanceTimeout,
+		QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: req.Spec, Box: e.box,
 		OnStart:   func(at time.Time, exact bool) { r.noteStart(e, at, exact) },
 		QueryName: req.QueryName,
 	}
@@ -534,11 +535,25 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscripti
 	if c, ok := sub.(catchUpper); ok {
 		tc.CatchUp = c.CatchUp
 	}
-	// The store itself (not its group commit) marks tables and reads a
-	// verdict at a run's batch 0.
-	tc.Marker, _ = r.cfg.Store.(Marker)
-	tc.Reader, _ = r.cfg.Store.(VerdictReader)
-	return newTracker(tc), sub, nil
+	return newTrackerShared(tc, r.trackerShared()), sub, nil
+}
+
+// trackerShared returns the settings every tracker of the registry shares
+// (one copy, not one per tracker), made at the first start.
+func (r *Registry) trackerShared() *trackerShared {
+	r.sharedOnce.Do(func() {
+		o := r.cfg.Tracker
+		tc := TrackerConfig{
+			Store: r.store, Clock: r.cfg.Clock, Logger: r.cfg.Logger, Metrics: r.cfg.Metrics, sampler: r.sampler,
+			RetryDelay: o.RetryDelay, Retries: o.Retries, WarnEvery: o.WarnEvery, FutureSkew: o.FutureSkew, AdvanceTimeout: o.AdvanceTimeout,
+		}
+		// The store itself (not its group commit) marks tables and reads
+		// a verdict at a run's batch 0.
+		tc.Marker, _ = r.cfg.Store.(Marker)
+		tc.Reader, _ = r.cfg.Store.(VerdictReader)
+		r.shared = sharedOf(tc)
+	})
+	return r.shared
 }
 
 // saveTrack persists an explicit track, in the next group of tracks when
@@ -629,7 +644,7 @@ func (r *Registry) noteStart(e *entry, at time.Time, exact bool) {
 // was superseded or expired, and records the result for Join.
 func (r *Registry) reap(e *entry) {
 	defer r.wg.Done()
-	defer close(e.reaped)
+	defer e.reaped.close()
 	r.cfg.Metrics.TrackedRuns.Dec()
 	if err := e.sub.Unsubscribe(); err != nil {
 		r.log.Warn("unsubscribe failed", zap.String("run_id", e.req.RunID), zap.Error(err))
@@ -733,12 +748,12 @@ func (r *Registry) Join(ctx context.Context, runID string) (JoinResult, error) {
 	}
 	for _, e := range live {
 		select {
-		case <-e.ready:
+		case <-e.ready.wait():
 		case <-ctx.Done():
 			return JoinResult{}, nil
 		}
 		select {
-		case <-e.reaped:
+		case <-e.reaped.wait():
 		case <-ctx.Done():
 			return JoinResult{}, nil
 		}
@@ -763,9 +778,7 @@ func (r *Registry) Reassert() int {
 	defer r.mu.RUnlock()
 	n := 0
 	for _, e := range r.trackers {
-		select {
-		case <-e.ready:
-		default:
+		if !e.ready.closed() {
 			continue
 		}
 		if e.t != nil {
@@ -812,9 +825,7 @@ func (r *Registry) snapshot() []seenTracker {
 	r.mu.RUnlock()
 	out := make([]seenTracker, 0, len(all))
 	for _, e := range all {
-		select {
-		case <-e.ready: // e.t is set, or nil when the start failed
-		default:
+		if !e.ready.closed() { // else e.t is set, or nil when the start failed
 			continue
 		}
 		if e.t == nil {
@@ -867,12 +878,8 @@ func (r *Registry) Close(ctx context.Context) error {
 		// one, which sees the end of the context and exits.
 		r.mu.RLock()
 		for _, e := range r.trackers {
-			select {
-			case <-e.ready:
-				if e.t != nil {
-					e.t.schedule()
-				}
-			default:
+			if e.ready.closed() && e.t != nil {
+				e.t.schedule()
 			}
 		}
 		r.mu.RUnlock()

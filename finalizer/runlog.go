@@ -13,7 +13,7 @@ import (
 // kilobyte per run at 100,000 runs (issue 12).
 type runLog struct {
 	base *zap.Logger
-	cfg  *TrackerConfig
+	cfg  *trackerCfg
 }
 
 // enabled says whether a line at lvl would be written.

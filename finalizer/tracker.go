@@ -190,9 +190,9 @@ type QuietMove struct {
 // padding after each, and it stays within the allocator's 1,024-byte size
 // class (TestTrackerSize).
 type Tracker struct {
-	cfg   TrackerConfig
+	cfg   trackerCfg
 	log   runLog
-	done  chan struct{}
+	done  latch // closed once the tracker has exited
 	start time.Time
 
 	// Scheduling on the registry's pool (ADR 0022). The tracker has no
@@ -262,39 +262,89 @@ type Tracker struct {
 	signText    string
 }
 
+// trackerCfg is a tracker's configuration: its run's own part, and the
+// settings every tracker of a registry shares behind one pointer (128
+// bytes per tracked run when each tracker had a copy, issue 12).
+type trackerCfg struct {
+	QueryID   string
+	RunID     string
+	Table     string
+	Spec      progress.Spec
+	Box       *listener.Mailbox
+	QueryName string
+	Retire    func(ctx context.Context, why string) error
+	OnStart   func(at time.Time, exact bool)
+	CatchUp   func(ctx context.Context) error
+	*trackerShared
+}
+
+// trackerShared is what the trackers of a registry have in common (see
+// TrackerConfig), with the defaults filled.
+type trackerShared struct {
+	Store          Store
+	Marker         Marker
+	Reader         VerdictReader
+	Clock          Clock
+	Logger         *zap.Logger
+	sampler        *logSampler
+	Metrics        *Metrics
+	RetryDelay     time.Duration
+	Retries        int
+	WarnEvery      time.Duration
+	FutureSkew     time.Duration
+	AdvanceTimeout time.Duration
+}
+
+// sharedOf returns the shared part of cfg, with the defaults filled.
+func sharedOf(cfg TrackerConfig) *trackerShared {
+	sh := &trackerShared{
+		Store: cfg.Store, Marker: cfg.Marker, Reader: cfg.Reader, Clock: cfg.Clock, Logger: cfg.Logger,
+		sampler: cfg.sampler, Metrics: cfg.Metrics, RetryDelay: cfg.RetryDelay, Retries: cfg.Retries,
+		WarnEvery: cfg.WarnEvery, FutureSkew: cfg.FutureSkew, AdvanceTimeout: cfg.AdvanceTimeout,
+	}
+	if sh.Clock == nil {
+		sh.Clock = SystemClock{}
+	}
+	if sh.Logger == nil {
+		sh.Logger = zap.NewNop()
+	}
+	if sh.Metrics == nil {
+		sh.Metrics = NewMetrics(nil, sh.Clock.Now)
+	}
+	if sh.RetryDelay == 0 {
+		sh.RetryDelay = DefaultRetryDelay
+	}
+	if sh.Retries == 0 {
+		sh.Retries = DefaultRetries
+	}
+	if sh.WarnEvery == 0 {
+		sh.WarnEvery = DefaultWarnEvery
+	}
+	if sh.FutureSkew == 0 {
+		sh.FutureSkew = DefaultFutureSkew
+	}
+	if sh.AdvanceTimeout == 0 {
+		sh.AdvanceTimeout = DefaultAdvanceTimeout
+	}
+	return sh
+}
+
 // newTracker fills cfg's defaults and returns a tracker that is not
 // started: the caller starts it on a pool with t.begin.
-func newTracker(cfg TrackerConfig) *Tracker {
-	if cfg.Clock == nil {
-		cfg.Clock = SystemClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil, cfg.Clock.Now)
-	}
-	if cfg.RetryDelay == 0 {
-		cfg.RetryDelay = DefaultRetryDelay
-	}
-	if cfg.Retries == 0 {
-		cfg.Retries = DefaultRetries
-	}
-	if cfg.WarnEvery == 0 {
-		cfg.WarnEvery = DefaultWarnEvery
-	}
-	if cfg.FutureSkew == 0 {
-		cfg.FutureSkew = DefaultFutureSkew
-	}
-	if cfg.AdvanceTimeout == 0 {
-		cfg.AdvanceTimeout = DefaultAdvanceTimeout
-	}
+func newTracker(cfg TrackerConfig) *Tracker { return newTrackerShared(cfg, sharedOf(cfg)) }
+
+// newTrackerShared is newTracker with the shared settings sh (sharedOf),
+// in place of cfg's: a registry makes them once for all its trackers.
+func newTrackerShared(cfg TrackerConfig, sh *trackerShared) *Tracker {
 	t := &Tracker{
-		cfg:   cfg,
-		done:  make(chan struct{}),
-		start: cfg.Clock.Now(),
+		cfg: trackerCfg{
+			QueryID: cfg.QueryID, RunID: cfg.RunID, Table: cfg.Table, Spec: cfg.Spec, Box: cfg.Box,
+			QueryName: cfg.QueryName, Retire: cfg.Retire, OnStart: cfg.OnStart, CatchUp: cfg.CatchUp,
+			trackerShared: sh,
+		},
+		start: sh.Clock.Now(),
 	}
-	t.log = runLog{base: cfg.Logger, cfg: &t.cfg}
+	t.log = runLog{base: sh.Logger, cfg: &t.cfg}
 	t.lastEvent = t.start
 	return t
 }
@@ -379,7 +429,7 @@ func (t *Tracker) runStep() {
 		}
 		t.cfg.Box.SetNotify(nil)
 		t.setHeld("") // the held-runs gauge counts live trackers only
-		close(t.done)
+		t.done.close()
 		if t.onExit != nil {
 			t.onExit()
 		}
@@ -441,11 +491,7 @@ func (t *Tracker) Status() TrackerStatus {
 	if t.lastErr != nil {
 		s.LastError = t.lastErr.Error()
 	}
-	select {
-	case <-t.done:
-		s.Done = true
-	default:
-	}
+	s.Done = t.done.closed()
 	return s
 }
 
