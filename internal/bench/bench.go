@@ -248,6 +248,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		step:      time.Minute / time.Duration(cfg.PerPeriod),
 		perPeriod: int64(cfg.PerPeriod),
 	}
+	simsFrom := liveHeap()
 	if r.sims, err = newSims(cfg.Runs, r.tag, prefix, cfg.Tracking, r.clk.perPeriod); err != nil {
 		return nil, err
 	}
@@ -255,6 +256,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		Runs: cfg.Runs, Tracking: cfg.Tracking, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		IngestPerRun: cfg.IngestPerRun, Rate: cfg.Rate, DurationSeconds: cfg.Duration.Seconds(), PerPeriod: cfg.PerPeriod,
 	}
+	r.res.SimsHeapPerRunKiB = (float64(liveHeap()) - float64(simsFrom)) / float64(cfg.Runs) / 1024
 	total := 0
 	for _, s := range r.sims {
 		total += len(s.tmpl)

@@ -30,6 +30,14 @@ func sampleMemory() memSample {
 	return memSample{rss: residentBytes(), heap: ms.HeapInuse, stack: ms.StackInuse, goroutines: runtime.NumGoroutine()}
 }
 
+// liveHeap returns the heap in use after a full GC.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
 // residentBytes returns the process's resident set size, 0 when unknown.
 func residentBytes() uint64 {
 	b, err := os.ReadFile("/proc/self/statm")
