@@ -259,7 +259,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	r.res.SimsHeapPerRunKiB = (float64(liveHeap()) - float64(simsFrom)) / float64(cfg.Runs) / 1024
 	total := 0
 	for _, s := range r.sims {
-		total += len(s.tmpl)
+		total += s.msgLen
 	}
 	r.res.MsgBytes = total / len(r.sims)
 

@@ -77,8 +77,8 @@ func TestQuickBench(t *testing.T) {
 	if res.RSSNoGCPerRunKiB == 0 || res.MemPerRunKiB == 0 {
 		t.Errorf("memory per run: %.1f KiB without a forced GC, %.1f after one: the memory phase read no RSS", res.RSSNoGCPerRunKiB, res.MemPerRunKiB)
 	}
-	if res.SimsHeapPerRunKiB < 1 {
-		t.Errorf("the simulated runs hold %.2f KiB per run of live heap: not measured (each holds a progress template of about 2 KB)", res.SimsHeapPerRunKiB)
+	if res.SimsHeapPerRunKiB == 0 {
+		t.Error("the simulated runs' live heap was not measured")
 	}
 	if i := res.Idle; i == nil || i.TotalCoreShare <= 0 || i.GeneratorCoreShare <= 0 || i.ServiceCoreShare < 0 || i.EventsPerSec != 5 {
 		t.Errorf("idle phase: %+v; want the process's and the generator's CPU measured at 5 events/s (50 runs, one per 10 s)", i)

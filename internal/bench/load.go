@@ -54,11 +54,76 @@ type sim struct {
 	startedSubject string
 	idleSubject    string // <prefix>.idle.<q>.<r>
 	started        []byte // the started event
-	tmpl           []byte // progress template with placeholders
-	batchAt        []int
-	tsAt           []int
-	wmAt           []int
-	ctsAt          []int
+	// shape is the progress template of the run's source kind and form,
+	// shared by the runs of that shape; the run's own ids, name and index
+	// are written into it per message. A template per run held 2-3 KB per
+	// run of the bench's own heap in the service's process, which the
+	// service's memory limit counts in the live heap (issue 12).
+	shape   *shape
+	msgLen  int // the length of the run's progress documents
+	batchAt []int
+	tsAt    []int
+	wmAt    []int
+	ctsAt   []int
+}
+
+// The per-run parts of a shape's template; '~' appears nowhere else in
+// a template, and strconv.Quote leaves it as it is.
+const (
+	markQuery = "~QUERY~"
+	markRun   = "~RUN~"
+	markName  = "~NAME~"
+	markIdx   = "~IDX~"
+)
+
+// shape is a progress template with the run's parts left out: literal
+// pieces, and between them which part of the run goes there.
+type shape struct {
+	lits   [][]byte
+	fields []byte // fields[i] follows lits[i]: 'q', 'r', 'n', 'i'
+}
+
+// newShape splits tmpl at the run's parts.
+func newShape(tmpl string) *shape {
+	sh := &shape{}
+	marks := map[string]byte{markQuery: 'q', markRun: 'r', markName: 'n', markIdx: 'i'}
+	for {
+		at, which := -1, ""
+		for m := range marks {
+			if i := strings.Index(tmpl, m); i >= 0 && (at < 0 || i < at) {
+				at, which = i, m
+			}
+		}
+		if at < 0 {
+			sh.lits = append(sh.lits, []byte(tmpl))
+			return sh
+		}
+		sh.lits = append(sh.lits, []byte(tmpl[:at]))
+		sh.fields = append(sh.fields, marks[which])
+		tmpl = tmpl[at+len(which):]
+	}
+}
+
+// render appends s's document of the shape (with the batch and time
+// placeholders) to buf.
+func (sh *shape) render(buf []byte, s *sim) []byte {
+	for i, lit := range sh.lits {
+		buf = append(buf, lit...)
+		if i == len(sh.fields) {
+			break
+		}
+		switch sh.fields[i] {
+		case 'q':
+			buf = append(buf, s.queryID...)
+		case 'r':
+			buf = append(buf, s.runID...)
+		case 'n':
+			buf = append(buf, s.name...)
+		case 'i':
+			buf = strconv.AppendInt(buf, int64(s.idx), 10)
+		}
+	}
+	return buf
 }
 
 // clock is the synthetic event time: batch k of run s carries the time
@@ -103,6 +168,8 @@ func newSims(n int, tag uint32, prefix, tracking string, perPeriod int64) ([]*si
 		return nil, err
 	}
 	sims := make([]*sim, n)
+	shapes := map[[2]bool]*shape{}
+	var scratch []byte
 	for i := range sims {
 		s := &sim{
 			idx:      i,
@@ -134,7 +201,20 @@ func newSims(n int, tag uint32, prefix, tracking string, perPeriod int64) ([]*si
 		s.subject = prefix + ".progress." + s.queryID + "." + s.runID
 		s.startedSubject = prefix + ".started." + s.queryID + "." + s.runID
 		s.idleSubject = prefix + ".idle." + s.queryID + "." + s.runID
-		s.buildTemplates()
+		key := [2]bool{s.source == sourceKafka, s.eventLog}
+		if shapes[key] == nil {
+			body, _ := templates(s.source, s.eventLog, markQuery, markRun, markName, markIdx)
+			shapes[key] = newShape(body)
+		}
+		s.shape = shapes[key]
+		_, started := templates(s.source, s.eventLog, s.queryID, s.runID, s.name, strconv.Itoa(i))
+		s.started = []byte(started)
+		scratch = s.shape.render(scratch[:0], s)
+		s.msgLen = len(scratch)
+		s.batchAt = indexAll(scratch, markBatch)
+		s.tsAt = indexAll(scratch, markTimestamp)
+		s.wmAt = indexAll(scratch, markWatermark)
+		s.ctsAt = indexAll(scratch, markCommitTS)
 		sims[i] = s
 	}
 	return sims, nil
@@ -154,25 +234,26 @@ func partitionOffsets(topic string, base int64) string {
 	return b.String()
 }
 
-// buildTemplates writes the run's started event and progress template
-// in its JSON form, about 2-3 KB, shaped like what Spark 3.5 posts.
-func (s *sim) buildTemplates() {
+// templates writes a run's progress template and started event in its
+// JSON form (the progress about 2-3 KB, shaped like what Spark 3.5
+// posts), with the given ids, name and index (the marks, for a shape).
+func templates(source sourceKind, eventLog bool, queryID, runID, name, idx string) (body, started string) {
 	jsonIn := func(v string) string { // an offset as the form carries it
-		if s.eventLog {
+		if eventLog {
 			return strconv.Quote(v) // Jackson: a string holding JSON
 		}
 		return v
 	}
 	rate := func(v string) string { // event-log rates can be "NaN"
-		if s.eventLog && v == "0.0" {
+		if eventLog && v == "0.0" {
 			return `"NaN"`
 		}
 		return v
 	}
 	var src, eventTime string
-	switch s.source {
+	switch source {
 	case sourceKafka:
-		topic := fmt.Sprintf("orders_%d", s.idx)
+		topic := "orders_" + idx
 		src = `{"description":"KafkaV2[Subscribe[` + topic + `]]",` +
 			`"startOffset":` + jsonIn(partitionOffsets(topic, 48_000_000)) + `,` +
 			`"endOffset":` + jsonIn(partitionOffsets(topic, 48_001_200)) + `,` +
@@ -181,7 +262,7 @@ func (s *sim) buildTemplates() {
 			`"metrics":{"avgOffsetsBehindLatest":"0.0","maxOffsetsBehindLatest":"0","minOffsetsBehindLatest":"0"}}`
 		eventTime = `{"avg":"2024-01-01T00:00:00.000Z","max":"2024-01-01T00:00:00.000Z","min":"2024-01-01T00:00:00.000Z","watermark":"` + markWatermark + `"}`
 	default:
-		tbl := fmt.Sprintf("dbo.orders_%d", s.idx)
+		tbl := "dbo.orders_" + idx
 		src = `{"description":"SqlServerCdc[` + tbl + `]",` +
 			`"startOffset":` + jsonIn(`{"lsn":"0x00000027000000010003","commit_ts":"2024-01-01T00:00:00.000"}`) + `,` +
 			`"endOffset":` + jsonIn(`{"lsn":"0x00000027000000020007","commit_ts":"`+markCommitTS+`"}`) + `,` +
@@ -190,10 +271,10 @@ func (s *sim) buildTemplates() {
 		eventTime = `{}`
 	}
 	top := ""
-	if !s.eventLog {
+	if !eventLog {
 		top = `"numInputRows":1200,"inputRowsPerSecond":12.0,"processedRowsPerSecond":533.3333333333334,`
 	}
-	body := `{"id":"` + s.queryID + `","runId":"` + s.runID + `","name":"` + s.name + `",` +
+	body = `{"id":"` + queryID + `","runId":"` + runID + `","name":"` + name + `",` +
 		`"timestamp":"` + markTimestamp + `","batchId":` + markBatch + `,"batchDuration":2251,` + top +
 		`"durationMs":{"addBatch":2100,"commitOffsets":31,"getBatch":0,"latestOffset":12,"queryPlanning":35,"triggerExecution":2250,"walCommit":40},` +
 		`"eventTime":` + eventTime + `,` +
@@ -206,19 +287,14 @@ func (s *sim) buildTemplates() {
 		`"numShufflePartitions":200,"numStateStoreInstances":200,"customMetrics":{"loadedMapCacheHitCount":400,` +
 		`"loadedMapCacheMissCount":0,"numDroppedDuplicateRows":17,"stateOnCurrentVersionSizeBytes":398112004}}],` +
 		`"sources":[` + src + `],` +
-		`"sink":{"description":"DeltaSink[s3://lake/bronze/` + s.name + `]","numOutputRows":-1,"metrics":{}},` +
+		`"sink":{"description":"DeltaSink[s3://lake/bronze/` + name + `]","numOutputRows":-1,"metrics":{}},` +
 		`"observedMetrics":{}}`
-	started := `{"id":"` + s.queryID + `","runId":"` + s.runID + `","name":"` + s.name + `","timestamp":"2024-01-01T00:00:00.000Z"}`
-	if s.eventLog {
+	started = `{"id":"` + queryID + `","runId":"` + runID + `","name":"` + name + `","timestamp":"2024-01-01T00:00:00.000Z"}`
+	if eventLog {
 		body = `{"Event":"org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent","progress":` + body + `}`
 		started = `{"Event":"org.apache.spark.sql.streaming.StreamingQueryListener$QueryStartedEvent",` + started[1:]
 	}
-	s.tmpl = []byte(body)
-	s.started = []byte(started)
-	s.batchAt = indexAll(s.tmpl, markBatch)
-	s.tsAt = indexAll(s.tmpl, markTimestamp)
-	s.wmAt = indexAll(s.tmpl, markWatermark)
-	s.ctsAt = indexAll(s.tmpl, markCommitTS)
+	return body, started
 }
 
 // indexAll returns the offsets of every occurrence of mark in b.
@@ -256,7 +332,7 @@ func (s *sim) idleEvent(buf []byte, t time.Time) []byte {
 }
 
 func (s *sim) progress(buf []byte, k int64, t time.Time) []byte {
-	buf = append(buf[:0], s.tmpl...)
+	buf = s.shape.render(buf[:0], s)
 	var scratch [32]byte
 	num := strconv.AppendInt(scratch[:0], k, 10)
 	for _, at := range s.batchAt {
