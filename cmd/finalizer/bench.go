@@ -103,6 +103,7 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 	fs.Float64Var(&cfg.Rate, "rate", bench.DefaultRate, "background load of the latency phase, events/s")
 	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "length of the latency phase")
 	fs.DurationVar(&cfg.Idle, "idle", 0, "length of each window of the idle phase (every run posts an idle event every 10 s, then a progress with new data every 10 s; the service's CPU is measured in each), e.g. 30s; 0 skips it")
+	fs.BoolVar(&cfg.RestartOnly, "restart-only", false, "after tracking and the first verdicts go straight to the restart's recovery (skips ingest, latency, burst, feeders and idle), e.g. to measure recovery at 100,000 runs in a short run")
 	fs.IntVar(&cfg.PerPeriod, "per-period", bench.DefaultPerPeriod, "progress events per run and (minute) period")
 	fs.IntVar(&cfg.Window, "window", bench.DefaultWindow, "messages the ingest publisher may run ahead of the consumer")
 	fs.StringVar(&cfg.PostgresURL, "postgres-url", "", "PostgreSQL to use (empty: a throwaway cluster)")

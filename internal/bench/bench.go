@@ -81,6 +81,11 @@ type Config struct {
 	// Idle is the length of the idle phase (every run posts one progress
 	// every IdleInterval, the process's CPU is measured); 0 skips it.
 	Idle time.Duration
+	// RestartOnly skips the phases between the first verdicts and the
+	// restart (ingest, latency, burst, feeders, idle), to measure tracking
+	// and the restart's recovery at sizes whose whole bench would not fit
+	// in a short hold of a shared machine.
+	RestartOnly bool
 	// PerPeriod is the number of progress events per run and period.
 	PerPeriod int
 	// Window bounds how far the ingest publisher runs ahead of the consumer.

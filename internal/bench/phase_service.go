@@ -91,6 +91,17 @@ func (r *runner) runService(ctx context.Context) error {
 		}
 	}
 
+	if !r.cfg.RestartOnly {
+		if err := r.steady(ctx, svc); err != nil {
+			return err
+		}
+	}
+	return r.restart(ctx, &svc, stop)
+}
+
+// steady runs the phases of a running service: ingest, latency, burst,
+// feeders and idle.
+func (r *runner) steady(ctx context.Context, svc *benchService) error {
 	if err := r.serviceIngest(ctx, svc); err != nil {
 		return err
 	}
@@ -127,8 +138,12 @@ func (r *runner) runService(ctx context.Context) error {
 			return fmt.Errorf("idle: %w", err)
 		}
 	}
+	return nil
+}
 
-	// Restart: stop, publish one crossing per run while down, start.
+// restart stops the service (stop), publishes one crossing per run while
+// it is down and starts it again into *svc: the recovery phase.
+func (r *runner) restart(ctx context.Context, svc **benchService, stop func()) error {
 	stop()
 	st, stored, err := r.eventStream(ctx)
 	if err != nil {
@@ -151,19 +166,20 @@ func (r *runner) runService(ctx context.Context) error {
 	targets := r.targetsAtLast()
 	err = r.profile("recovery", func() error {
 		start := time.Now()
-		var err error
-		if svc, err = startService(ctx, r.serviceConfig()); err != nil {
+		started, err := startService(ctx, r.serviceConfig())
+		if err != nil {
 			return err
 		}
+		*svc = started
 		last, err := r.waitVerdicts(ctx, "recovery", targets)
 		if err != nil {
 			return err
 		}
 		r.res.RecoverySeconds = last.Sub(start).Seconds()
-		r.res.RecoveryStartSeconds = svc.startedIn.Seconds()
+		r.res.RecoveryStartSeconds = started.startedIn.Seconds()
 		r.say("recovery: %d runs re-applied %s after start (start itself %s: retained runs listed in %s, Recover %s)", len(r.sims),
-			last.Sub(start).Round(time.Millisecond), svc.startedIn.Round(time.Millisecond),
-			svc.retainedIn.Round(time.Millisecond), svc.recoverIn.Round(time.Millisecond))
+			last.Sub(start).Round(time.Millisecond), started.startedIn.Round(time.Millisecond),
+			started.retainedIn.Round(time.Millisecond), started.recoverIn.Round(time.Millisecond))
 		return nil
 	})
 	return err
