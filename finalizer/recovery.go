@@ -18,8 +18,10 @@ import (
 // once. When the Bus is a CatchUpHolder, the runs' catch-ups from the
 // stream wait until all are subscribed and are then done at once (one read
 // of the stream, not one per run; a failure there is retried per run in
-// the background). Each tracker applies its run's retained progress as
-// soon as it has it. Errors of single runs are logged; Recover returns the
+// the background); under a hold the caller took before it listed the runs
+// (the service does, ADR 0023 addendum), the outer release catches the
+// runs up from what the listing read and reads only the stream after it.
+// Each tracker applies its run's retained progress as soon as it has it. Errors of single runs are logged; Recover returns the
 // first of them, if any.
 func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []listener.Run) error {
 	if h, ok := r.cfg.Bus.(CatchUpHolder); ok {

@@ -324,6 +324,8 @@ type Listener struct {
 	retry      map[*RunSubscription]struct{} // run subscriptions whose catch-up failed
 	holds      int                           // HoldCatchUps not released yet
 	held       map[*RunSubscription]struct{} // run subscriptions whose catch-up waits for the release
+	snap       *retainedSnapshot             // what a Retained under the hold read, for the release
+	streamGen  uint64                        // bumped when what the stream held may be gone (streamChanged)
 
 	// The event subscription and its routing table (ADR 0009).
 	routerMu      sync.Mutex
@@ -605,7 +607,7 @@ func (l *Listener) retryCatchUps() {
 	l.mu.Unlock()
 	if len(subs) >= BatchCatchUpMin && !l.nc.IsReconnecting() {
 		// Many (every run, once more, after a reconnect): one scan.
-		if err := l.scanCatchUp(l.ctx, subs); err != nil {
+		if err := l.scanCatchUp(l.ctx, subs, nil); err != nil {
 			l.log.Warn("retried catch-up from the stream failed; retrying", zap.Int("runs", len(subs)), zap.Error(err))
 			return
 		}
@@ -638,6 +640,7 @@ func (l *Listener) retryCatchUps() {
 }
 
 func (l *Listener) afterReconnect() {
+	l.streamChanged()
 	l.mu.Lock()
 	ensured := l.ensured
 	l.stream, l.pubJS = nil, 0
@@ -674,7 +677,7 @@ func (l *Listener) afterReconnect() {
 // discovery. It returns the first failure's text, "" without.
 func (l *Listener) catchUpAll(runs []*RunSubscription, disc []*DiscoverySubscription) string {
 	failed := ""
-	if err := l.catchUpMany(l.ctx, runs); err != nil {
+	if err := l.catchUpMany(l.ctx, runs, nil); err != nil {
 		failed = err.Error()
 	}
 	// Once more, shortly: on a cluster, the replica that answered may lag

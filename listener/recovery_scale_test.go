@@ -16,8 +16,9 @@ import (
 
 // TestRecoveryScale measures what a restart asks of the event bus for N
 // retained runs (FINALIZER_RECOVERY_RUNS=N; skipped without): list the
-// retained runs with their names, then subscribe every run, 16 at once as
-// the registry's Recover does, each caught up from the stream. It checks
+// retained runs with their names under a hold of catch-ups (as the
+// service's recovery does), then subscribe every run, 16 at once, and
+// release the hold, which catches them up from what the listing read. It checks
 // that every run's retained progress reached its mailbox.
 func TestRecoveryScale(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("FINALIZER_RECOVERY_RUNS"))
@@ -51,6 +52,9 @@ func TestRecoveryScale(t *testing.T) {
 	<-js.PublishAsyncComplete()
 
 	began, cpu := time.Now(), cpuTime()
+	// As the service does: held from before the listing, the catch-ups
+	// are made from what Retained read and the stream after it.
+	release := l.HoldCatchUps()
 	runs, err := l.Retained(ctx)
 	if err != nil {
 		t.Fatalf("Retained after %s: %v", time.Since(began), err)
@@ -62,7 +66,6 @@ func TestRecoveryScale(t *testing.T) {
 	boxes := make([]*listener.Mailbox, n)
 	subs := make([]*listener.RunSubscription, n)
 	began, cpu = time.Now(), cpuTime()
-	release := l.HoldCatchUps()
 	var wg sync.WaitGroup
 	work := make(chan int)
 	for range 16 {

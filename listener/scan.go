@@ -39,10 +39,13 @@ const BatchCatchUpMin = 64
 // DefaultScanStalls waits in a row bring nothing while messages are
 // pending, so a large stream takes as long as it needs and one slow answer
 // does not fail the whole scan. It returns ErrNoJetStream or ErrNoStream
-// when there is no stream to read.
-func (l *Listener) scanStream(ctx context.Context, kinds []progress.Kind, visit func(subject string, data []byte)) error {
+// when there is no stream to read. A from above 0 starts the scan at that
+// stream sequence instead of the first (the tail a snapshot has not seen,
+// see HoldCatchUps). It returns the stream sequence of the last message
+// it read (0 when none).
+func (l *Listener) scanStream(ctx context.Context, kinds []progress.Kind, from uint64, visit func(subject string, data []byte)) (uint64, error) {
 	if _, err := l.eventStream(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	want := make([]string, len(kinds))
 	for i, k := range kinds {
@@ -51,50 +54,55 @@ func (l *Listener) scanStream(ctx context.Context, kinds []progress.Kind, visit 
 	// One filter and DeliverAll: a consumer that delivers the last message
 	// per subject, or filters each kind, costs the server a count of its
 	// pending messages per subject when it is made (seconds at 100,000 runs).
-	cctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
-	cons, err := l.js.OrderedConsumer(cctx, l.opts.Stream, jetstream.OrderedConsumerConfig{
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{l.opts.Prefix + ".>"},
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: max(4*l.opts.RequestTimeout, 30*time.Second),
-	})
+	}
+	if from > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
+	cons, err := l.js.OrderedConsumer(cctx, l.opts.Stream, cfg)
 	cancel()
 	if err != nil {
 		if noJetStream(err) {
-			return ErrNoJetStream
+			return 0, ErrNoJetStream
 		}
-		return fmt.Errorf("scan stream %s: %w", l.opts.Stream, err)
+		return 0, fmt.Errorf("scan stream %s: %w", l.opts.Stream, err)
 	}
 	defer l.dropScanConsumer(cons)
 	pending := cons.CachedInfo().NumPending
 	if pending == 0 {
-		return nil
+		return 0, nil
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(DefaultScanBatch))
 	if err != nil {
-		return fmt.Errorf("scan stream %s: %w", l.opts.Stream, err)
+		return 0, fmt.Errorf("scan stream %s: %w", l.opts.Stream, err)
 	}
 	defer it.Stop()
+	var last uint64
 	for stalls := 0; pending > 0; {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("scan stream %s: %w", l.opts.Stream, err)
+			return last, fmt.Errorf("scan stream %s: %w", l.opts.Stream, err)
 		}
 		m, err := it.Next(jetstream.NextMaxWait(l.opts.RequestTimeout))
 		switch {
 		case errors.Is(err, nats.ErrTimeout):
 			if stalls++; stalls >= DefaultScanStalls {
-				return fmt.Errorf("scan stream %s: no message in %d waits of %s with %d pending", l.opts.Stream,
+				return last, fmt.Errorf("scan stream %s: no message in %d waits of %s with %d pending", l.opts.Stream,
 					stalls, l.opts.RequestTimeout, pending)
 			}
 			continue
 		case err != nil:
-			return fmt.Errorf("scan stream %s: %w", l.opts.Stream, err)
+			return last, fmt.Errorf("scan stream %s: %w", l.opts.Stream, err)
 		}
 		stalls = 0
 		md, err := m.Metadata()
 		if err != nil {
-			return fmt.Errorf("scan stream %s: %w", l.opts.Stream, err)
+			return last, fmt.Errorf("scan stream %s: %w", l.opts.Stream, err)
 		}
-		pending = md.NumPending
+		pending, last = md.NumPending, md.Sequence.Stream
 		subject := m.Subject()
 		for _, w := range want {
 			if strings.HasPrefix(subject, w) {
@@ -103,7 +111,7 @@ func (l *Listener) scanStream(ctx context.Context, kinds []progress.Kind, visit 
 			}
 		}
 	}
-	return nil
+	return last, nil
 }
 
 // dropScanConsumer deletes a scan's consumer at once instead of leaving it
@@ -126,6 +134,17 @@ func (l *Listener) dropScanConsumer(cons jetstream.Consumer) {
 // catch-up is retried on its own in the background (as a failed catch-up
 // of Subscribe is) and release returns the error. Holds may nest; the
 // outermost release does the scan. release must be called once.
+//
+// A Retained made under the hold keeps what it read (a snapshot: each
+// run's checked started, progress and termination, and the stream
+// sequence it read up to), and the release catches the held runs up from
+// the snapshot and a scan of only what the stream stored after it: a
+// restart reads the stream once, not once to list the runs and once more
+// to catch them up, and parses each run's progress once. Everything the
+// stream holds at the release is either in the snapshot or after it, so
+// the two offer each run at least what one scan at the release would.
+// A snapshot is not used when the stream was purged, deleted or replaced,
+// or the connection reconnected, after it was read (a whole scan then).
 func (l *Listener) HoldCatchUps() (release func(context.Context) error) {
 	l.mu.Lock()
 	l.holds++
@@ -133,7 +152,10 @@ func (l *Listener) HoldCatchUps() (release func(context.Context) error) {
 	return func(ctx context.Context) error {
 		l.mu.Lock()
 		l.holds--
-		var held []*RunSubscription
+		var (
+			held []*RunSubscription
+			snap *retainedSnapshot
+		)
 		if l.holds == 0 {
 			for s := range l.held {
 				if _, live := l.runs[s]; live {
@@ -141,12 +163,16 @@ func (l *Listener) HoldCatchUps() (release func(context.Context) error) {
 				}
 			}
 			clear(l.held)
+			if l.snap != nil && l.snap.gen == l.streamGen {
+				snap = l.snap
+			}
+			l.snap = nil
 		}
 		l.mu.Unlock()
 		if len(held) == 0 || l.nc.IsReconnecting() {
 			return nil // the reconnect catches every run up
 		}
-		return l.catchUpMany(ctx, held)
+		return l.catchUpMany(ctx, held, snap)
 	}
 }
 
@@ -162,12 +188,82 @@ func (l *Listener) holdCatchUp(s *RunSubscription) bool {
 	return true
 }
 
+// retainedSnapshot is what a Retained made under a hold of catch-ups read
+// of the stream, for the hold's release (see HoldCatchUps).
+type retainedSnapshot struct {
+	runs map[string][]retainedMsg // run id -> its started, progress and termination, in stream order
+	last uint64                   // the stream sequence of the last message read; 0: none
+	gen  uint64                   // Listener.streamGen when it was read
+	// created is the stream's creation time when it was read: a stream
+	// created since is another one, whose sequences start again.
+	created time.Time
+}
+
+// streamCreated returns the event stream's creation time, as the server
+// reports it now; ok is false when it does not answer.
+func (l *Listener) streamCreated(ctx context.Context) (time.Time, bool) {
+	st, err := l.eventStream(ctx)
+	if err != nil {
+		return time.Time{}, false
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
+	defer cancel()
+	info, err := st.Info(cctx)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return info.Created, true
+}
+
+// retainedMsg is one message of a snapshot: checked against its subject
+// when ev is set (parsed once, shared by the run's subscriptions as
+// discovery's pending runs share theirs); data is kept only when the
+// check failed, so that the catch-up counts and logs it as it would have.
+type retainedMsg struct {
+	subject string
+	kind    progress.Kind
+	ev      *progress.Event
+	data    []byte
+}
+
+// snapshotKinds are the kinds a catch-up offers.
+var snapshotKinds = []progress.Kind{progress.KindStarted, progress.KindProgress, progress.KindTerminated}
+
+// keepSnapshot makes snap the snapshot of the hold in force, unless
+// there is none or it has one of the same stream already (the first, with
+// the stream after it, is as good as any later one).
+func (l *Listener) keepSnapshot(snap *retainedSnapshot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holds > 0 && snap.gen == l.streamGen && (l.snap == nil || l.snap.gen != l.streamGen) {
+		l.snap = snap
+	}
+}
+
+// snapshotting reports whether a Retained now should keep a snapshot, and
+// the stream generation it reads.
+func (l *Listener) snapshotting() (bool, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holds > 0, l.streamGen
+}
+
+// streamChanged notes that what the stream held may be gone (a purge, a
+// deletion, a replacement, a reconnect): a snapshot read before is not
+// used.
+func (l *Listener) streamChanged() {
+	l.mu.Lock()
+	l.streamGen++
+	l.snap = nil
+	l.mu.Unlock()
+}
+
 // catchUpMany catches subs up from the stream: one lookup per run for a
-// few, one scan of the stream for BatchCatchUpMin or more. A run whose
-// catch-up failed is retried on its own in the background; the first
-// error is returned.
-func (l *Listener) catchUpMany(ctx context.Context, subs []*RunSubscription) error {
-	if len(subs) < BatchCatchUpMin {
+// few, one scan of the stream for BatchCatchUpMin or more (from snap and
+// the stream after it, when snap is not nil). A run whose catch-up failed
+// is retried on its own in the background; the first error is returned.
+func (l *Listener) catchUpMany(ctx context.Context, subs []*RunSubscription, snap *retainedSnapshot) error {
+	if len(subs) < BatchCatchUpMin && snap == nil {
 		var first error
 		for _, s := range subs {
 			cctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
@@ -180,7 +276,7 @@ func (l *Listener) catchUpMany(ctx context.Context, subs []*RunSubscription) err
 		}
 		return first
 	}
-	err := l.scanCatchUp(ctx, subs)
+	err := l.scanCatchUp(ctx, subs, snap)
 	if err != nil {
 		for _, s := range subs {
 			l.catchUpLater(s, err)
@@ -192,42 +288,76 @@ func (l *Listener) catchUpMany(ctx context.Context, subs []*RunSubscription) err
 
 // scanCatchUp catches subs up with one scan of the stream, offering each
 // run's retained started event and progress as they come and its
-// termination after the scan. Without a stream it returns nil.
-func (l *Listener) scanCatchUp(ctx context.Context, subs []*RunSubscription) error {
+// termination after the scan. With snap, it offers the snapshot's
+// messages first and scans only the stream after it. Without a stream it
+// returns nil.
+func (l *Listener) scanCatchUp(ctx context.Context, subs []*RunSubscription, snap *retainedSnapshot) error {
 	byRun := make(map[string][]*RunSubscription, len(subs))
 	for _, s := range subs {
 		byRun[s.runID] = append(byRun[s.runID], s)
 	}
 	// A run's termination is offered after the scan, once its progress is:
 	// a worker that took the termination first would end the run.
-	type msg struct {
-		subject string
-		data    []byte
+	var terminations []retainedMsg
+	var from uint64
+	if snap != nil {
+		// The same stream, still: else a whole scan.
+		if created, ok := l.streamCreated(ctx); !ok || !created.Equal(snap.created) {
+			snap = nil
+		}
 	}
-	var terminations []msg
-	term := "." + progress.KindTerminated.String() + "."
-	err := l.scanStream(ctx, []progress.Kind{progress.KindStarted, progress.KindProgress, progress.KindTerminated},
-		func(subject string, data []byte) {
-			held := byRun[lastToken(subject)]
-			switch {
-			case len(held) == 0:
-			case strings.HasPrefix(subject[min(len(l.opts.Prefix), len(subject)):], term):
-				terminations = append(terminations, msg{subject, data})
-			default:
+	if snap != nil {
+		for runID, held := range byRun {
+			for _, m := range snap.runs[runID] {
+				if m.kind == progress.KindTerminated {
+					terminations = append(terminations, m)
+					continue
+				}
 				for _, s := range held {
-					s.deliverNow(subject, data)
+					s.deliverRetained(m)
 				}
 			}
-		})
+		}
+		from = snap.last + 1
+	}
+	term := "." + progress.KindTerminated.String() + "."
+	_, err := l.scanStream(ctx, snapshotKinds, from, func(subject string, data []byte) {
+		held := byRun[lastToken(subject)]
+		switch {
+		case len(held) == 0:
+		case strings.HasPrefix(subject[min(len(l.opts.Prefix), len(subject)):], term):
+			terminations = append(terminations, retainedMsg{subject: subject, kind: progress.KindTerminated, data: data})
+		default:
+			for _, s := range held {
+				s.deliverNow(subject, data)
+			}
+		}
+	})
 	for _, t := range terminations {
 		for _, s := range byRun[lastToken(t.subject)] {
-			s.deliverNow(t.subject, t.data)
+			s.deliverRetained(t)
 		}
 	}
 	if errors.Is(err, ErrNoJetStream) || errors.Is(err, ErrNoStream) {
 		return nil // nothing retained: live events only
 	}
 	return err
+}
+
+// deliverRetained offers a snapshot's message (or a scan's, unchecked) as
+// deliverNow would: a message checked already is counted and offered
+// without a second parse.
+func (s *RunSubscription) deliverRetained(m retainedMsg) {
+	if m.ev == nil {
+		s.deliverNow(m.subject, m.data)
+		return
+	}
+	es, ok := s.checkSubject(m.subject)
+	if !ok {
+		return
+	}
+	s.l.event(es.kind, OutcomeAccepted)
+	s.box.Offer(m.ev)
 }
 
 // cmpErr returns a unless it is nil, else b.

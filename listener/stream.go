@@ -280,7 +280,15 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 		name  string
 	}
 	all := make(map[key]*seen)
-	err := l.scanStream(ctx, eventKinds, func(subject string, data []byte) {
+	// Under a hold of catch-ups, what is read is kept for the release
+	// (HoldCatchUps): the runs' events, checked once here.
+	var snap *retainedSnapshot
+	if hold, gen := l.snapshotting(); hold {
+		if created, ok := l.streamCreated(ctx); ok {
+			snap = &retainedSnapshot{runs: make(map[string][]retainedMsg), gen: gen, created: created}
+		}
+	}
+	last, err := l.scanStream(ctx, eventKinds, 0, func(subject string, data []byte) {
 		es, ok := l.splitSubject(subject)
 		if !ok {
 			return
@@ -292,10 +300,19 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 			all[k] = r
 		}
 		r.kinds[es.kind] = true
+		keep := snap != nil && es.kind != progress.KindIdle
 		// The progress's name counts over the started event's.
-		if es.kind == progress.KindProgress || (es.kind == progress.KindStarted && r.name == "") {
-			if ev, _, err := l.check(es, data); err == nil && ev.Name != "" {
+		if keep || es.kind == progress.KindProgress || (es.kind == progress.KindStarted && r.name == "") {
+			ev, _, err := l.check(es, data)
+			if err == nil && ev.Name != "" && (es.kind == progress.KindProgress || (es.kind == progress.KindStarted && r.name == "")) {
 				r.name = ev.Name
+			}
+			if keep {
+				m := retainedMsg{subject: subject, kind: es.kind, ev: ev}
+				if err != nil {
+					m.ev, m.data = nil, data
+				}
+				snap.runs[es.runID] = append(snap.runs[es.runID], m)
 			}
 		}
 	})
@@ -304,6 +321,10 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("read retained runs: %w", err)
+	}
+	if snap != nil {
+		snap.last = last
+		l.keepSnapshot(snap)
 	}
 	runs := make([]Run, 0, len(all))
 	for k, r := range all {
@@ -557,6 +578,7 @@ func (l *Listener) kickStreamCheck() {
 
 // incident reports a stream incident to Options.OnStreamIncident.
 func (l *Listener) incident(kind string) {
+	l.streamChanged()
 	if l.opts.OnStreamIncident != nil {
 		l.opts.OnStreamIncident(kind)
 	}

@@ -256,7 +256,8 @@ func (l *Listener) unrouteRun(s *RunSubscription) {
 // fails (JetStream does not answer), it is retried in the background until
 // it succeeds or the subscription ends. Under HoldCatchUps the catch-up
 // waits for the release, which catches up every run held with one scan of
-// the stream. Subscribe returns an error, and no subscription, when the
+// the stream (or from what a Retained under the hold read and the stream
+// after it, see HoldCatchUps). Subscribe returns an error, and no subscription, when the
 // ids are not valid subject tokens.
 func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*RunSubscription, error) {
 	if err := checkToken("query id", queryID); err != nil {

@@ -415,6 +415,11 @@ func (s *Service) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read explicit tracks: %w", err)
 	}
+	// The catch-ups of the recovered runs wait until all are subscribed
+	// (Recover holds them too); held from before Retained, they are made
+	// from what Retained read and the stream after it, so that the stream
+	// is read once (listener.HoldCatchUps).
+	release := s.bus.HoldCatchUps()
 	var runs []listener.Run
 	if s.jetstream && len(s.opts.Registry.Rules) > 0 {
 		if runs, err = s.bus.Retained(ctx); err != nil {
@@ -423,6 +428,9 @@ func (s *Service) recover(ctx context.Context) error {
 	}
 	listed := time.Now()
 	_ = s.registry.Recover(ctx, tracks, runs) // logged by Recover
+	if err := release(ctx); err != nil {
+		s.log.Warn("could not catch the recovered runs up from the stream at once; each is retried on its own", zap.Error(err))
+	}
 	s.timings.Retained, s.timings.Recover = listed.Sub(began), time.Since(listed)
 	s.log.Info("recovered tracked runs", zap.Int("explicit_tracks", len(tracks)), zap.Int("retained_runs", len(runs)),
 		zap.Int("trackers", len(s.registry.Status())), zap.Duration("took", time.Since(began)))
