@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -17,8 +18,39 @@ import (
 
 // DefaultMaxPending is how many discovered runs may wait for a decision
 // (name lookup, rules, subscription) at once. Beyond it a newly seen run
-// is dropped, counted and logged; its next event finds it again.
+// is dropped, counted and logged; once the runs waiting are decided,
+// discovery rescans the runs the stream retains and finds it again (or
+// its next event does, whichever comes first).
 const DefaultMaxPending = 10_000
+
+// minRescanEvery and maxRescanEvery bound how often discovery rescans the
+// stream for the runs it dropped: a rescan reads every run's newest
+// events, so one that misses runs again (a flood of new runs bigger than
+// DefaultMaxPending, a start that keeps failing) waits twice as long
+// before the next.
+const (
+	minRescanEvery = time.Second
+	maxRescanEvery = time.Minute
+)
+
+// SetRescan gives the registry the way to ask discovery for a rescan of
+// the runs the stream retains (listener.DiscoverySubscription.Rescan):
+// fn must not block. Without it, a dropped run waits for its next event.
+func (r *Registry) SetRescan(fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rescan = fn
+}
+
+// missedRun notes that a discovered run was dropped, for the discovery
+// loop to rescan once its queue is empty. r.mu held.
+func (r *Registry) missedRun() {
+	r.missed = true
+	select {
+	case r.queued <- struct{}{}:
+	default:
+	}
+}
 
 // DefaultDiscoverParallelism is how many discovered runs are decided on
 // (looked up, joined to their tables' feeders, subscribed) at once.
@@ -107,8 +139,8 @@ func (r *Registry) Known(runID string) bool {
 //   - a run without a name that the registry could not decide on yet
 //     (undecided) is left alone until an event carries its name;
 //   - any other run is queued for a decision, unless DefaultMaxPending runs
-//     wait already (then it is dropped and counted; its next event finds
-//     it again).
+//     wait already (then it is dropped and counted; a rescan of the
+//     stream once the queue is empty, or its next event, finds it again).
 func (r *Registry) Discovered(run listener.Run) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -150,8 +182,9 @@ func (r *Registry) Discovered(run listener.Run) {
 	}
 	if len(r.pending) >= r.maxPending {
 		r.cfg.Metrics.Refused.WithLabelValues(RefusedBusy).Inc()
+		r.missedRun()
 		if ok, n := r.refuseLog.Allow(RefusedBusy); ok {
-			r.log.Warn("too many discovered runs wait for a decision; this one is found again on its next event",
+			r.log.Warn("too many discovered runs wait for a decision; this one is found again by a rescan of the stream once they are decided, or by its next event",
 				zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID), zap.Int("waiting", len(r.pending)),
 				zap.Int("suppressed", n))
 		}
@@ -162,6 +195,7 @@ func (r *Registry) Discovered(run listener.Run) {
 	p.merge(run)
 	r.pending[run.RunID] = p
 	r.queue = append(r.queue, run.RunID)
+	r.taken = true
 	select {
 	case r.queued <- struct{}{}:
 	default:
@@ -217,16 +251,49 @@ func (r *Registry) discoverLoop() {
 			fn()
 		}()
 	}
+	// A rescan for the runs dropped (missed) waits until the queue is
+	// empty, and at least rescanEvery since the last: it finds every
+	// retained run not known yet at once.
+	var (
+		rescanAt <-chan time.Time
+		every    time.Duration // the next rescan's delay; 0: rescanEvery
+	)
 	for {
 		select {
 		case <-r.stop:
 			return
 		case <-r.queued:
+		case <-rescanAt:
+			rescanAt = nil
+			r.mu.Lock()
+			fn := r.rescan
+			r.missed = false
+			r.mu.Unlock()
+			if fn != nil {
+				r.log.Debug("discovery: rescanning the retained runs for the runs it dropped")
+				fn()
+			}
+			continue
 		}
 		for {
 			r.mu.Lock()
 			if len(r.queue) == 0 || r.closed {
 				r.queue = nil
+				switch {
+				case rescanAt != nil:
+				case r.missed && r.rescan != nil:
+					if r.taken {
+						// Runs were taken since the last rescan (its
+						// own among them): the next one finds more.
+						every = 0
+					}
+					r.taken = false
+					every = cmp.Or(every, r.rescanEvery)
+					rescanAt = time.After(every)
+					every = min(2*every, maxRescanEvery)
+				case !r.missed:
+					every = 0
+				}
 				r.mu.Unlock()
 				break
 			}
@@ -356,8 +423,11 @@ func (r *Registry) consider(ctx context.Context, runID string, async func(table 
 	for _, e := range es {
 		start := func() {
 			if err := r.launch(ctx, e); err != nil && !errors.Is(err, ErrClosed) {
-				r.log.Error("could not track run", zap.String("table", e.req.Table), zap.String("query_id", run.QueryID),
+				r.log.Error("could not track run; a rescan of the stream tries again", zap.String("table", e.req.Table), zap.String("query_id", run.QueryID),
 					zap.String("run_id", run.RunID), zap.Error(err))
+				r.mu.Lock()
+				r.missedRun()
+				r.mu.Unlock()
 			}
 		}
 		if async == nil {

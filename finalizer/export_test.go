@@ -1,6 +1,9 @@
 package finalizer
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // StartTracker starts the worker of cfg. The worker stops when the run
 // terminates, on Stop (after applying what is pending) or when ctx is
@@ -32,4 +35,12 @@ func (t *Tracker) Join(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// SetDiscoveryLimits sets how many discovered runs may wait for a
+// decision, and the first delay of a rescan for the runs dropped.
+func (r *Registry) SetDiscoveryLimits(maxPending int, rescanEvery time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.maxPending, r.rescanEvery = maxPending, rescanEvery
 }

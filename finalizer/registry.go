@@ -254,6 +254,18 @@ type Registry struct {
 	pending    map[string]*pendingRun // runs waiting for a decision
 	queue      []string               // pending runs in arrival order
 	maxPending int
+	// rescan asks discovery to offer the runs the stream retains once
+	// more (SetRescan); nil without one. missed says that a discovered
+	// run was dropped (too many waiting, its start failed): once the
+	// queue is empty, discovery rescans, at most every rescanEvery
+	// (doubling while rescans find no run to take, up to
+	// maxRescanEvery), instead of leaving the run to its next event.
+	// taken says that a run was queued for a decision since the last
+	// rescan.
+	rescan      func()
+	missed      bool
+	taken       bool
+	rescanEvery time.Duration
 
 	refuseLog *lograte.Limiter
 	// sampler rate-limits the lines every run logs in the normal course
@@ -316,10 +328,11 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		ignored:  newMemo[JoinResult](cfg.Remember),
 		expired:  newMemo[[]Request](cfg.Remember),
 
-		undecided:  newMemo[JoinResult](cfg.Remember),
-		awaitName:  newMemo[JoinResult](cfg.Remember),
-		pending:    make(map[string]*pendingRun),
-		maxPending: DefaultMaxPending,
+		undecided:   newMemo[JoinResult](cfg.Remember),
+		awaitName:   newMemo[JoinResult](cfg.Remember),
+		pending:     make(map[string]*pendingRun),
+		maxPending:  DefaultMaxPending,
+		rescanEvery: minRescanEvery,
 
 		refuseLog: lograte.New(cfg.Clock.Now, refuseLogEvery),
 		sampler:   newLogSampler(cfg.Clock.Now, sampleEvery, sampleBurst),

@@ -308,6 +308,7 @@ type Listener struct {
 	retryKick   chan struct{} // a failed catch-up to retry, buffered 1
 	streamKick  chan struct{} // an advisory says the stream may be gone, buffered 1
 	slowKick    chan struct{} // the event subscription dropped messages, buffered 1
+	rescanKick  chan struct{} // a discovery asked for a rescan (DiscoverySubscription.Rescan), buffered 1
 	connClosed  chan struct{} // closed once the connection is closed
 
 	mu         sync.Mutex
@@ -404,6 +405,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		retryKick:   make(chan struct{}, 1),
 		streamKick:  make(chan struct{}, 1),
 		slowKick:    make(chan struct{}, 1),
+		rescanKick:  make(chan struct{}, 1),
 		retry:       make(map[*RunSubscription]struct{}),
 		held:        make(map[*RunSubscription]struct{}),
 		connClosed:  make(chan struct{}),
@@ -534,8 +536,8 @@ func checkURLs(list string) error {
 // DefaultRetryMax, until each succeeds or its subscription ends.
 func (l *Listener) maintain() {
 	defer l.wg.Done()
-	delay := DefaultRetryMin
-	var retry <-chan time.Time
+	delay, rescanDelay := DefaultRetryMin, DefaultRetryMin
+	var retry, rescanRetry <-chan time.Time
 	var check <-chan time.Time
 	if l.opts.StreamCheckEvery > 0 {
 		t := time.NewTicker(l.opts.StreamCheckEvery)
@@ -552,6 +554,24 @@ func (l *Listener) maintain() {
 			l.checkStream()
 		case <-l.slowKick:
 			l.afterSlowConsumer()
+		case <-l.rescanKick:
+			if rescanRetry != nil {
+				continue // asked again while a retry waits: the retry serves it
+			}
+			if l.rescanAsked() {
+				rescanRetry = time.After(rescanDelay)
+				rescanDelay = min(2*rescanDelay, DefaultRetryMax)
+			} else {
+				rescanDelay = DefaultRetryMin
+			}
+		case <-rescanRetry:
+			rescanRetry = nil
+			if l.rescanAsked() {
+				rescanRetry = time.After(rescanDelay)
+				rescanDelay = min(2*rescanDelay, DefaultRetryMax)
+			} else {
+				rescanDelay = DefaultRetryMin
+			}
 		case <-l.reconnected:
 			l.afterReconnect()
 		case <-l.retryKick:
@@ -692,7 +712,9 @@ func (l *Listener) catchUpAll(runs []*RunSubscription, disc []*DiscoverySubscrip
 	}
 	l.mu.Unlock()
 	for _, s := range disc {
-		l.rescan(l.ctx, s) // Retained bounds itself
+		if !l.rescan(l.ctx, s) { // Retained bounds itself
+			s.Rescan() // retried, with a delay while it keeps failing
+		}
 	}
 	return failed
 }

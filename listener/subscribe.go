@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,6 +40,9 @@ type DiscoverySubscription struct {
 	subscription
 	known func(runID string) bool
 	found func(Run)
+	// rescan is set by Rescan and cleared by the maintenance goroutine
+	// as it starts the rescan it asked for.
+	rescan atomic.Bool
 }
 
 // APISubscription answers requests to the service (ServeAPI,
@@ -548,18 +552,53 @@ func (s *DiscoverySubscription) onDiscover(m *nats.Msg) {
 		Terminated: es.kind == progress.KindTerminated, Event: ev})
 }
 
+// Rescan asks for the runs the stream retains to be offered once more to
+// found, those that known does not know: a caller that could not take a
+// run when it was found (too many waiting for a decision, a subscription
+// that failed) finds it again without waiting for the run's next event,
+// which may be an hour away. It never blocks: the rescan runs on the
+// listener's maintenance goroutine, and requests made before it starts
+// are served by one rescan. Without JetStream it does nothing.
+func (s *DiscoverySubscription) Rescan() {
+	s.rescan.Store(true)
+	select {
+	case s.l.rescanKick <- struct{}{}:
+	default:
+	}
+}
+
+// rescanAsked runs the rescans that discoveries asked for (Rescan). It
+// runs on maintain's goroutine. It reports whether one failed: that one is
+// asked for again, and maintain retries it after a delay.
+func (l *Listener) rescanAsked() (failed bool) {
+	_, disc := l.subscriptions()
+	for _, s := range disc {
+		if s.rescan.CompareAndSwap(true, false) && !l.rescan(l.ctx, s) {
+			s.rescan.Store(true)
+			failed = true
+		}
+	}
+	return failed
+}
+
 // rescan offers the retained runs that s.known does not know to s.found.
-func (l *Listener) rescan(ctx context.Context, s *DiscoverySubscription) {
+// It reports false when the stream could not be read (not when there is no
+// stream to read).
+func (l *Listener) rescan(ctx context.Context, s *DiscoverySubscription) bool {
 	runs, err := l.Retained(ctx)
 	if err != nil {
-		if !errors.Is(err, ErrNoJetStream) && !errors.Is(err, ErrNoStream) {
-			l.log.Warn("rescan retained runs after reconnect", zap.Error(err))
+		if errors.Is(err, ErrNoJetStream) || errors.Is(err, ErrNoStream) {
+			return true
 		}
-		return
+		if ctx.Err() == nil {
+			l.log.Warn("could not rescan the runs the stream retains for discovery; retried", zap.Error(err))
+		}
+		return false
 	}
 	for _, r := range runs {
 		if !s.known(r.RunID) {
 			s.found(r)
 		}
 	}
+	return true
 }

@@ -401,6 +401,10 @@ func (s *Service) discover(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("nats discovery: %w", err)
 	}
+	// A run discovery had to drop (too many waiting for a decision, a
+	// start that failed) is found again by a rescan of the stream, not
+	// left to its next event.
+	s.registry.SetRescan(disc.Rescan)
 	s.started("discovery", func(context.Context) { _ = disc.Unsubscribe() })
 	return nil
 }
