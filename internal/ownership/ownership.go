@@ -163,9 +163,15 @@ type Owner struct {
 	// mu, and a walk of 100,000 tables under it each second was the
 	// latency's p99 at that size (BENCHMARKS.md, "The latency tail").
 	unreached map[*held]string
-	nheld     int       // the advances in held
-	forgotAt  time.Time // the last forget (the loop's)
-	started   bool
+	nheld     int // the advances in held
+	// epoch counts the doubts (reconnects, failed polls). A write marks
+	// what it wrote reached, and a flush its buckets clean, only when no
+	// doubt came between the collection of what it writes and its end: a
+	// reconnect during a statement may have lost that statement's rows
+	// with a failed primary, and its doubt must not be undone by it.
+	epoch    uint64
+	forgotAt time.Time // the last forget (the loop's)
+	started  bool
 
 	kick   chan struct{}
 	stop   chan struct{}
@@ -348,6 +354,7 @@ func (w *Owner) Reconnected() {
 // doubtLocked marks every held advance as not known reached and in doubt,
 // and every owned bucket as to be written. w.mu held.
 func (w *Owner) doubtLocked() {
+	w.epoch++
 	now := time.Now().UnixNano()
 	for table, first := range w.held {
 		for h := first; h != nil; h = h.next {
@@ -582,15 +589,22 @@ func (w *Owner) flush(ctx context.Context) {
 		as = append(as, h.a)
 		doubt = doubt || h.doubt
 	}
+	epoch := w.epoch
 	w.mu.Unlock()
-	if err := w.write(ctx, as, doubt, "flush"); err != nil {
+	if err := w.write(ctx, as, doubt, "flush", epoch); errors.Is(err, errDoubted) {
+		return // the buckets stay dirty: written at the next poll
+	} else if err != nil {
 		w.log.Warn("ownership: could not write the held advances of the buckets taken; tried again at the next poll",
 			zap.Int("advances", len(as)), zap.Error(err))
 		return
 	}
 	w.mu.Lock()
-	for _, b := range buckets {
-		w.dirty[b] = false
+	if w.epoch == epoch {
+		// A doubt since (a reconnect during the write) marked the
+		// buckets dirty again: written at the next poll.
+		for _, b := range buckets {
+			w.dirty[b] = false
+		}
 	}
 	w.mu.Unlock()
 }
@@ -619,19 +633,25 @@ func (w *Owner) fallback(ctx context.Context) {
 		as = append(as, h.a)
 		doubt = doubt || h.doubt
 	}
+	epoch := w.epoch
 	w.mu.Unlock()
 	if len(as) == 0 {
 		return
 	}
-	if err := w.write(ctx, as, doubt, "fallback"); err != nil {
+	if err := w.write(ctx, as, doubt, "fallback", epoch); err != nil && !errors.Is(err, errDoubted) {
 		w.log.Warn("ownership: could not write held advances whose owner did not; tried again at the next poll",
 			zap.Int("advances", len(as)), zap.Error(err))
 	}
 }
 
+// errDoubted: a doubt (a reconnect) came while a write read the rows; it
+// is made again at the next poll.
+var errDoubted = errors.New("ownership: the control database's connection was re-established during the write")
+
 // write applies as (after dropping those a rewind since made stale, when
-// doubt) and marks them reached.
-func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why string) error {
+// doubt) and marks them reached, unless a doubt came after epoch (when as
+// was collected): then what it wrote stays to be written again.
+func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why string, epoch uint64) error {
 	if len(as) == 0 {
 		return nil
 	}
@@ -645,6 +665,13 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 			rows[v.Table] = v
 		}
 		w.mu.Lock()
+		if w.epoch != epoch {
+			// The rows were read across a reconnect: a rewind
+			// announced while it was down may not be in them, and
+			// an advance collected as not in doubt may be now.
+			w.mu.Unlock()
+			return errDoubted
+		}
 		kept := as[:0]
 		for _, a := range as {
 			h := w.heldOf(a.Table, a.QueryID)
@@ -683,6 +710,9 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 		}
 		if r.Moved {
 			moved++
+		}
+		if w.epoch != epoch {
+			continue // doubted during the statement: written again
 		}
 		if h := w.heldOf(as[i].Table, as[i].QueryID); h != nil && h.a.FinalizedUntil.Equal(as[i].FinalizedUntil) {
 			w.reachedLocked(h) // written; a later reconnect writes it again
@@ -768,6 +798,13 @@ func (w *Owner) forgetEvery() time.Duration {
 // reports whether this replica writes it: it owns the table's bucket, or
 // it does not know who does (its lock connection is down).
 func (w *Owner) hold(a control.Advance, now time.Time) bool {
+	write, _ := w.holdEpoch(a, now)
+	return write
+}
+
+// holdEpoch is hold, and returns the doubt epoch to give reached once
+// the write is done.
+func (w *Owner) holdEpoch(a control.Advance, now time.Time) (bool, uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// Kept for a day once reached (Forget): without the progress's
@@ -784,16 +821,22 @@ func (w *Owner) hold(a control.Advance, now time.Time) bool {
 		h.a, h.at, h.since, h.reached, h.doubt = a.Detached(), t, t, false, false
 		w.unreached[h] = a.Table
 	}
-	return !w.known || w.owned[w.Bucket(a.Table)]
+	return !w.known || w.owned[w.Bucket(a.Table)], w.epoch
 }
 
 // reached marks a's held advance reached when v shows the table at or
-// past it.
-func (w *Owner) reached(a control.Advance, v control.Verdict) {
+// past it, and no doubt (a reconnect) came since epoch, when a was held:
+// a write made before a failover may be lost with it, so what a
+// reconnect doubted during the statement stays to be written again.
+func (w *Owner) reached(a control.Advance, v control.Verdict, epoch uint64) {
 	if v.FinalizedUntil.Before(a.FinalizedUntil) {
 		return
 	}
 	w.mu.Lock()
+	if w.epoch != epoch {
+		w.mu.Unlock()
+		return
+	}
 	if h := w.heldOf(a.Table, a.QueryID); h != nil && !v.FinalizedUntil.Before(h.a.FinalizedUntil) {
 		w.reachedLocked(h)
 	}

@@ -28,13 +28,14 @@ func (s *Store) Owner() *Owner { return s.o }
 // otherwise.
 func (s *Store) Advance(ctx context.Context, a control.Advance) (control.Verdict, bool, error) {
 	now := time.Now()
-	if !s.o.hold(a, now) {
+	write, epoch := s.o.holdEpoch(a, now)
+	if !write {
 		s.o.m.held.Inc()
 		return heldVerdict(a, now), false, nil
 	}
 	v, moved, err := s.Store.Advance(ctx, a)
 	if err == nil {
-		s.o.reached(a, v)
+		s.o.reached(a, v, epoch)
 	}
 	return v, moved, err
 }
@@ -45,11 +46,16 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []control.Advance) ([]contr
 	now := time.Now()
 	res := make([]control.AdvanceResult, len(as))
 	var (
-		send []control.Advance
-		at   []int
+		send  []control.Advance
+		at    []int
+		epoch uint64
 	)
 	for i, a := range as {
-		if s.o.hold(a, now) {
+		write, e := s.o.holdEpoch(a, now)
+		if i == 0 || e < epoch {
+			epoch = e // the oldest: a doubt since any of them counts
+		}
+		if write {
 			send, at = append(send, a), append(at, i)
 			continue
 		}
@@ -64,7 +70,7 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []control.Advance) ([]contr
 		if j < len(got) {
 			res[i] = got[j]
 			if got[j].Err == nil {
-				s.o.reached(send[j], got[j].Verdict)
+				s.o.reached(send[j], got[j].Verdict, epoch)
 			}
 		} else {
 			res[i].Err = err

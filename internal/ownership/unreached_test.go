@@ -84,7 +84,7 @@ func TestPollLooksAtUnreachedOnly(t *testing.T) {
 			if !w.hold(a, now) {
 				t.Fatal("an owned table's advance was held")
 			}
-			w.reached(a, control.Verdict{Table: table, FinalizedUntil: a.FinalizedUntil})
+			w.reached(a, control.Verdict{Table: table, FinalizedUntil: a.FinalizedUntil}, w.epoch)
 		}
 	}
 	checkIndex(t, w, "all reached")
@@ -170,7 +170,7 @@ func TestForgetInChunks(t *testing.T) {
 		a := control.Advance{Table: fmt.Sprintf("t%05d", i), QueryID: "q", FinalizedUntil: now.Truncate(time.Minute)}
 		w.hold(a, at)
 		if i%3 != 0 {
-			w.reached(a, control.Verdict{Table: a.Table, FinalizedUntil: a.FinalizedUntil})
+			w.reached(a, control.Verdict{Table: a.Table, FinalizedUntil: a.FinalizedUntil}, w.epoch)
 		}
 	}
 	w.forget()

@@ -1,0 +1,116 @@
+package ownership
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/control"
+)
+
+// duringStore runs during (a reconnect, say) inside its statement or its
+// read of the rows, as a LISTEN connection re-established while a write
+// is in flight does.
+type duringStore struct {
+	fakeStore
+	duringWrite, duringList func()
+}
+
+func (d *duringStore) AdvanceBatch(ctx context.Context, as []control.Advance) ([]control.AdvanceResult, error) {
+	if f := d.duringWrite; f != nil {
+		d.duringWrite = nil
+		f()
+	}
+	return d.fakeStore.AdvanceBatch(ctx, as)
+}
+
+func (d *duringStore) List(ctx context.Context) ([]control.Verdict, error) {
+	if f := d.duringList; f != nil {
+		d.duringList = nil
+		f()
+	}
+	return d.fakeStore.List(ctx)
+}
+
+func ownAll(w *Owner) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.known = true
+	for b := range w.owned {
+		w.owned[b] = true
+	}
+}
+
+// TestReconnectDuringAWriteIsNotForgotten: a reconnect (a failover may
+// have lost the newest writes) that comes while a flush's statement or a
+// tracker's is in flight leaves what that statement wrote to be written
+// again: neither the flush's end (its buckets marked clean) nor the
+// statement's answer (its advances marked reached) undoes the doubt. On
+// the old code the advance was then never written again by this replica
+// (the owner): fallback skips owned tables and flush clean buckets.
+func TestReconnectDuringAWriteIsNotForgotten(t *testing.T) {
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	a := control.Advance{Table: "t", QueryID: "q", FinalizedUntil: base}
+
+	t.Run("flush", func(t *testing.T) {
+		ds := &duringStore{}
+		w := New(Options{Table: control.DefaultTable, Store: ds, Buckets: 4, Grace: time.Hour, Forget: time.Hour})
+		w.hold(a, time.Now()) // not known: written by the tracker; say its write failed
+		ownAll(w)
+		w.mu.Lock()
+		for b := range w.dirty {
+			w.dirty[b] = true // just taken
+		}
+		w.mu.Unlock()
+		ds.duringWrite = w.Reconnected
+		w.flush(context.Background())
+		checkIndex(t, w, "flush across a reconnect")
+		if len(w.unreached) != 1 {
+			t.Fatalf("after a flush across a reconnect, %d unreached, want the one doubted", len(w.unreached))
+		}
+		w.flush(context.Background())
+		if len(ds.batches) != 2 {
+			t.Fatalf("the doubted advance was written %d times, want again at the next flush (2)", len(ds.batches))
+		}
+		if len(w.unreached) != 0 {
+			t.Fatalf("%d unreached after the second flush", len(w.unreached))
+		}
+	})
+
+	t.Run("flush reads the rows across a reconnect", func(t *testing.T) {
+		ds := &duringStore{}
+		w := New(Options{Table: control.DefaultTable, Store: ds, Buckets: 4, Grace: time.Hour, Forget: time.Hour})
+		w.hold(a, time.Now())
+		ownAll(w)
+		w.Reconnected() // in doubt: the rows are read first
+		ds.duringList = w.Reconnected
+		w.flush(context.Background())
+		if len(ds.batches) != 0 {
+			t.Fatalf("written from rows read across a reconnect: %v", ds.batches)
+		}
+		w.flush(context.Background())
+		if len(ds.batches) != 1 || len(w.unreached) != 0 {
+			t.Fatalf("not written at the next flush: %v, %d unreached", ds.batches, len(w.unreached))
+		}
+	})
+
+	t.Run("a tracker's statement", func(t *testing.T) {
+		ds := &duringStore{}
+		w := New(Options{Table: control.DefaultTable, Store: ds, Buckets: 4, Grace: time.Hour, Forget: time.Hour})
+		ownAll(w)
+		write, epoch := w.holdEpoch(a, time.Now())
+		if !write {
+			t.Fatal("an owned table's advance was held")
+		}
+		w.Reconnected() // while the tracker's statement is in flight
+		w.reached(a, control.Verdict{Table: a.Table, FinalizedUntil: a.FinalizedUntil}, epoch)
+		checkIndex(t, w, "reached across a reconnect")
+		if len(w.unreached) != 1 {
+			t.Fatalf("a statement that ended after a reconnect marked its advance reached (%d unreached)", len(w.unreached))
+		}
+		w.flush(context.Background())
+		if len(ds.batches) != 1 {
+			t.Fatalf("the doubted advance was not written again: %v", ds.batches)
+		}
+	})
+}
