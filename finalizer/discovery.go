@@ -28,9 +28,19 @@ const DefaultMaxPending = 10_000
 // events, so one that misses runs again (a flood of new runs bigger than
 // DefaultMaxPending, a start that keeps failing) waits twice as long
 // before the next.
+//
+// A rescan that took runs (queued them for a decision) is followed by the
+// next at the minimum delay, as the queue had no room for them all, but at
+// most maxQuickRescans times in a row: beyond, the delay doubles however
+// many runs the rescans take. Runs that are taken again and again never
+// become known (a flood of hostile run ids, more than the registry
+// remembers as ignored, evicting each other; a start that fails while
+// PostgreSQL is down), and each rescan reads the whole stream. The quick
+// rescans start again once none ran for maxRescanEvery.
 const (
-	minRescanEvery = time.Second
-	maxRescanEvery = time.Minute
+	minRescanEvery  = time.Second
+	maxRescanEvery  = time.Minute
+	maxQuickRescans = 16
 )
 
 // SetRescan gives the registry the way to ask discovery for a rescan of
@@ -255,8 +265,10 @@ func (r *Registry) discoverLoop() {
 	// empty, and at least rescanEvery since the last: it finds every
 	// retained run not known yet at once.
 	var (
-		rescanAt <-chan time.Time
-		every    time.Duration // the next rescan's delay; 0: rescanEvery
+		rescanAt   <-chan time.Time
+		every      time.Duration // the next rescan's delay; 0: rescanEvery
+		quick      int           // rescans in a row at rescanEvery because the last took runs
+		lastRescan time.Time
 	)
 	for {
 		select {
@@ -264,7 +276,7 @@ func (r *Registry) discoverLoop() {
 			return
 		case <-r.queued:
 		case <-rescanAt:
-			rescanAt = nil
+			rescanAt, lastRescan = nil, time.Now()
 			r.mu.Lock()
 			fn := r.rescan
 			r.missed = false
@@ -282,17 +294,19 @@ func (r *Registry) discoverLoop() {
 				switch {
 				case rescanAt != nil:
 				case r.missed && r.rescan != nil:
-					if r.taken {
+					if time.Since(lastRescan) > maxRescanEvery {
+						every, quick = 0, 0 // none for a while: a new episode
+					}
+					if r.taken && quick < maxQuickRescans {
 						// Runs were taken since the last rescan (its
 						// own among them): the next one finds more.
 						every = 0
+						quick++
 					}
 					r.taken = false
 					every = cmp.Or(every, r.rescanEvery)
 					rescanAt = time.After(every)
 					every = min(2*every, maxRescanEvery)
-				case !r.missed:
-					every = 0
 				}
 				r.mu.Unlock()
 				break

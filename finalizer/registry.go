@@ -258,8 +258,9 @@ type Registry struct {
 	// more (SetRescan); nil without one. missed says that a discovered
 	// run was dropped (too many waiting, its start failed): once the
 	// queue is empty, discovery rescans, at most every rescanEvery
-	// (doubling while rescans find no run to take, up to
-	// maxRescanEvery), instead of leaving the run to its next event.
+	// (doubling while rescans find no run to take, or after
+	// maxQuickRescans in a row that did, up to maxRescanEvery), instead
+	// of leaving the run to its next event.
 	// taken says that a run was queued for a decision since the last
 	// rescan.
 	rescan      func()

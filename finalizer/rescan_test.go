@@ -137,3 +137,62 @@ func idleRun(i int) listener.Run {
 	ev.QueryID = query
 	return listener.Run{QueryID: query, RunID: id, Kind: progress.KindIdle, Event: ev}
 }
+
+// namedAs is a fakeBus that is also a Namer: every run is named name.
+type namedAs struct {
+	*fakeBus
+	name string
+}
+
+func (b *namedAs) RunName(context.Context, string, string) (string, error) { return b.name, nil }
+
+// A flood of run ids that no rule matches, more than the registry
+// remembers as ignored plus those that may wait for a decision: each
+// rescan takes runs that the registry ignores and then forgets (the
+// memo evicts them), so the next rescan takes them again, for ever. The
+// rescans (each a read of the whole stream) must back off regardless:
+// before, every rescan that took a run was followed by the next at the
+// minimum delay, so the stream was read every rescanEvery while the
+// stream retained the flood.
+func TestRescansBackOffUnderAFloodOfIgnoredRuns(t *testing.T) {
+	const runs, maxPending, every = 60, 3, 5 * time.Millisecond
+	bus := &namedAs{fakeBus: newFakeBus(), name: "hostile"}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: newFakeStore(),
+		Clock: newFakeClock(utc("2026-09-29T00:00:00Z")), Logger: zap.NewNop(), Remember: 2,
+		Rules: []finalizer.Rule{{Table: "t", Query: "live", Spec: hourSpec(t)}}})
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := reg.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	reg.SetDiscoveryLimits(maxPending, every)
+	retained := make([]listener.Run, runs)
+	for i := range retained {
+		retained[i] = idleRun(i)
+	}
+	var rescans atomic.Int32
+	reg.SetRescan(func() {
+		rescans.Add(1)
+		go func() {
+			for _, run := range retained {
+				if !reg.Known(run.RunID) {
+					reg.Discovered(run)
+				}
+			}
+		}()
+	})
+	for _, run := range retained {
+		reg.Discovered(run)
+	}
+	const watch = 1500 * time.Millisecond
+	time.Sleep(watch)
+	// At the minimum delay: about watch/every = 300. Bounded: the quick
+	// ones, then doubling from every (5, 10, ..., 640 ms: 8 more).
+	if n := rescans.Load(); n > 16+12 {
+		t.Fatalf("%d rescans in %s at a minimum delay of %s; want them to back off (at most %d)", n, watch, every, 16+12)
+	} else {
+		t.Logf("%d rescans in %s", n, watch)
+	}
+}
