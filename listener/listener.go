@@ -421,9 +421,12 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		nats.ReconnectWait(o.ReconnectWait),
 		nats.DrainTimeout(o.RequestTimeout),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			if err != nil {
-				l.disconnects.Add(1)
+			if err == nil && l.isClosed() {
+				// Our own Close (it logs "nats connection closed"):
+				// not a disconnect for an operator to look at.
+				return
 			}
+			l.disconnects.Add(1)
 			l.log.Warn("nats disconnected", zap.Error(err))
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
