@@ -199,20 +199,39 @@ type retainedSnapshot struct {
 	created time.Time
 }
 
-// streamCreated returns the event stream's creation time, as the server
-// reports it now; ok is false when it does not answer.
-func (l *Listener) streamCreated(ctx context.Context) (time.Time, bool) {
+// streamCreated returns the event stream's creation time and the
+// sequence of its last message, as the server reports them now; ok is
+// false when it does not answer.
+func (l *Listener) streamCreated(ctx context.Context) (created time.Time, lastSeq uint64, ok bool) {
 	st, err := l.eventStream(ctx)
 	if err != nil {
-		return time.Time{}, false
+		return time.Time{}, 0, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
 	defer cancel()
 	info, err := st.Info(cctx)
 	if err != nil {
-		return time.Time{}, false
+		return time.Time{}, 0, false
 	}
-	return info.Created, true
+	return info.Created, info.State.LastSeq, true
+}
+
+// snapshotUsable reports whether snap still describes the stream whose
+// creation time and last sequence are created and lastSeq: the same
+// stream (a stream created since is another one, whose sequences start
+// again), and one whose sequences did not go back below what snap read.
+// They go back when the server lost the end of the stream (an R1 stream
+// in persist_mode async on a server killed and restarted, ADR 0004
+// addendum, where this process's connection may not have dropped: the
+// server of a cluster that holds the stream is not always the one this
+// process is connected to); the messages stored since would reuse the
+// sequences snap read, and a scan from after them would miss them. It
+// sees the loss only while fewer messages were stored since than were
+// lost (the usual window: the restart's listing to its release, about a
+// second); beyond, a run whose message it misses waits for its next
+// event: behind, never ahead.
+func snapshotUsable(snap *retainedSnapshot, created time.Time, lastSeq uint64) bool {
+	return created.Equal(snap.created) && lastSeq >= snap.last
 }
 
 // retainedMsg is one message of a snapshot: checked against its subject
@@ -301,8 +320,9 @@ func (l *Listener) scanCatchUp(ctx context.Context, subs []*RunSubscription, sna
 	var terminations []retainedMsg
 	var from uint64
 	if snap != nil {
-		// The same stream, still: else a whole scan.
-		if created, ok := l.streamCreated(ctx); !ok || !created.Equal(snap.created) {
+		// The same stream, still, not behind the snapshot: else a
+		// whole scan.
+		if created, lastSeq, ok := l.streamCreated(ctx); !ok || !snapshotUsable(snap, created, lastSeq) {
 			snap = nil
 		}
 	}

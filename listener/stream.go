@@ -284,7 +284,7 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 	// (HoldCatchUps): the runs' events, checked once here.
 	var snap *retainedSnapshot
 	if hold, gen := l.snapshotting(); hold {
-		if created, ok := l.streamCreated(ctx); ok {
+		if created, _, ok := l.streamCreated(ctx); ok {
 			snap = &retainedSnapshot{runs: make(map[string][]retainedMsg), gen: gen, created: created}
 		}
 	}
