@@ -114,3 +114,29 @@ func TestReconnectDuringAWriteIsNotForgotten(t *testing.T) {
 		}
 	})
 }
+
+// An advance collected by a poll (flush, fallback) and dropped by a
+// rewind before its statement is sent is not written: it would undo the
+// rewind. Before, the advances a poll collected were sent as collected
+// unless in doubt.
+func TestRewindBeforeAPollsWriteIsNotUndone(t *testing.T) {
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	a := control.Advance{Table: "t", QueryID: "q", FinalizedUntil: base}
+	other := control.Advance{Table: "u", QueryID: "q", FinalizedUntil: base}
+	fs := &fakeStore{}
+	w := New(Options{Table: control.DefaultTable, Store: fs, Buckets: 4, Grace: time.Hour, Forget: time.Hour})
+	w.hold(a, time.Now())
+	w.hold(other, time.Now())
+	w.mu.Lock()
+	as := []control.Advance{w.heldOf("t", "q").a, w.heldOf("u", "q").a}
+	epoch := w.epoch
+	w.mu.Unlock()
+	w.Rewound("t") // between the collection and the statement
+	if err := w.write(context.Background(), as, false, "fallback", epoch); err != nil {
+		t.Fatal(err)
+	}
+	if len(fs.batches) != 1 || len(fs.batches[0]) != 1 || fs.batches[0][0].Table != "u" {
+		t.Fatalf("wrote %v, want u's advance alone (t was rewound)", fs.batches)
+	}
+	checkIndex(t, w, "after the write")
+}

@@ -698,6 +698,21 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 			return nil
 		}
 	}
+	// Only what is still held as it was collected: one a rewind dropped
+	// since (Rewound) would undo the rewind; one replaced by a newer is
+	// written by the newer's own path. (A statement in flight when the
+	// rewind comes is not stopped, as a tracker's is not.)
+	w.mu.Lock()
+	kept := as[:0]
+	for _, a := range as {
+		if h := w.heldOf(a.Table, a.QueryID); h != nil && h.a.FinalizedUntil.Equal(a.FinalizedUntil) {
+			kept = append(kept, a)
+		}
+	}
+	w.mu.Unlock()
+	if as = kept; len(as) == 0 {
+		return nil
+	}
 	res, err := w.o.Store.AdvanceBatch(ctx, as)
 	if err != nil {
 		return err
