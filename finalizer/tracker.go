@@ -892,16 +892,21 @@ type parked struct {
 	// stopping is whether Stop had been called when the step began.
 	stopping bool
 	began    time.Time
-	cancel   context.CancelFunc // of the advance's timeout
+	cancel   context.CancelFunc // of the advance's context
 
 	res   control.AdvanceResult
 	ready atomic.Bool
 }
 
 // park hands adv to s and records it in t.parked; the result schedules
-// the tracker, whose next step resumes the write.
+// the tracker, whose next step resumes the write. The advance's wait for
+// its group has no deadline: the group commit bounds each statement by
+// AdvanceTimeout, so the queue always drains, and a deadline on the wait
+// failed the advances at the back of a big queue (100,000 first verdicts
+// at once) that no statement had failed, and sent them to the back again
+// as retries.
 func (t *Tracker) park(ctx context.Context, s asyncStore, adv control.Advance, cand progress.Candidate, ev *progress.Event) {
-	actx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
+	actx, cancel := context.WithCancel(ctx)
 	p := &parked{adv: adv, cand: cand, ev: ev, began: time.Now(), cancel: cancel}
 	t.parked = p
 	s.advanceAsync(actx, adv, func(r control.AdvanceResult) {
