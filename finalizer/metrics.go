@@ -169,7 +169,7 @@ func NewMetrics(prom prometheus.Registerer, now func() time.Time) *Metrics {
 		}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "finalizer_refused_total",
-			Help: "Runs refused tracking, by reason: table_name (invalid or too long), query_name (too long), run_cap (too many tracked runs).",
+			Help: "Runs refused tracking, by reason: table_name (invalid or too long), query_name (too long), run_cap (too many tracked runs), busy (too many discovered runs waiting for a decision; found again by a rescan).",
 		}, []string{"reason"}),
 		now:    now,
 		tables: make(map[string]*tableFigures),
