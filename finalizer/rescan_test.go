@@ -32,6 +32,28 @@ func (b *gatedNamer) RunName(ctx context.Context, _, _ string) (string, error) {
 	}
 }
 
+// gatedDiscovery returns a registry with one rule ("live" into t) whose
+// lookups of a run's name wait until open is called (the runs discovered
+// meanwhile wait for a decision). Its end closes the registry.
+func gatedDiscovery(t *testing.T) (*finalizer.Registry, func()) {
+	t.Helper()
+	bus := &gatedNamer{fakeBus: newFakeBus(), gate: make(chan struct{})}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: newFakeStore(),
+		Clock: newFakeClock(utc("2026-09-29T00:00:00Z")), Logger: zap.NewNop(),
+		Rules: []finalizer.Rule{{Table: "t", Query: "live", Spec: hourSpec(t)}}})
+	var openGate sync.Once
+	open := func() { openGate.Do(func() { close(bus.gate) }) }
+	t.Cleanup(func() {
+		open()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := reg.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return reg, open
+}
+
 // More runs than may wait for a decision are discovered at once, each
 // with a single event (an hourly trigger's run says nothing more for an
 // hour): the ones dropped are found again by a rescan of what the stream
@@ -40,20 +62,7 @@ func (b *gatedNamer) RunName(ctx context.Context, _, _ string) (string, error) {
 // verdicts at 100,000 runs waited for them until its deadline).
 func TestDroppedDiscoveredRunsAreFoundByARescan(t *testing.T) {
 	const runs, maxPending = 40, 3
-	bus := &gatedNamer{fakeBus: newFakeBus(), gate: make(chan struct{})}
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: newFakeStore(),
-		Clock: newFakeClock(utc("2026-09-29T00:00:00Z")), Logger: zap.NewNop(),
-		Rules: []finalizer.Rule{{Table: "t", Query: "live", Spec: hourSpec(t)}}})
-	var openGate sync.Once
-	open := func() { openGate.Do(func() { close(bus.gate) }) }
-	defer func() {
-		open()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := reg.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	reg, open := gatedDiscovery(t)
 	reg.SetDiscoveryLimits(maxPending, 10*time.Millisecond)
 
 	// The stream: every run's one event (an idle event: no name).
@@ -93,20 +102,7 @@ func TestDroppedDiscoveredRunsAreFoundByARescan(t *testing.T) {
 // Without a way to rescan (no JetStream), a dropped run waits for its next
 // event, as before: nothing else asks for one.
 func TestDroppedDiscoveredRunWithoutRescanWaitsForItsNextEvent(t *testing.T) {
-	bus := &gatedNamer{fakeBus: newFakeBus(), gate: make(chan struct{})}
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: newFakeStore(),
-		Clock: newFakeClock(utc("2026-09-29T00:00:00Z")), Logger: zap.NewNop(),
-		Rules: []finalizer.Rule{{Table: "t", Query: "live", Spec: hourSpec(t)}}})
-	var openGate sync.Once
-	open := func() { openGate.Do(func() { close(bus.gate) }) }
-	defer func() {
-		open()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := reg.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	reg, open := gatedDiscovery(t)
 	reg.SetDiscoveryLimits(1, 10*time.Millisecond)
 	for i := range 3 {
 		reg.Discovered(idleRun(i))
