@@ -202,7 +202,7 @@ type Tracker struct {
 	ctx         context.Context // bounds every step; its end stops the tracker
 	pool        *pool
 	onExit      func()       // run on the worker once the tracker has exited
-	state       atomic.Int32 // stateIdle, stateQueued, ...
+	state       atomic.Int32 // stateNew, stateIdle, stateQueued, ...
 	stopReq     atomic.Bool  // Stop was called
 	reassertReq atomic.Bool  // Reassert was called, not yet taken by a step
 	retryFired  atomic.Bool  // the armed retry timer fired
@@ -369,11 +369,17 @@ func (t *Tracker) Stop() {
 
 // The scheduling states of a tracker.
 const (
-	stateIdle    int32 = iota // nothing to do, not in the pool's queue
-	stateQueued               // in the pool's queue
-	stateRunning              // a worker runs its step
-	stateRerun                // a step runs, and more work came meanwhile
-	stateExited               // done: never submitted again
+	// stateNew: begin has not run yet. A Stop (or mail) meanwhile is
+	// recorded and not submitted: the tracker has no pool yet, and begin's
+	// first step sees it. The registry publishes a tracker to Stop
+	// (supersede, Close) before it calls begin, so a Stop in that window
+	// submitted it to a nil pool (found by the race detector in CI).
+	stateNew     int32 = iota
+	stateIdle          // nothing to do, not in the pool's queue
+	stateQueued        // in the pool's queue
+	stateRunning       // a worker runs its step
+	stateRerun         // a step runs, and more work came meanwhile
+	stateExited        // done: never submitted again
 )
 
 // begin starts the tracker on p: from now on its box's mail, Stop,
@@ -385,6 +391,7 @@ const (
 func (t *Tracker) begin(ctx context.Context, p *pool, onExit func()) {
 	t.ctx, t.pool, t.onExit = ctx, p, onExit
 	t.log.Debug("tracker started", zap.String("spec", t.cfg.Spec.String()))
+	t.state.Store(stateIdle) // after the fields above: submit reads them once it sees it
 	t.cfg.Box.SetNotify(t.schedule)
 	t.schedule()
 }
@@ -411,7 +418,7 @@ func (t *Tracker) submit() {
 			if t.state.CompareAndSwap(stateRunning, stateRerun) {
 				return
 			}
-		default: // queued, rerun, exited
+		default: // new (begin schedules), queued, rerun, exited
 			return
 		}
 	}
