@@ -67,6 +67,15 @@ func (l *Listener) EnsureStream(ctx context.Context) error {
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		cfg := l.wantStream()
 		st, err = l.js.CreateStream(ctx, cfg)
+		if err != nil && cfg.PersistMode == jetstream.AsyncPersistMode && unknownPersistMode(err) {
+			// A server before 2.12 in strict mode refuses the field it
+			// does not know (one not in strict mode ignores it): the
+			// stream writes each message, as every stream did before.
+			l.log.Info("the NATS server does not know persist_mode (before nats-server 2.12); the event stream is created writing each message",
+				zap.String("stream", name), zap.Error(err))
+			cfg.PersistMode = jetstream.DefaultPersistMode
+			st, err = l.js.CreateStream(ctx, cfg)
+		}
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			// Created meanwhile by another replica: conform it below.
 			st, err = l.js.Stream(ctx, name)
@@ -104,6 +113,13 @@ func (l *Listener) EnsureStream(ctx context.Context) error {
 			zap.String("stream", name), zap.Strings("differences", diffs))
 	}
 	return nil
+}
+
+// unknownPersistMode reports whether a stream's creation was refused for
+// its persist_mode field: a server that predates it and decodes its API
+// requests strictly ("unknown field").
+func unknownPersistMode(err error) bool {
+	return strings.Contains(err.Error(), "persist_mode")
 }
 
 // wantStream returns the configuration of a stream EnsureStream creates.
