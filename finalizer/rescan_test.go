@@ -66,21 +66,7 @@ func TestDroppedDiscoveredRunsAreFoundByARescan(t *testing.T) {
 	reg.SetDiscoveryLimits(maxPending, 10*time.Millisecond)
 
 	// The stream: every run's one event (an idle event: no name).
-	retained := make([]listener.Run, runs)
-	for i := range retained {
-		retained[i] = idleRun(i)
-	}
-	var rescans atomic.Int32
-	reg.SetRescan(func() {
-		rescans.Add(1)
-		go func() { // as the listener does: off the caller's goroutine
-			for _, run := range retained {
-				if !reg.Known(run.RunID) {
-					reg.Discovered(run)
-				}
-			}
-		}()
-	})
+	retained, rescans := rescanStream(reg, runs)
 	for _, run := range retained {
 		reg.Discovered(run)
 	}
@@ -164,21 +150,7 @@ func TestRescansBackOffUnderAFloodOfIgnoredRuns(t *testing.T) {
 		}
 	}()
 	reg.SetDiscoveryLimits(maxPending, every)
-	retained := make([]listener.Run, runs)
-	for i := range retained {
-		retained[i] = idleRun(i)
-	}
-	var rescans atomic.Int32
-	reg.SetRescan(func() {
-		rescans.Add(1)
-		go func() {
-			for _, run := range retained {
-				if !reg.Known(run.RunID) {
-					reg.Discovered(run)
-				}
-			}
-		}()
-	})
+	retained, rescans := rescanStream(reg, runs)
 	for _, run := range retained {
 		reg.Discovered(run)
 	}
@@ -191,4 +163,27 @@ func TestRescansBackOffUnderAFloodOfIgnoredRuns(t *testing.T) {
 	} else {
 		t.Logf("%d rescans in %s", n, watch)
 	}
+}
+
+// rescanStream gives reg a rescan over a stream that retains n runs (each
+// with one idle event, idleRun) and returns them and the count of
+// rescans: each offers the runs reg does not know to it, off the caller's
+// goroutine, as the listener does.
+func rescanStream(reg *finalizer.Registry, n int) ([]listener.Run, *atomic.Int32) {
+	retained := make([]listener.Run, n)
+	for i := range retained {
+		retained[i] = idleRun(i)
+	}
+	rescans := new(atomic.Int32)
+	reg.SetRescan(func() {
+		rescans.Add(1)
+		go func() {
+			for _, run := range retained {
+				if !reg.Known(run.RunID) {
+					reg.Discovered(run)
+				}
+			}
+		}()
+	})
+	return retained, rescans
 }
