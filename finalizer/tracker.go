@@ -874,10 +874,8 @@ func (t *Tracker) wrote(ctx context.Context, adv control.Advance, cand progress.
 		t.retryWanted, t.stepErr, t.stepCand = true, err, cand
 		return false
 	}
-	// The advance is kept for a re-assert: without the progress's
-	// buffers, which it would keep alive (write detached it already, so
-	// this copies nothing).
-	adv = adv.Detached()
+	// The advance is kept for a re-assert: write detached it from the
+	// progress's buffers, which it would keep alive.
 	t.lastAdv = &adv
 	t.succeed(verdict, moved, cand, ev)
 	t.movedLast = moved
