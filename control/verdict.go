@@ -67,15 +67,18 @@ func (a Advance) DetachedLike(like *Advance) Advance {
 	}
 	// The ids come from the document too; the table and the query's name
 	// from the tracker's configuration, which lives as long anyway.
-	a.QueryID = cloneUnlike(a.QueryID, like, func(l *Advance) string { return l.QueryID })
-	a.RunID = cloneUnlike(a.RunID, like, func(l *Advance) string { return l.RunID })
+	var likeQuery, likeRun string
+	if like != nil {
+		likeQuery, likeRun = like.QueryID, like.RunID
+	}
+	a.QueryID, a.RunID = sameOrClone(a.QueryID, likeQuery), sameOrClone(a.RunID, likeRun)
 	return a
 }
 
-// cloneUnlike returns like's string when it equals s, else a copy of s.
-func cloneUnlike(s string, like *Advance, of func(*Advance) string) string {
-	if like != nil && of(like) == s {
-		return of(like)
+// sameOrClone returns like when it equals s, else a copy of s.
+func sameOrClone(s, like string) string {
+	if s == like {
+		return like
 	}
 	return strings.Clone(s)
 }
