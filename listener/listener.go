@@ -541,6 +541,16 @@ func (l *Listener) maintain() {
 	defer l.wg.Done()
 	delay, rescanDelay := DefaultRetryMin, DefaultRetryMin
 	var retry, rescanRetry <-chan time.Time
+	// rescan runs the rescans asked for; one that failed is retried after
+	// rescanDelay, doubling while it keeps failing.
+	rescan := func() {
+		if l.rescanAsked() {
+			rescanRetry = time.After(rescanDelay)
+			rescanDelay = min(2*rescanDelay, DefaultRetryMax)
+		} else {
+			rescanDelay = DefaultRetryMin
+		}
+	}
 	var check <-chan time.Time
 	if l.opts.StreamCheckEvery > 0 {
 		t := time.NewTicker(l.opts.StreamCheckEvery)
@@ -561,20 +571,10 @@ func (l *Listener) maintain() {
 			if rescanRetry != nil {
 				continue // asked again while a retry waits: the retry serves it
 			}
-			if l.rescanAsked() {
-				rescanRetry = time.After(rescanDelay)
-				rescanDelay = min(2*rescanDelay, DefaultRetryMax)
-			} else {
-				rescanDelay = DefaultRetryMin
-			}
+			rescan()
 		case <-rescanRetry:
 			rescanRetry = nil
-			if l.rescanAsked() {
-				rescanRetry = time.After(rescanDelay)
-				rescanDelay = min(2*rescanDelay, DefaultRetryMax)
-			} else {
-				rescanDelay = DefaultRetryMin
-			}
+			rescan()
 		case <-l.reconnected:
 			l.afterReconnect()
 		case <-l.retryKick:
