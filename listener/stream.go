@@ -318,9 +318,10 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 		r.kinds[es.kind] = true
 		keep := snap != nil && es.kind != progress.KindIdle
 		// The progress's name counts over the started event's.
-		if keep || es.kind == progress.KindProgress || (es.kind == progress.KindStarted && r.name == "") {
+		naming := es.kind == progress.KindProgress || (es.kind == progress.KindStarted && r.name == "")
+		if keep || naming {
 			ev, _, err := l.check(es, data)
-			if err == nil && ev.Name != "" && (es.kind == progress.KindProgress || (es.kind == progress.KindStarted && r.name == "")) {
+			if err == nil && ev.Name != "" && naming {
 				r.name = ev.Name
 			}
 			if keep {
