@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/finalizer-dev/finalizer/internal/heaptest"
 )
 
 // TestTrackerHeldMemory bounds what a tracker holds on the heap with the
@@ -27,15 +29,11 @@ func TestTrackerHeldMemory(t *testing.T) {
 	sh := sharedOf(TrackerConfig{Logger: log, Metrics: m})
 	const n = 2000
 	keep := make([]*Tracker, n)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i := range keep {
-		keep[i] = newTrackerShared(TrackerConfig{QueryID: "q", RunID: "r", Table: "t"}, sh)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+	per := heaptest.PerItem(n, func() {
+		for i := range keep {
+			keep[i] = newTrackerShared(TrackerConfig{QueryID: "q", RunID: "r", Table: "t"}, sh)
+		}
+	})
 	t.Logf("%.0f bytes of heap per tracker", per)
 	if per > 920 {
 		t.Errorf("a tracker holds %.0f bytes of heap: want at most 920 (the 896-byte size class)", per)
@@ -53,17 +51,13 @@ func TestPerTableMetricsMemory(t *testing.T) {
 	for i := range tables {
 		tables[i] = fmt.Sprintf("bronze.table_%06d", i)
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
 	at := time.Unix(1_700_000_000, 0)
-	for _, table := range tables {
-		m.ObserveVerdict(table, at)
-		m.AddRowsDropped(table, 3)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+	per := heaptest.PerItem(n, func() {
+		for _, table := range tables {
+			m.ObserveVerdict(table, at)
+			m.AddRowsDropped(table, 3)
+		}
+	})
 	t.Logf("%.0f bytes of heap per table", per)
 	if per > 200 {
 		t.Errorf("the per-table metrics hold %.0f bytes per table: want at most 200", per)

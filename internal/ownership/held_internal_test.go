@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/internal/heaptest"
 )
 
 // The held advances of a table are a chain, one per feeder: each feeder's
@@ -88,15 +89,11 @@ func TestHeldMemory(t *testing.T) {
 			FinalizedUntil: time.Unix(1_700_000_000, 0), EndOffset: []byte(`{"lsn":1}`), Sources: []string{"s"}}.Detached()
 	}
 	now := time.Now()
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for _, a := range as {
-		w.hold(a, now)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+	per := heaptest.PerItem(n, func() {
+		for _, a := range as {
+			w.hold(a, now)
+		}
+	})
 	t.Logf("%.0f bytes of heap per held table", per)
 	if per > 300 {
 		t.Errorf("ownership holds %.0f bytes per table: want at most 300", per)
