@@ -236,3 +236,20 @@ func newFakeClock() *fakeClock {
 
 func (c *fakeClock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
 func (c *fakeClock) Add(d time.Duration) { c.ns.Add(int64(d)) }
+
+// subscribeRuns subscribes runs 0 to n-1 (query uuid(i, 0), run uuid(i,
+// 1)) on l, each with a mailbox of its own, unsubscribed at the end of
+// the test, and returns the mailboxes.
+func subscribeRuns(t testing.TB, l *listener.Listener, n int) []*listener.Mailbox {
+	t.Helper()
+	boxes := make([]*listener.Mailbox, n)
+	for i := range boxes {
+		boxes[i] = listener.NewMailbox()
+		s, err := l.Subscribe(uuid(i, 0), uuid(i, 1), boxes[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Unsubscribe() })
+	}
+	return boxes
+}

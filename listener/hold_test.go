@@ -152,15 +152,7 @@ func TestReconnectCatchesManyRunsUp(t *testing.T) {
 	if err := l.EnsureStream(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	boxes := make([]*listener.Mailbox, n)
-	for i := range n {
-		boxes[i] = listener.NewMailbox()
-		s, err := l.Subscribe(uuid(i, 0), uuid(i, 1), boxes[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Unsubscribe() })
-	}
+	boxes := subscribeRuns(t, l, n)
 	srv.Shutdown()
 	eventually(t, "disconnected", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

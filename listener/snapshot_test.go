@@ -56,15 +56,7 @@ func TestHoldCatchUpsFromRetained(t *testing.T) {
 	store(progress.KindStarted, uuid(n, 0), uuid(n, 1), startedJSON(uuid(n, 0), uuid(n, 1), "held"))
 	store(progress.KindProgress, uuid(n, 0), uuid(n, 1), progressJSON(uuid(n, 0), uuid(n, 1), "held", 5))
 
-	boxes := make([]*listener.Mailbox, n+1)
-	for i := range boxes {
-		boxes[i] = listener.NewMailbox()
-		s, err := l.Subscribe(uuid(i, 0), uuid(i, 1), boxes[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Unsubscribe() })
-	}
+	boxes := subscribeRuns(t, l, n+1)
 	if m := boxes[3].Take(); m.Progress != nil || m.Started != nil {
 		t.Fatalf("caught up before the release: %+v", m)
 	}
@@ -154,15 +146,7 @@ func TestHoldCatchUpsSnapshotAfterPurge(t *testing.T) {
 	if _, err := js.Publish(ctx, "spark.progress."+uuid(0, 0)+"."+uuid(0, 1), progressJSON(uuid(0, 0), uuid(0, 1), "held", 9)); err != nil {
 		t.Fatal(err)
 	}
-	boxes := make([]*listener.Mailbox, n)
-	for i := range boxes {
-		boxes[i] = listener.NewMailbox()
-		s, err := l.Subscribe(uuid(i, 0), uuid(i, 1), boxes[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Unsubscribe() })
-	}
+	boxes := subscribeRuns(t, l, n)
 	if err := release(ctx); err != nil {
 		t.Fatalf("release: %v", err)
 	}
