@@ -104,6 +104,8 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "length of the latency phase")
 	fs.DurationVar(&cfg.Idle, "idle", 0, "length of each window of the idle phase (every run posts an idle event every 10 s, then a progress with new data every 10 s; the service's CPU is measured in each), e.g. 30s; 0 skips it")
 	fs.BoolVar(&cfg.RestartOnly, "restart-only", false, "after tracking and the first verdicts go straight to the restart's recovery (skips ingest, latency, burst, feeders and idle), e.g. to measure recovery at 100,000 runs in a short run")
+	fs.BoolVar(&cfg.BurstOnly, "burst-only", false, "skip the raw delivery, and after tracking and the first verdicts run only the burst (skips ingest, latency, feeders, idle, the restart and the naive baseline), e.g. to iterate on the group commit")
+	fs.IntVar(&cfg.Bursts, "bursts", 1, "bursts in the burst phase, each crossing the next boundary: the first one's time is the burst's, every one's is in burst_rounds_s")
 	fs.IntVar(&cfg.PerPeriod, "per-period", bench.DefaultPerPeriod, "progress events per run and (minute) period")
 	fs.IntVar(&cfg.Window, "window", bench.DefaultWindow, "messages the ingest publisher may run ahead of the consumer")
 	fs.StringVar(&cfg.PostgresURL, "postgres-url", "", "PostgreSQL to use (empty: a throwaway cluster)")

@@ -86,6 +86,15 @@ type Config struct {
 	// and the restart's recovery at sizes whose whole bench would not fit
 	// in a short hold of a shared machine.
 	RestartOnly bool
+	// BurstOnly skips the raw delivery and every phase after the first
+	// verdicts but the burst (Bursts of them, one boundary after the
+	// other), the restart and the naive baseline: to measure the burst
+	// alone, e.g. to iterate on the group commit.
+	BurstOnly bool
+	// Bursts is how many bursts the burst phase runs, each crossing the
+	// next boundary (0: 1). The result's burst is the first one's; every
+	// one's is in BurstRounds.
+	Bursts int
 	// PerPeriod is the number of progress events per run and period.
 	PerPeriod int
 	// Window bounds how far the ingest publisher runs ahead of the consumer.
@@ -165,6 +174,9 @@ func (c Config) withDefaults() Config {
 	if c.RawRounds <= 0 {
 		c.RawRounds = DefaultRawRounds
 	}
+	if c.Bursts <= 0 {
+		c.Bursts = 1
+	}
 	if c.WaitTimeout <= 0 {
 		c.WaitTimeout = max(DefaultWaitTimeout, time.Duration(c.Runs)*waitPerRun)
 	}
@@ -209,6 +221,9 @@ func (c Config) Validate() error {
 	}
 	if c.PerPeriod > 0 && 60%c.PerPeriod != 0 {
 		return fmt.Errorf("per-period %d: must divide 60 (seconds of a minute)", c.PerPeriod)
+	}
+	if c.BurstOnly && c.RestartOnly {
+		return errors.New("burst-only and restart-only: choose one")
 	}
 	return nil
 }
@@ -280,7 +295,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := r.runService(ctx); err != nil {
 		return nil, err
 	}
-	if cfg.Naive {
+	if cfg.Naive && !cfg.BurstOnly {
 		if err := r.runNaive(ctx); err != nil {
 			return nil, err
 		}

@@ -109,6 +109,38 @@ func TestQuickBench(t *testing.T) {
 	}
 }
 
+// TestBurstOnly runs the bench with BurstOnly: the first verdicts, then
+// Bursts bursts, each committed in full with no retry, and no other
+// phase.
+func TestBurstOnly(t *testing.T) {
+	var log strings.Builder
+	cfg := Config{
+		Runs:        50,
+		BurstOnly:   true,
+		Bursts:      3,
+		PostgresURL: pgtest.URL(t),
+		WaitTimeout: time.Minute,
+		Log:         &log,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	t.Log("\n" + log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.BurstRounds) != 3 || res.BurstSeconds != res.BurstRounds[0] || res.FirstVerdictsSeconds <= 0 {
+		t.Errorf("bursts %v, burst %.3f s, first verdicts %.3f s: want 3 bursts, the first one's the burst", res.BurstRounds, res.BurstSeconds, res.FirstVerdictsSeconds)
+	}
+	if len(res.RawRounds) != 0 || res.IngestEventsPerSec != 0 || res.Latency.Probes != 0 || len(res.Feeders) != 0 || res.RecoverySeconds != 0 || res.Naive != nil {
+		t.Errorf("a phase besides the burst ran: raw %v, ingest %.0f/s, %d latency probes, feeders %v, recovery %.3f s, naive %v",
+			res.RawRounds, res.IngestEventsPerSec, res.Latency.Probes, res.Feeders, res.RecoverySeconds, res.Naive)
+	}
+	if res.AdvanceRetries != 0 || res.AdvanceFailures != 0 {
+		t.Errorf("%d advances retried, %d failed", res.AdvanceRetries, res.AdvanceFailures)
+	}
+}
+
 // TestConfigValidate rejects what cannot run.
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
@@ -121,6 +153,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad tracking", Config{Tracking: "all"}, false},
 		{"one per period", Config{PerPeriod: 1}, false},
 		{"does not divide a minute", Config{PerPeriod: 7}, false},
+		{"burst and restart only", Config{BurstOnly: true, RestartOnly: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.cfg.Validate(); (err == nil) != tc.ok {

@@ -17,8 +17,10 @@ import (
 
 // runService runs the service's phases.
 func (r *runner) runService(ctx context.Context) error {
-	if err := r.rawDelivery(ctx); err != nil {
-		return fmt.Errorf("raw delivery: %w", err)
+	if !r.cfg.BurstOnly {
+		if err := r.rawDelivery(ctx); err != nil {
+			return fmt.Errorf("raw delivery: %w", err)
+		}
 	}
 	before := sampleMemory()
 	stopPeak := peakHeap(r.cfg.ProfileDir, "heap-peak.pprof")
@@ -91,12 +93,34 @@ func (r *runner) runService(ctx context.Context) error {
 		}
 	}
 
+	if r.cfg.BurstOnly {
+		return r.burstPhase(ctx, svc)
+	}
 	if !r.cfg.RestartOnly {
 		if err := r.steady(ctx, svc); err != nil {
 			return err
 		}
 	}
 	return r.restart(ctx, &svc, stop)
+}
+
+// burstPhase runs Bursts bursts, one boundary after the other, under one
+// profile: the first one's time is the result's burst, every one's is in
+// BurstRounds.
+func (r *runner) burstPhase(ctx context.Context, svc *benchService) error {
+	return r.profile("burst", func() error {
+		for range r.cfg.Bursts {
+			took, err := r.burst(ctx, svc.acceptedSince())
+			if err != nil {
+				return err
+			}
+			if len(r.res.BurstRounds) == 0 {
+				r.res.BurstSeconds = took
+			}
+			r.res.BurstRounds = append(r.res.BurstRounds, took)
+		}
+		return nil
+	})
 }
 
 // steady runs the phases of a running service: ingest, latency, burst,
@@ -111,11 +135,7 @@ func (r *runner) steady(ctx context.Context, svc *benchService) error {
 	}); err != nil {
 		return err
 	}
-	if err := r.profile("burst", func() error {
-		var err error
-		r.res.BurstSeconds, err = r.burst(ctx, svc.acceptedSince())
-		return err
-	}); err != nil {
+	if err := r.burstPhase(ctx, svc); err != nil {
 		return err
 	}
 	if svc.dropped.Load() != 0 {

@@ -75,6 +75,9 @@ type Result struct {
 
 	Latency      Latency `json:"latency"`
 	BurstSeconds float64 `json:"burst_s"`
+	// BurstRounds is every burst of the phase (Config.Bursts); the first
+	// one's is BurstSeconds.
+	BurstRounds []float64 `json:"burst_rounds_s,omitempty"`
 	// Feeders is the cost of tables of one and of several feeders on the
 	// control table (ADR 0015).
 	Feeders []Feeders `json:"feeders,omitempty"`
