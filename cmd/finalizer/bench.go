@@ -119,7 +119,7 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 	fs.StringVar(&cfg.MemoryLimit, "memory-limit", "auto", "the service's own soft memory limit: auto (as serve sets it) or off (the Go runtime's default); GOMEMLIMIT overrides both")
 	fs.Float64Var(&cfg.MemoryHeadroom, "memory-headroom", 0, "headroom of the auto memory limit, a share of the live heap (0: the service's default)")
 	fs.StringVar(&cfg.Actions, "actions", "", "give every bench table an action: nats or marker (issue 19), to measure what actions cost")
-	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU, a block and a mutex profile per phase and a heap profile here")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU, an allocation, a block and a mutex profile per phase and a heap profile here")
 	fs.BoolVar(&cfg.Trace, "trace", false, "with --profile-dir, also an execution trace per phase (go tool trace -pprof=net shows the waits on PostgreSQL and NATS)")
 	fs.DurationVar(&cfg.WaitTimeout, "wait-timeout", 0, fmt.Sprintf("bound of every wait for verdicts (0: %s, or 5 ms per run when longer)", bench.DefaultWaitTimeout))
 	fs.StringVar(&logLevel, "log-level", "", "log the service at this level on stderr (empty: no logs)")

@@ -133,9 +133,10 @@ type Config struct {
 	// "nats" (the JetStream event) or "marker" (a file under the work
 	// dir), to measure what actions cost the hot path.
 	Actions string
-	// ProfileDir, when set, receives a CPU, a block and a mutex profile
-	// per phase (cpu-, block-, mutex-<phase>.pprof) and a heap profile
-	// after tracking (heap.pprof).
+	// ProfileDir, when set, receives a CPU, an allocation, a block and a
+	// mutex profile per phase (cpu-, allocs-, block-, mutex-<phase>.pprof;
+	// allocs-<phase>.base.pprof is the allocations before the phase) and
+	// a heap profile after tracking (heap.pprof).
 	ProfileDir string
 	// Trace also writes an execution trace per phase to ProfileDir
 	// (trace-<phase>.out), for the time spent waiting on the network.
@@ -439,6 +440,11 @@ func (r *runner) actionRules() []actions.Rule {
 }
 
 // profile runs fn under a CPU profile named after the phase, when asked,
+// records what the phase allocated (allocs-<phase>.pprof, with the
+// process's allocations before the phase in allocs-<phase>.base.pprof:
+// `go tool pprof -sample_index=alloc_space -base allocs-<phase>.base.pprof
+// allocs-<phase>.pprof` gives the phase's own; the runtime updates the
+// figures at each collection, so each snapshot lags by up to one cycle),
 // and records where the phase waited: a block and a mutex profile
 // (block-<phase>.pprof, mutex-<phase>.pprof: channel, select, lock and
 // sync.Cond waits) and an execution trace (trace-<phase>.out: `go tool
@@ -470,7 +476,9 @@ func (r *runner) profile(phase string, fn func() error) error {
 	}
 	runtime.SetBlockProfileRate(int(100 * time.Microsecond))
 	prev := runtime.SetMutexProfileFraction(10)
+	r.writeProfile("allocs", "allocs-"+phase+".base.pprof")
 	defer func() {
+		r.writeProfile("allocs", "allocs-"+phase+".pprof")
 		for _, k := range []string{"block", "mutex"} {
 			if pf, err := os.Create(filepath.Join(r.cfg.ProfileDir, k+"-"+phase+".pprof")); err == nil {
 				_ = pprof.Lookup(k).WriteTo(pf, 0)
@@ -481,4 +489,13 @@ func (r *runner) profile(phase string, fn func() error) error {
 		runtime.SetMutexProfileFraction(prev)
 	}()
 	return fn()
+}
+
+// writeProfile writes the named runtime profile (pprof.Lookup) to file in
+// the profile directory; a failure only loses the profile.
+func (r *runner) writeProfile(name, file string) {
+	if pf, err := os.Create(filepath.Join(r.cfg.ProfileDir, file)); err == nil {
+		_ = pprof.Lookup(name).WriteTo(pf, 0)
+		_ = pf.Close()
+	}
 }

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +24,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // dropped, retried or failed.
 func TestQuickBench(t *testing.T) {
 	var log strings.Builder
+	prof := t.TempDir()
 	cfg := Config{
+		ProfileDir:   prof,
 		Runs:         50,
 		IngestPerRun: 10,
 		Rate:         200, // 4 events/s per run: the workers never fall a period behind
@@ -49,6 +53,14 @@ func TestQuickBench(t *testing.T) {
 	if res.IngestEvents != 50*10 || res.RawEventsPerSec <= 0 || res.IngestEventsPerSec <= 0 || res.SettledEventsPerSec <= 0 {
 		t.Errorf("ingest: %d events, raw %.0f/s, accepted %.0f/s, settled %.0f/s", res.IngestEvents,
 			res.RawEventsPerSec, res.IngestEventsPerSec, res.SettledEventsPerSec)
+	}
+	if l := res.Latency; l.AllocKiBPerEvent <= 0 {
+		t.Errorf("latency phase: %.2f KiB allocated per event; want it measured", l.AllocKiBPerEvent)
+	}
+	for _, f := range []string{"allocs-latency.base.pprof", "allocs-latency.pprof", "cpu-latency.pprof"} {
+		if fi, err := os.Stat(filepath.Join(prof, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("profile %s: %v (want it written, not empty)", f, err)
+		}
 	}
 	if res.IngestWritesPerPeriod > 1 {
 		t.Errorf("ingest wrote %.2f times per (table, period), want at most 1", res.IngestWritesPerPeriod)

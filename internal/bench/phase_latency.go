@@ -57,6 +57,7 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	out.GCMarkCPUS = rt1.markS - rt0.markS
 	out.SchedP99Ms = schedQuantile(rt0, rt1, 0.99) * 1000
 	out.SchedP999Ms = schedQuantile(rt0, rt1, 0.999) * 1000
+	out.AllocKiBPerEvent = float64(rt1.allocs-rt0.allocs) / 1024 / float64(max(sent, 1))
 	heard, missing := r.obs.takeLatencies()
 	if r.cfg.ProfileDir != "" {
 		if err := writeProbes(filepath.Join(r.cfg.ProfileDir, "latency-probes.csv"), heard); err != nil {
@@ -78,9 +79,9 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	}
 	out.WritesPerPeriod = (r.settle(ctx, writes) - writes0) / float64(max(crossings, 1))
 	r.say("latency at %.0f events/s for %s: %d crossings, p50 %.2f ms, p99 %.2f ms, max %.2f ms, %.2f writes per (table, period); "+
-		"%d collections (%.2f s of marking CPU), scheduling latency p99 %.2f ms, p99.9 %.2f ms",
+		"%d collections (%.2f s of marking CPU), %.1f KiB allocated per event, scheduling latency p99 %.2f ms, p99.9 %.2f ms",
 		r.cfg.Rate, r.cfg.Duration, out.Probes, out.P50Ms, out.P99Ms, out.MaxMs, out.WritesPerPeriod,
-		out.GCCycles, out.GCMarkCPUS, out.SchedP99Ms, out.SchedP999Ms)
+		out.GCCycles, out.GCMarkCPUS, out.AllocKiBPerEvent, out.SchedP99Ms, out.SchedP999Ms)
 	return nil
 }
 

@@ -28,6 +28,10 @@ type Latency struct {
 	GCMarkCPUS  float64 `json:"gc_mark_cpu_s"`
 	SchedP99Ms  float64 `json:"sched_latency_p99_ms"`
 	SchedP999Ms float64 `json:"sched_latency_p999_ms"`
+	// AllocKiBPerEvent is the heap the whole process allocated during
+	// the phase (/gc/heap/allocs:bytes) over the events published: the
+	// allocation rate that paces the collections, per event.
+	AllocKiBPerEvent float64 `json:"alloc_kib_per_event"`
 }
 
 // Baseline is the naive consumer's figures, measured on the same messages.

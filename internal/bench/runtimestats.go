@@ -7,8 +7,9 @@ import (
 
 // runtimeStats are the Go runtime's figures that bear on a phase's
 // latency, read at its start and at its end (runtime/metrics): the
-// collections, the CPU their marking took, and how long goroutines
-// waited, runnable, for a processor.
+// collections, the CPU their marking took, how long goroutines waited,
+// runnable, for a processor, and the bytes allocated (what paces the
+// collections).
 type runtimeStats struct {
 	samples []metrics.Sample
 }
@@ -20,6 +21,7 @@ func newRuntimeStats() *runtimeStats {
 		{Name: "/cpu/classes/gc/mark/dedicated:cpu-seconds"},
 		{Name: "/cpu/classes/gc/mark/idle:cpu-seconds"},
 		{Name: "/sched/latencies:seconds"},
+		{Name: "/gc/heap/allocs:bytes"},
 	}}
 }
 
@@ -28,6 +30,7 @@ type runtimeReading struct {
 	cycles uint64
 	markS  float64 // CPU seconds of marking: assists, background and idle workers
 	sched  *metrics.Float64Histogram
+	allocs uint64 // bytes allocated on the heap since the process began
 }
 
 func (s *runtimeStats) read() runtimeReading {
@@ -44,6 +47,9 @@ func (s *runtimeStats) read() runtimeReading {
 	if v := s.samples[4].Value; v.Kind() == metrics.KindFloat64Histogram {
 		h := v.Float64Histogram()
 		r.sched = &metrics.Float64Histogram{Counts: append([]uint64(nil), h.Counts...), Buckets: h.Buckets}
+	}
+	if v := s.samples[5].Value; v.Kind() == metrics.KindUint64 {
+		r.allocs = v.Uint64()
 	}
 	return r
 }
