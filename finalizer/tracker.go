@@ -1193,10 +1193,13 @@ func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate
 	if moved {
 		m.Advances.Inc()
 		m.candidate("advanced").Inc()
-		t.logSampled(zapcore.InfoLevel, "moved", "verdict moved",
-			zap.Time("finalized_until", v.FinalizedUntil),
-			zap.Time("end_time", cand.Time),
-			zap.Int64("batch_id", ev.BatchID))
+		// The fields are made only for a line that is written: a verdict
+		// moves at every crossing, and its line mostly goes to a DEBUG
+		// that is off (issue 12: 192 bytes a crossing otherwise).
+		if lvl, n := t.sample(zapcore.InfoLevel, "moved"); t.log.enabled(lvl) {
+			t.logAt(lvl, n, "verdict moved", zap.Time("finalized_until", v.FinalizedUntil),
+				zap.Time("end_time", cand.Time), zap.Int64("batch_id", ev.BatchID))
+		}
 		return
 	}
 	m.candidate("unchanged").Inc()
@@ -1210,13 +1213,30 @@ func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate
 // matter. The line that goes through says how many of its class went to
 // DEBUG since the last one (suppressed).
 func (t *Tracker) logSampled(lvl zapcore.Level, class, msg string, fields ...zap.Field) {
-	if t.cfg.sampler != nil {
-		ok, n := t.cfg.sampler.allow(class)
-		if !ok {
-			lvl = zapcore.DebugLevel
-		} else if n > 0 {
-			fields = append(fields, zap.Int("suppressed", n))
-		}
+	lvl, n := t.sample(lvl, class)
+	t.logAt(lvl, n, msg, fields...)
+}
+
+// sample returns the level a line of class is logged at (lvl, or DEBUG
+// when the sampler holds it back) and how many of its class the sampler
+// held back since the last one let through; it counts the line as the
+// sampler's.
+func (t *Tracker) sample(lvl zapcore.Level, class string) (zapcore.Level, int) {
+	if t.cfg.sampler == nil {
+		return lvl, 0
+	}
+	ok, n := t.cfg.sampler.allow(class)
+	if !ok {
+		return zapcore.DebugLevel, 0
+	}
+	return lvl, n
+}
+
+// logAt logs what sample decided: msg at lvl, saying how many lines of
+// its class were suppressed when n > 0.
+func (t *Tracker) logAt(lvl zapcore.Level, n int, msg string, fields ...zap.Field) {
+	if n > 0 {
+		fields = append(fields, zap.Int("suppressed", n))
 	}
 	t.log.log(lvl, msg, fields)
 }

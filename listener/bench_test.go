@@ -27,6 +27,38 @@ func BenchmarkDeliver(b *testing.B) {
 	}
 }
 
+// BenchmarkDeliverTake measures a progress message's whole way through
+// the listener on the hot path (issue 12): the router's delivery into the
+// run's mailbox, unparsed, then the worker's Take, which parses it. Each
+// message is the next batch, as a live run's are. allocs/op is what each
+// event adds to the collector's pace here (the NATS client's copy of the
+// message is not in it).
+func BenchmarkDeliverTake(b *testing.B) {
+	srv := startNATS(b)
+	l := dial(b, srv.ClientURL(), listener.Options{})
+	q, run := uuid(22, 0), uuid(22, 1)
+	box := listener.NewMailbox()
+	sub, err := l.Subscribe(q, run, box)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	subject := "spark.progress." + q + "." + run
+	docs := make([][]byte, b.N)
+	for i := range docs {
+		docs[i] = progressJSON(q, run, "bench", int64(i+1))
+	}
+	b.SetBytes(int64(len(docs[0])))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		listener.Deliver(sub, subject, docs[i])
+		if box.Take().Progress == nil {
+			b.Fatal("no progress taken")
+		}
+	}
+}
+
 // BenchmarkDiscoverKnown measures discovery's hot path: a message of a run
 // already known.
 func BenchmarkDiscoverKnown(b *testing.B) {

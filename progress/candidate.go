@@ -135,7 +135,11 @@ func (s Spec) Evaluate(ev *Event) (Candidate, Outcome, string) {
 	var c Candidate
 	switch s.Time {
 	case TimeOffset:
-		tokens, err := splitPointer(s.Pointer)
+		// On the stack for the usual pointers (a few tokens): Evaluate runs
+		// for every progress, and a slice per call was its one allocation
+		// (issue 12).
+		var room [4]string
+		tokens, err := appendPointer(room[:0], s.Pointer)
 		if err != nil {
 			return Candidate{}, NoTime, "bad pointer"
 		}
@@ -279,25 +283,30 @@ func (s Spec) offsetTime(off json.RawMessage, tokens []string) (time.Time, Outco
 
 // splitPointer splits an RFC 6901 JSON Pointer into its unescaped
 // reference tokens. "" is the whole document.
-func splitPointer(p string) ([]string, error) {
+func splitPointer(p string) ([]string, error) { return appendPointer(nil, p) }
+
+// appendPointer is splitPointer appending the tokens to dst.
+func appendPointer(dst []string, p string) ([]string, error) {
 	if p == "" {
-		return nil, nil
+		return dst, nil
 	}
 	if p[0] != '/' {
 		return nil, errors.New(`a JSON Pointer starts with "/"`)
 	}
-	tokens := strings.Split(p[1:], "/")
-	for i, tok := range tokens {
+	for rest, more := p[1:], true; more; {
+		var tok string
+		tok, rest, more = strings.Cut(rest, "/")
 		for j := 0; j < len(tok); j++ {
 			if tok[j] == '~' && (j+1 == len(tok) || (tok[j+1] != '0' && tok[j+1] != '1')) {
 				return nil, errors.New(`"~" in a JSON Pointer must be followed by 0 or 1`)
 			}
 		}
 		if strings.IndexByte(tok, '~') >= 0 {
-			tokens[i] = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+			tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
 		}
+		dst = append(dst, tok)
 	}
-	return tokens, nil
+	return dst, nil
 }
 
 // lookupPointer returns the value the reference tokens point at in doc,

@@ -2,6 +2,7 @@ package progress
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -359,5 +360,38 @@ func TestCandidateByDescription(t *testing.T) {
 	}
 	if _, n := mustSpec(t, SpecOptions{Source: "description:KafkaV2*"}).PickSource(run1); n != 2 {
 		t.Errorf("PickSource of an ambiguous glob: %d matches, want 2", n)
+	}
+}
+
+// TestAppendPointerAsSplit checks the pointer's split onto the stack
+// against the strings.Split it replaced, on every shape of pointer:
+// empty tokens, trailing and doubled slashes, escapes, bad escapes.
+func TestAppendPointerAsSplit(t *testing.T) {
+	split := func(p string) ([]string, bool) {
+		if p == "" {
+			return nil, true
+		}
+		if p[0] != '/' {
+			return nil, false
+		}
+		tokens := strings.Split(p[1:], "/")
+		for i, tok := range tokens {
+			for j := 0; j < len(tok); j++ {
+				if tok[j] == '~' && (j+1 == len(tok) || (tok[j+1] != '0' && tok[j+1] != '1')) {
+					return nil, false
+				}
+			}
+			tokens[i] = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		}
+		return tokens, true
+	}
+	for _, p := range []string{"", "/", "//", "/a", "/a/", "/a//b", "/commit_ts", "/a/b/c/d/e/f", "a", "/~0", "/~1",
+		"/~01", "/~10/x", "/~", "/a~", "/~2", "/a/~1b/~0c", "/ü/ç", "/ / "} {
+		want, wantOK := split(p)
+		var room [4]string
+		got, err := appendPointer(room[:0], p)
+		if (err == nil) != wantOK || !slices.Equal(got, want) {
+			t.Errorf("appendPointer(%q) = %q, %v; strings.Split gives %q, ok %v", p, got, err, want, wantOK)
+		}
 	}
 }
