@@ -28,6 +28,7 @@ type statements struct {
 	allFeeders string
 	join       string
 	retired    string
+	known      string
 }
 
 // verdictColumns are the columns an advance writes; with markColumns, they
@@ -351,6 +352,22 @@ ORDER BY i.table_name, i.feeder
 ON CONFLICT (table_name, feeder) DO UPDATE SET query_name = EXCLUDED.query_name
 	WHERE f.query_name IS NULL AND EXCLUDED.query_name IS NOT NULL
 RETURNING f.table_name, f.feeder, (xmax = 0)`,
+		// known returns, of a group of joins, those a join would not
+		// write for (JoinFeeders reads them without the tables' advisory
+		// locks): the feeder has a row, with a query name or none
+		// offered, and the table needs no promotion (it is not solo with
+		// another query while this feeder is active); with their retired
+		// time and reason. Every lookup goes by primary key from the
+		// input: a LATERAL with LIMIT and a scalar subquery, which the
+		// planner cannot flatten into a scan of either table.
+		known: `
+SELECT i.ord::int, f.retired_at, f.retired_why
+FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS i(table_name, feeder, query_name, ord)
+CROSS JOIN LATERAL (SELECT r.query_name, r.retired_at, r.retired_why FROM ` + n.feeds + ` r
+	WHERE r.table_name = i.table_name AND r.feeder = i.feeder LIMIT 1) f
+WHERE (f.query_name IS NOT NULL OR i.query_name = '')
+	AND (f.retired_at IS NOT NULL OR (SELECT c.solo AND coalesce(c.query_id, '') <> i.feeder FROM ` + n.table + ` c
+		WHERE c.table_name = i.table_name) IS NOT TRUE)`,
 		// retired returns the retired feeders among a group's, looked up
 		// by key (a LATERAL with LIMIT is not flattened into a join).
 		retired: `

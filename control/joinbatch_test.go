@@ -187,3 +187,76 @@ func TestSaveTracksOneBadAmongGood(t *testing.T) {
 		}
 	}
 }
+
+// TestKnownJoinsTakeNoLock (ADR 0023 addendum): a group of joins whose
+// feeders the tables know already is answered by one read, without the
+// tables' advisory locks, so a restart's joins never wait behind an
+// advance that holds one of them; a join that must write (a new feeder,
+// a name to record, a solo table to promote) still waits for the lock.
+// Retired feeders are still reported. Before, every join of the group
+// waited for the lock another session held.
+func TestKnownJoinsTakeNoLock(t *testing.T) {
+	s, url := newStore(t, Options{})
+	ctx := context.Background()
+	js := []FeederJoin{{Table: "silver.a", Query: "qa", Name: "a"}, {Table: "silver.b", Query: "qb"}, {Table: "silver.c", Query: "qc", Name: "c"}}
+	for _, r := range s.JoinFeeders(ctx, js) {
+		if r.Err != nil || !r.Joined.Added {
+			t.Fatalf("first join: %+v", r)
+		}
+	}
+	if _, _, _, err := s.RetireFeeder(ctx, "silver.c", "qc", "test"); err != nil {
+		t.Fatal(err)
+	}
+	// silver.d is solo with query qd (its first advance); qe's join must
+	// promote it.
+	if _, _, err := s.Advance(ctx, Advance{Table: "silver.d", QueryID: "qd", FinalizedUntil: at(12, 0), EndTime: at(12, 5), RunID: "r", BatchID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	holder := connect(t, url)
+	for _, table := range []string{"silver.a", "silver.b", "silver.c", "silver.d"} {
+		if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1 || $2, 0))`, s.n.table, table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.Stats().KnownJoins
+	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	res := s.JoinFeeders(qctx, append(js, FeederJoin{Table: "silver.a", Query: "qa"}))
+	cancel()
+	for i, r := range res {
+		if r.Err != nil || r.Joined.Added {
+			t.Fatalf("join %d of known feeders while their tables' locks are held: %+v", i, r)
+		}
+		if r.Joined.Retired() != (js[i%len(js)].Query == "qc") {
+			t.Fatalf("join %d: %+v, want retired only for qc", i, r)
+		}
+	}
+	if got := s.Stats().KnownJoins - before; got != 3 {
+		t.Fatalf("%d joins known, want 3", got)
+	}
+	// Joins that write wait for the lock: a name to record, a new feeder,
+	// a solo table another query joins.
+	for _, j := range []FeederJoin{{Table: "silver.b", Query: "qb", Name: "b"}, {Table: "silver.a", Query: "qz"}, {Table: "silver.d", Query: "qe"}} {
+		done := make(chan JoinedResult, 1)
+		go func() { done <- s.JoinFeeders(ctx, []FeederJoin{j})[0] }()
+		select {
+		case r := <-done:
+			t.Fatalf("join %+v did not wait for its table's lock: %+v", j, r)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended($1 || $2, 0))`, s.n.table, j.Table); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; r.Err != nil || !r.Joined.Added && j.Name == "" {
+			t.Fatalf("join %+v: %+v", j, r)
+		}
+		if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1 || $2, 0))`, s.n.table, j.Table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fs, err := s.Feeders(ctx, "silver.b"); err != nil || len(fs) != 1 || fs[0].QueryName != "b" {
+		t.Fatalf("silver.b: %+v, %v; want its name recorded", fs, err)
+	}
+	if fs, err := s.Feeders(ctx, "silver.d"); err != nil || len(fs) != 2 {
+		t.Fatalf("silver.d: %+v, %v; want qd and qe (promoted)", fs, err)
+	}
+}

@@ -57,6 +57,7 @@ func TestGroupStatementsFindRowsByKey(t *testing.T) {
 		{"lockRows", s.sql.lockRows, []any{tabs, queries, untils}},
 		{"join", s.sql.join, []any{tabs, queries, names}},
 		{"retired", s.sql.retired, []any{tabs, queries}},
+		{"known", s.sql.known, []any{tabs, queries, names}},
 	} {
 		tx, err := conn.Begin(ctx)
 		if err != nil {

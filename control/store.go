@@ -146,10 +146,13 @@ type StoreStats struct {
 	FeederWrites      int64
 	SettleStatements  int64 // settle statements that succeeded (retirements, Settle)
 	Settled           int64 // tables they settled
+	// KnownJoins are the feeder joins found known and written nothing
+	// for, read without the tables' advisory locks (ADR 0023 addendum).
+	KnownJoins int64
 }
 
 type storeStats struct {
-	soleStatements, sole, advanceStatements, advanced, feederWrites, settleStatements, settled atomic.Int64
+	soleStatements, sole, advanceStatements, advanced, feederWrites, settleStatements, settled, knownJoins atomic.Int64
 }
 
 // Stats returns the counts of the Store's statements so far.
@@ -162,6 +165,7 @@ func (s *Store) Stats() StoreStats {
 		FeederWrites:      s.stats.feederWrites.Load(),
 		SettleStatements:  s.stats.settleStatements.Load(),
 		Settled:           s.stats.settled.Load(),
+		KnownJoins:        s.stats.knownJoins.Load(),
 	}
 }
 
