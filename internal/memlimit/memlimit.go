@@ -141,6 +141,7 @@ type Limiter struct {
 	done    chan struct{}
 	gcDone  chan struct{} // a collection ended (see armGC)
 	stopped atomic.Bool
+	expect  atomic.Int64 // runs about to be tracked (Expect)
 	once    sync.Once
 	mu      sync.Mutex
 	limit   int64
@@ -219,6 +220,25 @@ func (l *Limiter) Limit() int64 {
 	return l.limit
 }
 
+// Expect tells the limiter that n runs are about to be tracked at once (a
+// restart's recovery, ADR 0023 addendum): until Expect(0), the limit
+// counts at least n tracked runs, and it is raised at once rather than at
+// the next collection. A restart's heap grows from nothing to the runs'
+// size in seconds; a limit that follows it from behind makes the
+// collector run about twice as often as GOGC would and the scavenger
+// return pages that are allocated again a moment later. It allows nothing
+// the limit would not allow once the runs are tracked. Safe on a nil
+// limiter.
+func (l *Limiter) Expect(n int) {
+	if l == nil || l.stopped.Load() {
+		return
+	}
+	l.expect.Store(int64(max(n, 0)))
+	if n > 0 {
+		l.update(false)
+	}
+}
+
 // Stop stops the limiter, waits for its goroutine and gives the process
 // back the limit it had before Start. Safe to call more than once.
 func (l *Limiter) Stop() {
@@ -263,7 +283,7 @@ func (l *Limiter) sample() Sample {
 		}
 		return l.samples[i].Value.Uint64()
 	}
-	s := Sample{Live: v(0), Tracked: l.o.Tracked()}
+	s := Sample{Live: v(0), Tracked: max(l.o.Tracked(), int(l.expect.Load()))}
 	// What the limit counts (total less released), less the heap's
 	// objects and its free pages: the garbage among the objects and the
 	// free pages are what the limit lets the collector and the

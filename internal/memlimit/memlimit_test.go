@@ -169,3 +169,35 @@ func TestTheLimitComesDownStepByStep(t *testing.T) {
 		prev = cur
 	}
 }
+
+// TestExpectRaisesTheLimitAtOnce (ADR 0023 addendum): the runs a restart
+// is about to recover count at once, before they are tracked and without
+// waiting for a collection or the limiter's tick; Expect(0) leaves the
+// limit to the tracked runs again (lowered step by step).
+func TestExpectRaisesTheLimitAtOnce(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	l := Start(Options{Every: time.Hour, Getenv: func(string) string { return "" }})
+	if l == nil {
+		t.Fatal("Start returned nil without GOMEMLIMIT")
+	}
+	defer func() {
+		l.Stop()
+		if got := debug.SetMemoryLimit(-1); got != before {
+			t.Errorf("after Stop the limit is %d, want the previous %d", got, before)
+		}
+	}()
+	const runs = 300_000
+	if l.Limit() >= runs*DefaultPerRun {
+		t.Skipf("the live heap (limit %d MiB) is already above %d runs' worth", l.Limit()/mib, runs)
+	}
+	l.Expect(runs)
+	if got := l.Limit(); got < runs*DefaultPerRun {
+		t.Fatalf("limit %d MiB right after Expect(%d): want at least %d MiB", got/mib, runs, runs*DefaultPerRun/mib)
+	}
+	if got := debug.SetMemoryLimit(-1); got != l.Limit() {
+		t.Fatalf("the process's limit is %d, the limiter's %d", got, l.Limit())
+	}
+	l.Expect(0)
+	var nilLimiter *Limiter
+	nilLimiter.Expect(runs)
+}

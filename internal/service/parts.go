@@ -320,6 +320,7 @@ func (s *Service) limitMemory(context.Context) error {
 	o := s.opts.MemoryLimit
 	o.Tracked, o.Logger = s.registry.Tracked, s.log.Named("memlimit")
 	if l := memlimit.Start(o); l != nil {
+		s.limiter = l
 		s.started("memory limit", func(context.Context) { l.Stop() })
 	}
 	return nil
@@ -424,6 +425,12 @@ func (s *Service) recover(ctx context.Context) error {
 	// from what Retained read and the stream after it, so that the stream
 	// is read once (listener.HoldCatchUps).
 	release := s.bus.HoldCatchUps()
+	// The runs about to be recovered count in the memory limit from now
+	// (memlimit.Limiter.Expect), the explicit tracks before the listing
+	// (whose snapshot is the first to grow the heap), the retained runs
+	// once listed: the heap grows to their size in seconds, faster than a
+	// limit that follows the live heap after each collection.
+	s.limiter.Expect(recovering(tracks, nil))
 	var runs []listener.Run
 	if s.jetstream && len(s.opts.Registry.Rules) > 0 {
 		if runs, err = s.bus.Retained(ctx); err != nil {
@@ -431,14 +438,34 @@ func (s *Service) recover(ctx context.Context) error {
 		}
 	}
 	listed := time.Now()
+	s.limiter.Expect(recovering(tracks, runs))
 	_ = s.registry.Recover(ctx, tracks, runs) // logged by Recover
 	if err := release(ctx); err != nil {
 		s.log.Warn("could not catch the recovered runs up from the stream at once; each is retried on its own", zap.Error(err))
 	}
+	s.limiter.Expect(0)
 	s.timings.Retained, s.timings.Recover = listed.Sub(began), time.Since(listed)
 	s.log.Info("recovered tracked runs", zap.Int("explicit_tracks", len(tracks)), zap.Int("retained_runs", len(runs)),
-		zap.Int("trackers", len(s.registry.Status())), zap.Duration("took", time.Since(began)))
+		zap.Int("trackers", s.registry.Tracked()), zap.Duration("took", time.Since(began)))
 	return nil
+}
+
+// recovering counts the runs Recover may track: the explicit tracks not
+// done and the retained runs, each run once.
+func recovering(tracks []control.Track, runs []listener.Run) int {
+	ids := make(map[string]struct{}, len(tracks))
+	for _, t := range tracks {
+		if t.DoneAt.IsZero() {
+			ids[t.RunID] = struct{}{}
+		}
+	}
+	n := len(ids)
+	for _, r := range runs {
+		if _, ok := ids[r.RunID]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 // own starts the ownership of tables once the recovery is done: it takes
@@ -448,7 +475,9 @@ func (s *Service) own(ctx context.Context) error {
 	if s.owner == nil {
 		return nil
 	}
+	began := time.Now()
 	s.owner.Start(ctx)
+	s.timings.Own = time.Since(began)
 	s.log.Info("ownership of tables started", zap.Int("buckets_owned", s.owner.Owned()))
 	return nil
 }

@@ -172,6 +172,9 @@ type Timings struct {
 	// Retained is listing the runs JetStream retained; Recover is tracking
 	// them and the explicit tracks.
 	Retained, Recover time.Duration
+	// Own is taking this replica's buckets of tables and writing what it
+	// holds for them (0 with ownership off).
+	Own time.Duration
 }
 
 // Service is a running service. Stop it with Stop.
@@ -191,7 +194,8 @@ type Service struct {
 	bus        *listener.Listener
 	jetstream  bool
 	registry   *finalizer.Registry
-	owner      *ownership.Owner // nil with Ownership.Off
+	owner      *ownership.Owner  // nil with Ownership.Off
+	limiter    *memlimit.Limiter // nil when the limit is off or GOMEMLIMIT set
 	page       *statuspage.Page
 	outbox     *control.Outbox
 	dispatcher *actions.Dispatcher
