@@ -197,9 +197,9 @@ func (r *runner) restart(ctx context.Context, svc **benchService, stop func()) e
 		}
 		r.res.RecoverySeconds = last.Sub(start).Seconds()
 		r.res.RecoveryStartSeconds = started.startedIn.Seconds()
-		r.say("recovery: %d runs re-applied %s after start (start itself %s: retained runs listed in %s, Recover %s)", len(r.sims),
+		r.say("recovery: %d runs re-applied %s after start (start itself %s: retained runs listed in %s, Recover %s, ownership taken in %s)", len(r.sims),
 			last.Sub(start).Round(time.Millisecond), started.startedIn.Round(time.Millisecond),
-			started.retainedIn.Round(time.Millisecond), started.recoverIn.Round(time.Millisecond))
+			started.retainedIn.Round(time.Millisecond), started.recoverIn.Round(time.Millisecond), started.ownIn.Round(time.Millisecond))
 		return nil
 	})
 	return err

@@ -30,8 +30,9 @@ type benchService struct {
 	dropped  atomic.Int64 // events dropped (malformed, mismatch, ...)
 
 	startedIn time.Duration // serve's start: open, migrate, dial, stream, recover
-	// Of which: listing the runs JetStream retains, and Recover.
-	retainedIn, recoverIn time.Duration
+	// Of which: listing the runs JetStream retains, Recover, and taking
+	// the ownership of tables.
+	retainedIn, recoverIn, ownIn time.Duration
 }
 
 // acceptedSince returns a counter of the progress events the service
@@ -99,7 +100,7 @@ func startService(ctx context.Context, c serviceConfig) (*benchService, error) {
 	}
 	b.svc, b.tracker = svc, svc.Registry()
 	t := svc.Timings()
-	b.startedIn, b.retainedIn, b.recoverIn = t.Start, t.Retained, t.Recover
+	b.startedIn, b.retainedIn, b.recoverIn, b.ownIn = t.Start, t.Retained, t.Recover, t.Own
 	return b, nil
 }
 

@@ -140,3 +140,59 @@ func TestRewindBeforeAPollsWriteIsNotUndone(t *testing.T) {
 	}
 	checkIndex(t, w, "after the write")
 }
+
+// TestFlushLeavesAStatementInFlightToIt (ADR 0023 addendum): an advance
+// the gate let through (ownership not known yet, as for every tracker's
+// first advance during a restart's recovery) is not written again by the
+// flush of the buckets taken while its statement is in flight; once it
+// has answered without reaching the table (failed), or after a reconnect
+// doubted it, the flush writes it as before. Before, the first take after
+// a start wrote every advance in flight a second time, as one statement
+// beside the trackers' own.
+func TestFlushLeavesAStatementInFlightToIt(t *testing.T) {
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	a := control.Advance{Table: "t", QueryID: "q", FinalizedUntil: base}
+	b := control.Advance{Table: "u", QueryID: "q", FinalizedUntil: base}
+	dirty := func(w *Owner) {
+		w.mu.Lock()
+		for i := range w.dirty {
+			w.dirty[i] = true // just taken
+		}
+		w.mu.Unlock()
+	}
+	fs := &fakeStore{}
+	w := New(Options{Table: control.DefaultTable, Store: fs, Buckets: 4, Grace: time.Hour, Forget: time.Hour})
+	for _, x := range []control.Advance{a, b} {
+		if write, _ := w.holdSend(x, time.Now(), true); !write {
+			t.Fatal("held before ownership is known")
+		}
+	}
+	ownAll(w)
+	dirty(w)
+	w.flush(context.Background())
+	if len(fs.batches) != 0 {
+		t.Fatalf("the flush wrote advances whose statements are in flight: %v", fs.batches)
+	}
+	// a's statement failed (no reached); b's is in flight across a
+	// reconnect.
+	w.sent(a)
+	w.Reconnected()
+	dirty(w)
+	w.flush(context.Background())
+	if len(fs.batches) != 1 || len(fs.batches[0]) != 2 {
+		t.Fatalf("after a failed statement and a reconnect the flush wrote %v, want both", fs.batches)
+	}
+	checkIndex(t, w, "flush")
+	// A later advance of b replaces the one in flight; the old
+	// statement's answer does not count against the new one.
+	b2 := b
+	b2.FinalizedUntil = base.Add(time.Minute)
+	w.holdSend(b2, time.Now(), true)
+	w.sent(b)
+	w.mu.Lock()
+	n := w.heldOf(b.Table, b.QueryID).sending
+	w.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("the newer advance counts %d statements in flight, want 1", n)
+	}
+}

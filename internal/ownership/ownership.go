@@ -125,6 +125,14 @@ type held struct {
 	// doubt: a reconnect happened since it was asked; a rewind may have
 	// been missed, so the table's row is read before it is written.
 	doubt bool
+	// sending counts this replica's statements of a in flight (the gate
+	// let them through: owned, or ownership not known yet). A flush
+	// leaves such an advance, not in doubt, to its statement: at the
+	// first take after a start, those are every tracker's first advance,
+	// which the flush would otherwise write a second time, at once, as
+	// one statement beside the trackers' own (ADR 0023 addendum). Should
+	// the statement fail, its tracker retries it, as on an owned bucket.
+	sending int32
 }
 
 // find returns the held advance of feeder in the chain h, nil when none.
@@ -586,6 +594,9 @@ func (w *Owner) flush(ctx context.Context) {
 		if b := w.Bucket(table); !w.owned[b] || !w.dirty[b] {
 			continue
 		}
+		if h.sending > 0 && !h.doubt {
+			continue // its own statement is in flight (held.sending)
+		}
 		as = append(as, h.a)
 		doubt = doubt || h.doubt
 	}
@@ -820,6 +831,13 @@ func (w *Owner) hold(a control.Advance, now time.Time) bool {
 // holdEpoch is hold, and returns the doubt epoch to give reached once
 // the write is done.
 func (w *Owner) holdEpoch(a control.Advance, now time.Time) (bool, uint64) {
+	return w.holdSend(a, now, false)
+}
+
+// holdSend is holdEpoch for the gate, which sends a when it is to be
+// written (send): the held advance then counts the statement in flight
+// until sent (held.sending).
+func (w *Owner) holdSend(a control.Advance, now time.Time, send bool) (bool, uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// Kept for a day once reached (Forget): without the progress's
@@ -833,10 +851,26 @@ func (w *Owner) holdEpoch(a control.Advance, now time.Time) (bool, uint64) {
 		w.unreached[h] = a.Table
 		w.nheld++
 	case a.FinalizedUntil.After(h.a.FinalizedUntil):
-		h.a, h.at, h.since, h.reached, h.doubt = a.Detached(), t, t, false, false
+		h.a, h.at, h.since, h.reached, h.doubt, h.sending = a.Detached(), t, t, false, false, 0
 		w.unreached[h] = a.Table
 	}
-	return !w.known || w.owned[w.Bucket(a.Table)], w.epoch
+	write := !w.known || w.owned[w.Bucket(a.Table)]
+	if h := w.held[a.Table].find(a.QueryID); send && write && h != nil && h.a.FinalizedUntil.Equal(a.FinalizedUntil) {
+		h.sending++
+	}
+	return write, w.epoch
+}
+
+// sent records that the statements of as that holdSend let through
+// have answered, whatever their outcome (see held.sending).
+func (w *Owner) sent(as ...control.Advance) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, a := range as {
+		if h := w.heldOf(a.Table, a.QueryID); h != nil && h.sending > 0 && h.a.FinalizedUntil.Equal(a.FinalizedUntil) {
+			h.sending--
+		}
+	}
 }
 
 // reached marks a's held advance reached when v shows the table at or

@@ -28,7 +28,7 @@ func (s *Store) Owner() *Owner { return s.o }
 // otherwise.
 func (s *Store) Advance(ctx context.Context, a control.Advance) (control.Verdict, bool, error) {
 	now := time.Now()
-	write, epoch := s.o.holdEpoch(a, now)
+	write, epoch := s.o.holdSend(a, now, true)
 	if !write {
 		s.o.m.held.Inc()
 		return heldVerdict(a, now), false, nil
@@ -37,6 +37,7 @@ func (s *Store) Advance(ctx context.Context, a control.Advance) (control.Verdict
 	if err == nil {
 		s.o.reached(a, v, epoch)
 	}
+	s.o.sent(a)
 	return v, moved, err
 }
 
@@ -51,7 +52,7 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []control.Advance) ([]contr
 		epoch uint64
 	)
 	for i, a := range as {
-		write, e := s.o.holdEpoch(a, now)
+		write, e := s.o.holdSend(a, now, true)
 		if i == 0 || e < epoch {
 			epoch = e // the oldest: a doubt since any of them counts
 		}
@@ -66,6 +67,7 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []control.Advance) ([]contr
 		return res, nil
 	}
 	got, err := s.Store.AdvanceBatch(ctx, send)
+	defer s.o.sent(send...)
 	for j, i := range at {
 		if j < len(got) {
 			res[i] = got[j]
