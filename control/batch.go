@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 )
 
@@ -342,7 +343,15 @@ func (s *Store) runSole(ctx context.Context, b *batch, keys []feederKey) (moves,
 		payload := c.payloads[0] + c.untils[0].Format(time.RFC3339Nano) + s.n.notifyEnd
 		m, err = scanMoves(s.pool.Query(ctx, s.sql.soleOne, c.tables[0], c.untils[0], c.ends[0], c.offsets[0], c.feeders[0], c.runs[0], c.batches[0], payload, c.srcs[0]))
 	} else {
-		m, err = scanMoves(s.pool.Query(ctx, s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads))
+		direct := false
+		if s.direct {
+			m, direct, err = s.soleDirect(ctx, &c)
+		}
+		if direct {
+			s.stats.direct.Add(1)
+		} else {
+			m, err = scanMoves(s.pool.Query(ctx, s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads))
+		}
 	}
 	if err == nil {
 		s.stats.soleStatements.Add(1)
@@ -442,14 +451,30 @@ func (s *Store) lockTables(ctx context.Context, tx pgx.Tx, tables ...string) err
 	return err
 }
 
-// scanMoves reads what notifyAndReturn returns.
+// scanMoves reads what notifyAndReturn returns: each row through
+// readMove when it can (every row of the statements' usual result), else
+// through scanVerdict.
 func scanMoves(rows pgx.Rows, err error) (moves, error) {
 	if err != nil {
 		return moves{}, err
 	}
 	defer rows.Close()
 	m := moves{verdicts: make(map[string]Verdict), moved: make(map[string]bool), solo: make(map[string]bool)}
+	var (
+		fds        []pgconn.FieldDescription
+		fast, seen bool
+	)
 	for rows.Next() {
+		if !seen { // known once the first row is read
+			fds, seen = rows.FieldDescriptions(), true
+			fast = fastMoves(fds)
+		}
+		if fast {
+			if v, mv, solo, written, ok := readMove(fds, rows.RawValues()); ok {
+				m.verdicts[v.Table], m.moved[v.Table], m.solo[v.Table], m.written = v, mv, solo, written
+				continue
+			}
+		}
 		var (
 			mv, solo bool
 			notified int64

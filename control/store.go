@@ -56,7 +56,10 @@ type Store struct {
 	n    names
 	sql  statements
 
-	lis       *listener
+	lis *listener
+	// direct: the pool's connections prepare statements (pgx's default
+	// exec mode), so a group's sole statement goes through soleDirect.
+	direct    bool
 	stats     storeStats
 	shared    sharedHint
 	closed    atomic.Bool
@@ -115,7 +118,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open control store: %w", err)
 	}
-	s := &Store{pool: pool, log: o.Logger, n: newNames(schema, name)}
+	s := &Store{pool: pool, log: o.Logger, n: newNames(schema, name), direct: cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -153,6 +156,7 @@ type StoreStats struct {
 
 type storeStats struct {
 	soleStatements, sole, advanceStatements, advanced, feederWrites, settleStatements, settled, knownJoins atomic.Int64
+	direct                                                                                                 atomic.Int64 // sole statements through soleDirect (tests)
 }
 
 // Stats returns the counts of the Store's statements so far.
