@@ -128,3 +128,22 @@ func FuzzReadSources(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSourcesJSON: sourcesJSON writes what json.Marshal and jsonbSafe
+// write, on any descriptions.
+func FuzzSourcesJSON(f *testing.F) {
+	for _, s := range []string{"", "a", "kafka[t]", `b"c`, "é", "<&>", "\x00", "\xff", "a\\b", "\u2028"} {
+		f.Add(s, "x", 2)
+	}
+	f.Fuzz(func(t *testing.T, a, b string, n int) {
+		descs := []string{a, b, a + b}[:max(0, n%4)]
+		want, err := json.Marshal(descs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := sourcesJSON(descs)
+		if err != nil || got != string(jsonbSafe(want)) {
+			t.Errorf("sourcesJSON(%q) = %v, %v; want %s", descs, got, err, jsonbSafe(want))
+		}
+	})
+}
