@@ -897,7 +897,6 @@ type parked struct {
 	// stopping is whether Stop had been called when the step began.
 	stopping bool
 	began    time.Time
-	cancel   context.CancelFunc // of the advance's context
 
 	res   control.AdvanceResult
 	ready atomic.Bool
@@ -909,12 +908,15 @@ type parked struct {
 // AdvanceTimeout, so the queue always drains, and a deadline on the wait
 // failed the advances at the back of a big queue (100,000 first verdicts
 // at once) that no statement had failed, and sent them to the back again
-// as retries.
+// as retries. The advance carries the tracker's own context (it is not
+// sent once that ends: shutdown), not a child of it: a child per parked
+// advance registered itself with the registry's context, which every
+// tracker shares, under that context's one lock (10,000 children at a
+// boundary of 10,000 tables).
 func (t *Tracker) park(ctx context.Context, s asyncStore, adv control.Advance, cand progress.Candidate, ev *progress.Event) {
-	actx, cancel := context.WithCancel(ctx)
-	p := &parked{adv: adv, cand: cand, ev: ev, began: time.Now(), cancel: cancel}
+	p := &parked{adv: adv, cand: cand, ev: ev, began: time.Now()}
 	t.parked = p
-	s.advanceAsync(actx, adv, func(r control.AdvanceResult) {
+	s.advanceAsync(ctx, adv, func(r control.AdvanceResult) {
 		p.res = r
 		p.ready.Store(true)
 		t.submit()
@@ -925,7 +927,6 @@ func (t *Tracker) park(ctx context.Context, s asyncStore, adv control.Advance, c
 // write and apply do after the advance returns, and what the step does
 // after apply.
 func (t *Tracker) resume(ctx context.Context, p *parked) {
-	p.cancel()
 	t.cfg.Metrics.AdvanceSeconds.Observe(time.Since(p.began).Seconds())
 	if t.wrote(ctx, p.adv, p.cand, p.ev, p.res.Verdict, p.res.Moved, p.res.Err) {
 		t.wroteFirst(ctx, p.known, p.cand, p.ev)
