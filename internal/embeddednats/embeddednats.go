@@ -200,6 +200,15 @@ func waitReady(ns *server.Server, zl *zapLogger, timeout time.Duration) error {
 // Options.Port was RandomPort.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 
+// InProcessConn returns a new client connection to the server that does
+// not go through a socket: one end of a net.Pipe whose other end the
+// server serves as it serves a TCP client (the same authentication, the
+// same slow-consumer limits; TLS is offered, not required). It is
+// nats.InProcessConnProvider, for nats.InProcessServer. It fails once the
+// server is shut down; a nats.Conn given this server then reconnects in
+// vain until closed, as it would to a port no one listens on.
+func (s *Server) InProcessConn() (net.Conn, error) { return s.ns.InProcessConn() }
+
 // Shutdown stops the server and waits until it has stopped and released its
 // store directory. It is safe to call more than once.
 func (s *Server) Shutdown() {
