@@ -29,6 +29,7 @@ type statements struct {
 	join       string
 	retired    string
 	known      string
+	busy       string
 }
 
 // verdictColumns are the columns an advance writes; with markColumns, they
@@ -229,6 +230,22 @@ WHERE table_name = $1::text AND NOT EXISTS (SELECT FROM moved)`,
 		// the lowest watermark is computed from the feeders as they
 		// stand, never from a stale snapshot. The sole statement takes
 		// none: it is kept out by the solo flag and the row lock.
+		// busy returns the tables of $1 another session holds locked:
+		// their row in the control table or one of their feeder rows
+		// locked (SKIP LOCKED leaves it out of what this statement
+		// locks, and a plain read still sees it), or their advisory lock
+		// (lockKeys' key) held. It waits for none of them.
+		busy: `
+WITH got AS (
+	SELECT table_name FROM ` + n.table + ` WHERE table_name = ANY($1::text[]) FOR UPDATE SKIP LOCKED
+), gotf AS (
+	SELECT table_name, feeder FROM ` + n.feeds + ` WHERE table_name = ANY($1::text[]) FOR UPDATE SKIP LOCKED
+)
+SELECT c.table_name FROM ` + n.table + ` c WHERE c.table_name = ANY($1::text[]) AND NOT EXISTS (SELECT FROM got WHERE got.table_name = c.table_name)
+UNION
+SELECT f.table_name FROM ` + n.feeds + ` f WHERE f.table_name = ANY($1::text[]) AND NOT EXISTS (SELECT FROM gotf WHERE gotf.table_name = f.table_name AND gotf.feeder = f.feeder)
+UNION
+SELECT k.t FROM (SELECT DISTINCT t FROM unnest($1::text[]) AS t ORDER BY 1) k WHERE NOT pg_try_advisory_xact_lock(hashtextextended($2 || k.t, 0))`,
 		lockKeys: `
 SELECT count(pg_advisory_xact_lock(k)) FROM (
 	SELECT DISTINCT hashtextextended($2 || t, 0) AS k FROM unnest($1::text[]) AS t ORDER BY 1

@@ -192,6 +192,17 @@ func (s *Store) applyBatch(ctx context.Context, b *batch, order []feederKey, top
 		return nil
 	case batchWide(ctx, err):
 		return err
+	}
+	if lockTimedOut(err) {
+		// Another session holds a lock this group waited for: apply
+		// the tables it does not hold, fail the ones it does (ErrBusy),
+		// rather than have one open transaction fail the whole group or
+		// cost a lock wait per halving.
+		if done, err := s.isolateBusy(ctx, b, order, err); done {
+			return err
+		}
+	}
+	switch {
 	case len(order) == 1:
 		k := order[0]
 		if r := b.rows[k]; r.offset != nil && offsetRefused(err) {
@@ -332,26 +343,30 @@ func (b *batch) columns(keys []feederKey) columns {
 	return c
 }
 
-// runSole runs the sole statement over the rows of keys.
+// runSole runs the sole statement over the rows of keys, after
+// setLockWait in the same implicit transaction.
 func (s *Store) runSole(ctx context.Context, b *batch, keys []feederKey) (moves, error) {
 	c := b.columns(keys)
 	var (
-		m   moves
-		err error
+		m      moves
+		err    error
+		direct bool
 	)
-	if len(keys) == 1 {
-		payload := c.payloads[0] + c.untils[0].Format(time.RFC3339Nano) + s.n.notifyEnd
-		m, err = scanMoves(s.pool.Query(ctx, s.sql.soleOne, c.tables[0], c.untils[0], c.ends[0], c.offsets[0], c.feeders[0], c.runs[0], c.batches[0], payload, c.srcs[0]))
+	if len(keys) > 1 && s.direct {
+		m, direct, err = s.soleDirect(ctx, &c)
+	}
+	if direct {
+		s.stats.direct.Add(1)
 	} else {
-		direct := false
-		if s.direct {
-			m, direct, err = s.soleDirect(ctx, &c)
-		}
-		if direct {
-			s.stats.direct.Add(1)
+		var pb pgx.Batch
+		pb.Queue(setLockWait, s.lockWait)
+		if len(keys) == 1 {
+			payload := c.payloads[0] + c.untils[0].Format(time.RFC3339Nano) + s.n.notifyEnd
+			pb.Queue(s.sql.soleOne, c.tables[0], c.untils[0], c.ends[0], c.offsets[0], c.feeders[0], c.runs[0], c.batches[0], payload, c.srcs[0])
 		} else {
-			m, err = scanMoves(s.pool.Query(ctx, s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads))
+			pb.Queue(s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads)
 		}
+		m, err = s.sendLocked(ctx, &pb)
 	}
 	if err == nil {
 		s.stats.soleStatements.Add(1)
@@ -366,6 +381,7 @@ func (s *Store) runSole(ctx context.Context, b *batch, keys []feederKey) (moves,
 func (s *Store) runShared(ctx context.Context, b *batch, keys []feederKey) (moves, error) {
 	c := b.columns(keys)
 	var pb pgx.Batch
+	pb.Queue(setLockWait, s.lockWait)
 	pb.Queue(s.sql.lockKeys, distinct(c.tables), s.n.table)
 	pb.Queue(s.sql.lockRows, c.tables, c.feeders, c.untils)
 	pb.Queue(s.sql.promote, c.tables, c.feeders)
@@ -380,8 +396,8 @@ func (s *Store) runShared(ctx context.Context, b *batch, keys []feederKey) (move
 }
 
 // sendLocked sends a batch whose last statement returns moves (advance or
-// settle), every statement before it a command, as one implicit
-// transaction.
+// settle), every statement before it a command or a SELECT whose rows do
+// not matter (setLockWait), as one implicit transaction.
 func (s *Store) sendLocked(ctx context.Context, pb *pgx.Batch) (m moves, err error) {
 	br := s.pool.SendBatch(ctx, pb)
 	defer func() {

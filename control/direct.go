@@ -57,9 +57,46 @@ func (s *Store) soleDirect(ctx context.Context, c *columns) (m moves, ok bool, e
 		}
 	}
 	params := encodeSole(c)
-	rr := conn.Conn().PgConn().ExecPrepared(ctx, sd.Name, params, binaryFormats[:], binaryFormats[:1])
-	m, err = readMoves(rr, conn.Conn().TypeMap(), len(c.tables))
+	// setLockWait and the statement in one pipeline and one Sync: one
+	// round trip, one implicit transaction, so the lock wait is the
+	// statement's.
+	pl := conn.Conn().PgConn().StartPipeline(ctx)
+	pl.SendQueryParams(setLockWait, [][]byte{[]byte(s.lockWait)}, nil, nil, nil)
+	pl.SendQueryPrepared(sd.Name, params, binaryFormats[:], binaryFormats[:1])
+	if err := pl.Sync(); err != nil {
+		_ = pl.Close()
+		return moves{}, true, err
+	}
+	m, err = readPipelined(pl, func(rr *pgconn.ResultReader) (moves, error) {
+		return readMoves(rr, conn.Conn().TypeMap(), len(c.tables))
+	})
+	if cerr := pl.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
 	return m, true, err
+}
+
+// readPipelined reads soleDirect's pipeline up to the statement's
+// result: setLockWait's (discarded), then the statement's, through read.
+// The caller's Close of pl reads the Sync (and skips what an error left).
+func readPipelined(pl *pgconn.Pipeline, read func(*pgconn.ResultReader) (moves, error)) (moves, error) {
+	for i := range 2 {
+		r, err := pl.GetResults()
+		if err != nil {
+			return moves{}, err
+		}
+		rr, ok := r.(*pgconn.ResultReader)
+		if !ok {
+			return moves{}, fmt.Errorf("sole statement's pipeline: result %d is %T", i, r)
+		}
+		if i == 1 {
+			return read(rr)
+		}
+		if _, err := rr.Close(); err != nil {
+			return moves{}, err
+		}
+	}
+	panic("unreachable")
 }
 
 // readMoves reads what notifyAndReturn returns from rr (raw values)

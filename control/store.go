@@ -46,6 +46,11 @@ type Options struct {
 	// Logger receives what nobody can be returned an error for (the LISTEN
 	// connection's reconnects); nil discards it.
 	Logger *zap.Logger
+	// LockWait bounds how long a statement of an advance waits for a lock
+	// another session holds (PostgreSQL's lock_timeout, set for the
+	// advance's transaction only); zero means DefaultLockWait. See
+	// AdvanceBatch and ErrBusy.
+	LockWait time.Duration
 }
 
 // Store is the control table in one PostgreSQL database. Its methods are
@@ -56,7 +61,8 @@ type Store struct {
 	n    names
 	sql  statements
 
-	lis *listener
+	lockWait string // lock_timeout of an advance's transaction, e.g. "1000ms"
+	lis      *listener
 	// direct: the pool's connections prepare statements (pgx's default
 	// exec mode), so a group's sole statement goes through soleDirect.
 	direct    bool
@@ -118,7 +124,11 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open control store: %w", err)
 	}
-	s := &Store{pool: pool, log: o.Logger, n: newNames(schema, name), direct: cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement}
+	if o.LockWait <= 0 {
+		o.LockWait = DefaultLockWait
+	}
+	s := &Store{pool: pool, log: o.Logger, n: newNames(schema, name), direct: cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement,
+		lockWait: fmt.Sprintf("%dms", max(o.LockWait.Milliseconds(), 1))}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}

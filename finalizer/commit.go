@@ -74,6 +74,13 @@ type committer struct {
 	queue  []*pendingAdvance // queue[head:] waits, oldest first
 	head   int
 	closed bool
+	// busy are the tables whose last advance failed with control.ErrBusy
+	// (another session holds them locked), until when they count as
+	// busy; alone are the advances of busy tables, each sent in a group
+	// of its own, so that a table held locked costs its neighbours one
+	// lock wait, not one per retry.
+	busy  map[string]time.Time
+	alone []*pendingAdvance
 
 	wg   sync.WaitGroup
 	once sync.Once
@@ -112,6 +119,15 @@ func (c *committer) advanceAsync(ctx context.Context, a control.Advance, done fu
 		done(control.AdvanceResult{Err: fmt.Errorf("advance %s: %w", a.Table, errCommitterClosed)})
 		return
 	}
+	if until, ok := c.busy[a.Table]; ok {
+		if time.Now().Before(until) {
+			c.alone = append(c.alone, &pendingAdvance{ctx: ctx, a: a, done: done})
+			c.mu.Unlock()
+			c.cond.Signal()
+			return
+		}
+		delete(c.busy, a.Table)
+	}
 	if c.head > 0 && len(c.queue) == cap(c.queue) {
 		n := copy(c.queue, c.queue[c.head:])
 		clear(c.queue[n:])
@@ -147,8 +163,22 @@ func (c *committer) queued() int {
 // nothing waits.
 func (c *committer) take(batch []*pendingAdvance) ([]*pendingAdvance, bool) {
 	c.mu.Lock()
-	for c.head == len(c.queue) && !c.closed {
+	for c.head == len(c.queue) && len(c.alone) == 0 && !c.closed {
 		c.cond.Wait()
+	}
+	if len(c.alone) > 0 {
+		batch = append(batch[:0], c.alone[0])
+		c.alone[0] = nil
+		c.alone = c.alone[1:]
+		if len(c.alone) == 0 {
+			c.alone = nil
+		}
+		more := c.head < len(c.queue)
+		c.mu.Unlock()
+		if more {
+			c.cond.Signal()
+		}
+		return batch, true
 	}
 	if c.head == len(c.queue) {
 		c.mu.Unlock()
@@ -212,8 +242,41 @@ func (c *committer) commit(batch []*pendingAdvance) {
 			res[i].Err = err
 		}
 	}
+	c.noteBusy(live, res)
 	for i, p := range live {
 		p.done(res[i])
+	}
+}
+
+// busyFor is how long a table whose advance found it locked by another
+// session (control.ErrBusy) has its advances sent alone: its tracker's
+// retries (1 s, 2 s) and the next periods' advances within it. An advance
+// of it that succeeds ends it at once.
+const busyFor = time.Minute
+
+// maxBusy bounds the tables sent alone: beyond it, so many tables are
+// held that sending each alone would cost more than the lock waits it
+// saves, and they ride in groups as usual.
+const maxBusy = 64
+
+// noteBusy records which tables of a group were busy and which are no
+// longer.
+func (c *committer) noteBusy(live []*pendingAdvance, res []control.AdvanceResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range live {
+		switch {
+		case errors.Is(res[i].Err, control.ErrBusy):
+			if _, ok := c.busy[p.a.Table]; !ok && len(c.busy) >= maxBusy {
+				continue
+			}
+			if c.busy == nil {
+				c.busy = make(map[string]time.Time)
+			}
+			c.busy[p.a.Table] = time.Now().Add(busyFor)
+		case res[i].Err == nil && len(c.busy) > 0:
+			delete(c.busy, p.a.Table)
+		}
 	}
 }
 

@@ -18,6 +18,7 @@ type gatedBatchStore struct {
 	rows    map[string]time.Time
 	sizes   []int
 	err     error
+	busy    map[string]bool // tables that fail with control.ErrBusy
 	gate    chan struct{}
 	entered chan struct{} // receives once per batch that reached the store
 }
@@ -57,6 +58,10 @@ func (s *gatedBatchStore) AdvanceBatch(ctx context.Context, as []control.Advance
 		return res, s.err
 	}
 	for i, a := range as {
+		if s.busy[a.Table] {
+			res[i].Err = fmt.Errorf("advance %s: %w", a.Table, control.ErrBusy)
+			continue
+		}
 		cur, ok := s.rows[a.Table]
 		if !ok || a.FinalizedUntil.After(cur) {
 			s.rows[a.Table], cur = a.FinalizedUntil, a.FinalizedUntil
@@ -177,5 +182,85 @@ func TestCommitterErrorsAndCancellation(t *testing.T) {
 	store.mu.Unlock()
 	if written {
 		t.Error("an advance whose caller gave up was written")
+	}
+}
+
+// A table another session holds locked (control.ErrBusy) has its next
+// advances sent alone, so that its retries do not make every group wait
+// the lock wait; once one succeeds it rides in groups again.
+func TestCommitterSendsABusyTableAlone(t *testing.T) {
+	store := newGatedBatchStore()
+	store.busy = map[string]bool{"held": true}
+	c := newCommitter(context.Background(), store, NewMetrics(nil, nil), 1000, 1, time.Minute)
+	defer c.close()
+
+	round := func(h int) error { // the advance of held
+		store.mu.Lock()
+		store.gate = make(chan struct{})
+		gate := store.gate
+		store.mu.Unlock()
+		errs := make(chan error, 12)
+		go func() { // holds the committer while the round queues
+			_, _, err := c.Advance(context.Background(), control.Advance{Table: "first", FinalizedUntil: hour(h)})
+			errs <- err
+		}()
+		<-store.entered
+		var held error
+		heldDone := make(chan struct{})
+		go func() {
+			_, _, held = c.Advance(context.Background(), control.Advance{Table: "held", FinalizedUntil: hour(h)})
+			close(heldDone)
+		}()
+		for i := range 10 {
+			go func() {
+				_, _, err := c.Advance(context.Background(), control.Advance{Table: fmt.Sprintf("t%d", i), FinalizedUntil: hour(h)})
+				errs <- err
+			}()
+		}
+		waitFor(t, "the round queued", func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return len(c.queue)-c.head+len(c.alone) == 11
+		})
+		close(gate)
+		for range 11 {
+			if err := <-errs; err != nil {
+				t.Errorf("round %d: %v", h, err)
+			}
+		}
+		<-heldDone
+		for range len(store.entered) {
+			<-store.entered
+		}
+		return held
+	}
+
+	// Round 1: held rides with the others and fails alone.
+	if err := round(1); !errors.Is(err, control.ErrBusy) {
+		t.Fatalf("held: %v, want ErrBusy", err)
+	}
+	if got := fmt.Sprint(store.batchSizes()); got != "[1 11]" {
+		t.Errorf("round 1 groups %s, want [1 11]", got)
+	}
+	// Round 2: held is sent alone, before the group of the others.
+	if err := round(2); !errors.Is(err, control.ErrBusy) {
+		t.Fatalf("held: %v, want ErrBusy", err)
+	}
+	if got := fmt.Sprint(store.batchSizes()); got != "[1 11 1 1 10]" {
+		t.Errorf("round 2 groups %s, want [1 11 1 1 10]", got)
+	}
+	// Round 3: the lock is gone; held, still sent alone, succeeds ...
+	store.mu.Lock()
+	store.busy = nil
+	store.mu.Unlock()
+	if err := round(3); err != nil {
+		t.Fatalf("held: %v", err)
+	}
+	// ... and round 4 has it in the group again.
+	if err := round(4); err != nil {
+		t.Fatalf("held: %v", err)
+	}
+	if got := fmt.Sprint(store.batchSizes()); got != "[1 11 1 1 10 1 1 10 1 11]" {
+		t.Errorf("groups %s, want [1 11 1 1 10 1 1 10 1 11]", got)
 	}
 }

@@ -1,0 +1,127 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+)
+
+// DefaultLockWait is how long a statement of an advance waits for a lock
+// another session holds before the group commit looks for the tables it
+// cannot lock (see ErrBusy). The service's own statements hold a table's
+// locks for one statement (tens of milliseconds, a few hundred under a
+// burst on a loaded machine); a wait longer than this is a session outside
+// the group: an open transaction that locked a row of the control table
+// (an operator's UPDATE in psql, a reader's SELECT ... FOR SHARE), a
+// frozen connection of a peer replica, a LOCK TABLE or a migration.
+const DefaultLockWait = time.Second
+
+// ErrBusy is the error of an advance whose table another session keeps
+// locked (its row in the control table or the feeders table, or its
+// advisory lock) for longer than the store's lock wait. The other
+// advances of its group are applied without it; it is retried like any
+// failed advance.
+var ErrBusy = errors.New("the table is locked by another session")
+
+// setLockWait is queued first in an advance's implicit transaction: its
+// statements wait at most $1 for a lock, then fail with lock_not_available
+// (55P03). Local to the transaction: the pool's connections keep
+// PostgreSQL's default (wait for ever) for everything else.
+const setLockWait = `SELECT set_config('lock_timeout', $1, true)`
+
+// lockTimedOut reports whether err is PostgreSQL's lock_not_available: a
+// statement waited longer than its lock_timeout.
+func lockTimedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// busyTables returns which of tables another session holds locked now:
+// a row of theirs in the control table or the feeders table locked (FOR
+// UPDATE SKIP LOCKED cannot take it), or their advisory lock held
+// (pg_try_advisory_xact_lock fails). It waits for no row or advisory
+// lock; a lock on a whole table (LOCK TABLE, a migration, VACUUM FULL)
+// makes it wait the lock wait and fail with lock_not_available. Its
+// transaction writes nothing and releases what it took when it ends.
+func (s *Store) busyTables(ctx context.Context, tables []string) (map[string]bool, error) {
+	var pb pgx.Batch
+	pb.Queue(setLockWait, s.lockWait)
+	pb.Queue(s.sql.busy, tables, s.n.table)
+	br := s.pool.SendBatch(ctx, &pb)
+	busy := make(map[string]bool)
+	_, err := br.Exec()
+	if err == nil {
+		var rows pgx.Rows
+		rows, err = br.Query()
+		if err == nil {
+			var t string
+			_, err = pgx.ForEachRow(rows, []any{&t}, func() error {
+				busy[t] = true
+				return nil
+			})
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return busy, err
+}
+
+// isolateBusy is applyBatch's answer to a statement that waited too long
+// for a lock: it finds the tables of order another session holds locked,
+// fails their feeders with ErrBusy, and applies the others. It returns
+// false when it found none (the lock went meanwhile): the caller goes on
+// as for any other error.
+func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, cause error) (bool, error) {
+	tables := make([]string, 0, len(order))
+	for _, k := range order {
+		if len(tables) == 0 || tables[len(tables)-1] != k.table {
+			tables = append(tables, k.table)
+		}
+	}
+	busy, err := s.busyTables(ctx, tables)
+	switch {
+	case err == nil:
+	case batchWide(ctx, err):
+		return true, err
+	case lockTimedOut(err):
+		// A lock on a whole table holds every advance: fail the group
+		// now (each is retried) rather than wait a lock wait per half.
+		s.log.Warn("another session holds the control table (or its feeders table) locked as a whole; no advance can be applied until it lets go",
+			zap.Int("feeders", len(order)), zap.String("lock_wait", s.lockWait), zap.Error(err))
+		for _, k := range order {
+			b.failed[k] = fmt.Errorf("advance %s: the control table is locked by another session (LOCK TABLE, a migration, VACUUM FULL?): %w", k.table, cause)
+		}
+		return true, nil
+	default:
+		return false, nil
+	}
+	if len(busy) == 0 {
+		return false, nil
+	}
+	rest := make([]feederKey, 0, len(order))
+	var named []string
+	for _, k := range order {
+		if !busy[k.table] {
+			rest = append(rest, k)
+			continue
+		}
+		b.failed[k] = fmt.Errorf("advance %s: %w (waited more than lock_timeout %s; an open transaction holding its row? see pg_stat_activity, state 'idle in transaction'): %w",
+			k.table, ErrBusy, s.lockWait, cause)
+		if len(named) < 5 && (len(named) == 0 || named[len(named)-1] != k.table) {
+			named = append(named, k.table)
+		}
+	}
+	s.log.Warn("another session holds tables of the control table locked; the group commit applies the other tables without them and their advances are retried",
+		zap.Int("busy_tables", len(busy)), zap.Strings("tables", named), zap.Int("others", len(rest)),
+		zap.String("lock_wait", s.lockWait))
+	if len(rest) == 0 {
+		return true, nil
+	}
+	return true, s.applyBatch(ctx, b, rest, false)
+}
