@@ -81,4 +81,39 @@ func TestGroupStatementsFindRowsByKey(t *testing.T) {
 			t.Errorf("%s scans a whole table for a group of %d of %d tables:\n%s", q.name, group, tables, p)
 		}
 	}
+	// The sole statement of a group commit at a boundary: 1,000 of the
+	// 5,000 tables. Its check that each row is solo and behind its
+	// candidate was written as EXISTS and planned as a hash join over a
+	// scan of every table's row.
+	b := &batch{rows: map[feederKey]*batchRow{}}
+	var keys []feederKey
+	for i := 0; i < tables; i += 5 {
+		a := as[i]
+		a.FinalizedUntil = at(14, 0)
+		b.as = append(b.as, a)
+		r, err := newBatchRow(len(b.as)-1, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := feederKey{a.Table, a.QueryID}
+		b.rows[k] = r
+		keys = append(keys, k)
+	}
+	c := b.columns(keys)
+	rows, err := conn.Query(ctx, "EXPLAIN "+s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var l string
+		if err := rows.Scan(&l); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, l)
+	}
+	rows.Close()
+	if p := strings.Join(plan, "\n"); strings.Contains(p, "Seq Scan on table_finalization") {
+		t.Errorf("the sole statement scans the whole table for a group of %d of %d tables:\n%s", len(keys), tables, p)
+	}
 }
