@@ -198,17 +198,6 @@ type Options struct {
 	// one that sends the credentials only to a server run by the expected
 	// local user (internal/peerowner).
 	Dialer nats.CustomDialer
-	// InProcess, when set, is a nats-server in this process (the embedded
-	// server's embeddednats.Server) that the connection reaches through
-	// an in-memory pipe instead of a socket, reconnects included
-	// (nats.InProcessServer); URL then only names it in logs. The
-	// server authenticates the connection as any other (User, Password,
-	// Token, NKeySeedFile, CredsFile apply, and so do the login's
-	// permissions); the TLS settings and Dialer do not: there is no wire
-	// to protect or to check the owner of, and the server offers an
-	// in-process client TLS without requiring it. A reconnect succeeds
-	// only while that server runs.
-	InProcess nats.InProcessConnProvider
 }
 
 // withDefaults returns o with every zero field set to its default.
@@ -267,9 +256,7 @@ func (o Options) withDefaults() Options {
 // natsOptions returns the nats.go options for o's authentication and TLS.
 func (o Options) natsOptions() ([]nats.Option, error) {
 	var opts []nats.Option
-	if o.InProcess != nil {
-		opts = append(opts, nats.InProcessServer(o.InProcess))
-	} else if o.Dialer != nil {
+	if o.Dialer != nil {
 		opts = append(opts, nats.SetCustomDialer(o.Dialer))
 	}
 	if o.User != "" || o.Password != "" {
@@ -288,14 +275,11 @@ func (o Options) natsOptions() ([]nats.Option, error) {
 	if o.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(o.CredsFile))
 	}
-	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
-		return nil, errors.New("tls: a client certificate needs both a cert and a key file")
-	}
-	if o.InProcess != nil {
-		return opts, nil
-	}
 	if o.TLSCAFile != "" {
 		opts = append(opts, nats.RootCAs(o.TLSCAFile))
+	}
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		return nil, errors.New("tls: a client certificate needs both a cert and a key file")
 	}
 	if o.TLSCertFile != "" {
 		opts = append(opts, nats.ClientCert(o.TLSCertFile, o.TLSKeyFile))
@@ -485,14 +469,9 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		return nil, err
 	}
 	redacted := redact.URLs(o.URL)
-	connectURL := o.URL
-	if o.InProcess != nil {
-		// A tls:// URL would make nats.go insist on TLS over the pipe.
-		connectURL = strings.ReplaceAll(connectURL, "tls://", "nats://")
-	}
 	wait := 100 * time.Millisecond
 	for {
-		nc, err := nats.Connect(connectURL, opts...)
+		nc, err := nats.Connect(o.URL, opts...)
 		if err == nil {
 			l.nc = nc
 			break
@@ -516,7 +495,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		l.nc.Close()
 		return nil, fmt.Errorf("jetstream context: %w", err)
 	}
-	l.log.Info("nats connected", zap.String("url", redact.URLs(l.nc.ConnectedUrl())), zap.Bool("in_process", o.InProcess != nil))
+	l.log.Info("nats connected", zap.String("url", redact.URLs(l.nc.ConnectedUrl())))
 	l.wg.Add(1)
 	go l.maintain()
 	return l, nil

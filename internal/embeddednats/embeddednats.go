@@ -206,7 +206,9 @@ func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 // same slow-consumer limits; TLS is offered, not required). It is
 // nats.InProcessConnProvider, for nats.InProcessServer. It fails once the
 // server is shut down; a nats.Conn given this server then reconnects in
-// vain until closed, as it would to a port no one listens on.
+// vain until closed, as it would to a port no one listens on. The
+// service's own connection does not use it: measured, it costs the same
+// per message as loopback TCP (BenchmarkDelivery; ADR 0004, addendum 2).
 func (s *Server) InProcessConn() (net.Conn, error) { return s.ns.InProcessConn() }
 
 // Shutdown stops the server and waits until it has stopped and released its
