@@ -81,6 +81,13 @@ type committer struct {
 	// lock wait, not one per retry.
 	busy  map[string]time.Time
 	alone []*pendingAdvance
+	// aloneSending: a committer is sending an advance of alone (each
+	// costs a lock wait while the table stays held); the others take the
+	// queue meanwhile, so that held tables' retries never take every
+	// committer. lastAlone: the last group taken was one of alone; with
+	// the queue waiting too, the next is the queue's (a single committer
+	// alternates).
+	aloneSending, lastAlone bool
 
 	wg   sync.WaitGroup
 	once sync.Once
@@ -161,29 +168,38 @@ func (c *committer) queued() int {
 // take waits for advances and moves up to maxBatch of them, oldest
 // first, into batch. It returns false once the committer is closed and
 // nothing waits.
-func (c *committer) take(batch []*pendingAdvance) ([]*pendingAdvance, bool) {
+//
+// An advance of alone is a group of its own, taken before the queue's,
+// but by one committer at a time, and never twice in a row while the
+// queue waits: alone reports it, and the caller calls aloneSent once it
+// is applied.
+func (c *committer) take(batch []*pendingAdvance) (_ []*pendingAdvance, ok, alone bool) {
 	c.mu.Lock()
-	for c.head == len(c.queue) && len(c.alone) == 0 && !c.closed {
+	for c.head == len(c.queue) && !c.canTakeAlone() && !c.closed {
 		c.cond.Wait()
 	}
-	if len(c.alone) > 0 {
+	if c.canTakeAlone() && (c.head == len(c.queue) || !c.lastAlone) {
 		batch = append(batch[:0], c.alone[0])
 		c.alone[0] = nil
 		c.alone = c.alone[1:]
 		if len(c.alone) == 0 {
 			c.alone = nil
 		}
+		c.aloneSending, c.lastAlone = true, true
 		more := c.head < len(c.queue)
 		c.mu.Unlock()
 		if more {
 			c.cond.Signal()
 		}
-		return batch, true
+		return batch, true, true
 	}
 	if c.head == len(c.queue) {
+		// Closed, and what is left of alone is being sent: the
+		// committer sending it takes the rest.
 		c.mu.Unlock()
-		return batch, false
+		return batch, false, false
 	}
+	c.lastAlone = false
 	n := min(c.maxBatch, len(c.queue)-c.head)
 	batch = append(batch[:0], c.queue[c.head:c.head+n]...)
 	clear(c.queue[c.head : c.head+n])
@@ -198,19 +214,38 @@ func (c *committer) take(batch []*pendingAdvance) ([]*pendingAdvance, bool) {
 		// while this one's statement runs.
 		c.cond.Signal()
 	}
-	return batch, true
+	return batch, true, false
+}
+
+// canTakeAlone reports whether an advance of alone waits and none is
+// being sent. c.mu is held.
+func (c *committer) canTakeAlone() bool { return len(c.alone) > 0 && !c.aloneSending }
+
+// aloneSent ends the sending of an advance of alone: the next one may be
+// taken, by any committer.
+func (c *committer) aloneSent() {
+	c.mu.Lock()
+	c.aloneSending = false
+	next := len(c.alone) > 0
+	c.mu.Unlock()
+	if next {
+		c.cond.Signal()
+	}
 }
 
 func (c *committer) loop() {
 	defer c.wg.Done()
 	batch := make([]*pendingAdvance, 0, c.maxBatch)
 	for {
-		var ok bool
-		if batch, ok = c.take(batch); !ok {
+		var ok, alone bool
+		if batch, ok, alone = c.take(batch); !ok {
 			return
 		}
 		c.commit(batch)
 		clear(batch)
+		if alone {
+			c.aloneSent()
+		}
 	}
 }
 
@@ -268,7 +303,19 @@ func (c *committer) noteBusy(live []*pendingAdvance, res []control.AdvanceResult
 		switch {
 		case errors.Is(res[i].Err, control.ErrBusy):
 			if _, ok := c.busy[p.a.Table]; !ok && len(c.busy) >= maxBusy {
-				continue
+				// Forget the tables whose time is up and that no
+				// advance came for since (a run ended, a table no
+				// longer written): they would hold their places for
+				// ever.
+				now := time.Now()
+				for t, until := range c.busy {
+					if !now.Before(until) {
+						delete(c.busy, t)
+					}
+				}
+				if len(c.busy) >= maxBusy {
+					continue
+				}
 			}
 			if c.busy == nil {
 				c.busy = make(map[string]time.Time)
