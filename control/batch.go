@@ -218,6 +218,17 @@ func (s *Store) applyBatch(ctx context.Context, b *batch, order []feederKey, top
 				return err
 			}
 		}
+		if lockTimedOut(err) {
+			// Alone, it still waited too long for a lock the probe
+			// could not see: a row another session inserted and has
+			// not committed (an INSERT in an open transaction). Busy
+			// like the others, so that its retries are sent alone
+			// rather than found again by halving, a lock wait per
+			// level, in every group they ride in.
+			b.failed[k] = fmt.Errorf("advance %s: %w (waited more than lock_timeout %s; an open transaction that inserted its row? see pg_stat_activity, state 'idle in transaction'): %w",
+				k.table, ErrBusy, s.lockWait, err)
+			return nil
+		}
 		b.failed[k] = wrap(ctx, "advance "+k.table, err)
 		return nil
 	case top:
