@@ -109,7 +109,7 @@ PostgreSQL control table: every period [start, end) with end <= finalized_until 
 Every flag can also be set with an environment variable: --postgres-url is
 FINALIZER_POSTGRES_URL, --nats-url is FINALIZER_NATS_URL, and so on.
 
-Exit codes: 0 success (final, done), 1 not final or timed out, 2 usage or connection error.`,
+Exit codes: 0 success (final, done), 1 not final or timed out, 2 usage or connection error, 3 unknown table (is-final and wait: no verdict and nothing that could write one, a typo?).`,
 		Version:       readBuildVersion().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
