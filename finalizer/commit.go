@@ -119,8 +119,20 @@ func newCommitter(ctx context.Context, store BatchStore, m *Metrics, maxBatch, n
 // advance whose ctx ends before its group is sent is not sent (done gets
 // ctx's error); one whose ctx ends while its statement runs gets what the
 // statement returned (it is idempotent either way).
+//
+// Nothing is allocated while c.mu is held (but a busy table's advance,
+// which is rare): every worker whose step crosses a period takes this
+// lock, and an allocation made while the collector marks may first have
+// to do marking work (an assist), with every other worker queued behind
+// the lock. At 100,000 runs, where the collector marks during most of a
+// burst, the workers' summed waits on c.mu were 238-2,546 s per two
+// bursts and the process ran on one core of two (BENCHMARKS.md, "The
+// burst at 100,000"). The advance's record is made before the lock, and
+// a full queue grows outside it (growQueue).
 func (c *committer) advanceAsync(ctx context.Context, a control.Advance, done func(control.AdvanceResult)) {
+	p := &pendingAdvance{ctx: ctx, a: a, done: done}
 	c.mu.Lock()
+	c.growQueue()
 	if c.closed {
 		c.mu.Unlock()
 		done(control.AdvanceResult{Err: fmt.Errorf("advance %s: %w", a.Table, errCommitterClosed)})
@@ -128,7 +140,7 @@ func (c *committer) advanceAsync(ctx context.Context, a control.Advance, done fu
 	}
 	if until, ok := c.busy[a.Table]; ok {
 		if time.Now().Before(until) {
-			c.alone = append(c.alone, &pendingAdvance{ctx: ctx, a: a, done: done})
+			c.alone = append(c.alone, p)
 			c.mu.Unlock()
 			c.cond.Signal()
 			return
@@ -140,9 +152,27 @@ func (c *committer) advanceAsync(ctx context.Context, a control.Advance, done fu
 		clear(c.queue[n:])
 		c.queue, c.head = c.queue[:n], 0
 	}
-	c.queue = append(c.queue, &pendingAdvance{ctx: ctx, a: a, done: done})
+	c.queue = append(c.queue, p) // never grows it: growQueue made room
 	c.mu.Unlock()
 	c.cond.Signal()
+}
+
+// growQueue makes room in c.queue for one more advance (unless the
+// committer is closed): when the queue is full and nothing at its head
+// was taken (which moving the rest down would free), it allocates a queue
+// twice as large with c.mu released, then moves the waiting advances into
+// it with c.mu held again, unless another caller grew it meanwhile. c.mu
+// held on entry and on return.
+func (c *committer) growQueue() {
+	for !c.closed && c.head == 0 && len(c.queue) == cap(c.queue) {
+		n := cap(c.queue)
+		c.mu.Unlock()
+		bigger := make([]*pendingAdvance, 0, max(2*n, 64))
+		c.mu.Lock()
+		if cap(c.queue) == n && len(c.queue)-c.head < cap(bigger) {
+			c.queue, c.head = append(bigger, c.queue[c.head:]...), 0
+		}
+	}
 }
 
 // Advance queues a for the next group and waits for its result, or for

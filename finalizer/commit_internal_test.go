@@ -17,6 +17,7 @@ type gatedBatchStore struct {
 	mu      sync.Mutex
 	rows    map[string]time.Time
 	sizes   []int
+	order   []string // the tables of every batch, in the order sent
 	err     error
 	busy    map[string]bool // tables that fail with control.ErrBusy
 	gate    chan struct{}
@@ -50,6 +51,9 @@ func (s *gatedBatchStore) AdvanceBatch(ctx context.Context, as []control.Advance
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sizes = append(s.sizes, len(as))
+	for _, a := range as {
+		s.order = append(s.order, a.Table)
+	}
 	res := make([]control.AdvanceResult, len(as))
 	if s.err != nil {
 		for i := range res {
@@ -262,5 +266,67 @@ func TestCommitterSendsABusyTableAlone(t *testing.T) {
 	}
 	if got := fmt.Sprint(store.batchSizes()); got != "[1 11 1 1 10 1 1 10 1 11]" {
 		t.Errorf("groups %s, want [1 11 1 1 10 1 1 10 1 11]", got)
+	}
+}
+
+// A queue that outgrows its room several times while callers add to it
+// at once (the queue grows with c.mu released, growQueue) loses no
+// advance and keeps them oldest first: advances queued one after the
+// other by one caller come out in that order, in groups of maxBatch.
+func TestCommitterQueueGrowsWithoutLosingAdvances(t *testing.T) {
+	store := newGatedBatchStore()
+	store.gate = make(chan struct{})
+	c := newCommitter(context.Background(), store, NewMetrics(nil, nil), 250, 1, time.Minute)
+	defer c.close()
+
+	var got sync.Map
+	var wg sync.WaitGroup
+	add := func(table string) {
+		wg.Add(1)
+		c.advanceAsync(context.Background(), control.Advance{Table: table, FinalizedUntil: hour(1)}, func(r control.AdvanceResult) {
+			got.Store(table, r)
+			wg.Done()
+		})
+	}
+	add("first")
+	<-store.entered // in flight, alone: the rest queue behind it
+	const callers, each = 8, 125
+	var adders sync.WaitGroup
+	for g := range callers {
+		adders.Go(func() {
+			for i := range each {
+				add(fmt.Sprintf("c%d-%03d", g, i))
+			}
+		})
+	}
+	adders.Wait()
+	for i := range 500 { // one caller's, in order, behind the others'
+		add(fmt.Sprintf("z%03d", i))
+	}
+	if n := c.queued(); n != callers*each+500 {
+		t.Fatalf("queued %d, want %d", n, callers*each+500)
+	}
+	close(store.gate)
+	wg.Wait()
+	for g := range callers {
+		for i := range each {
+			table := fmt.Sprintf("c%d-%03d", g, i)
+			r, ok := got.Load(table)
+			if !ok || r.(control.AdvanceResult).Err != nil || !r.(control.AdvanceResult).Moved {
+				t.Fatalf("%s: result %v (found %v)", table, r, ok)
+			}
+		}
+	}
+	if got := store.batchSizes(); fmt.Sprint(got) != "[1 250 250 250 250 250 250]" {
+		t.Errorf("batch sizes = %v, want [1 250 250 250 250 250 250]", got)
+	}
+	// The last 500 are the last two groups, in the order they were added.
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	last := store.order[len(store.order)-500:]
+	for i, table := range last {
+		if want := fmt.Sprintf("z%03d", i); table != want {
+			t.Fatalf("advance %d of the last 500 sent is %s, want %s", i, table, want)
+		}
 	}
 }
