@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 )
@@ -29,21 +28,8 @@ func TestConnectionBrokenWhileWaitingForALock(t *testing.T) {
 			}
 			s, url := newStore(t, Options{LockWait: wait})
 			s.direct = tc.direct
-			var first, second []Advance
-			for i := range 6 {
-				tb := fmt.Sprintf("b.t%d", i)
-				first = append(first, Advance{Table: tb, QueryID: "q", FinalizedUntil: at(10, 0)})
-				second = append(second, Advance{Table: tb, QueryID: "q", FinalizedUntil: at(11, 0)})
-			}
-			if _, err := s.AdvanceBatch(ctx, first); err != nil {
-				t.Fatal(err)
-			}
-			other := connect(t, url)
-			tx, err := other.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback(ctx) }()
+			second := standAt10(t, s, "b.t%d", 6)
+			tx := otherTx(t, url)
 			lock := `SELECT * FROM table_finalization WHERE table_name = 'b.t2' FOR SHARE`
 			if _, err := tx.Exec(ctx, lock); err != nil {
 				t.Fatal(err)

@@ -20,20 +20,8 @@ func TestDeadlineWhileWaitingForALock(t *testing.T) {
 			ctx := context.Background()
 			s, url := newStore(t, Options{LockWait: 10 * time.Second})
 			s.direct = direct
-			var first, second []Advance
-			for i := range 5 {
-				tb := fmt.Sprintf("d.t%d", i)
-				first = append(first, Advance{Table: tb, QueryID: "q", FinalizedUntil: at(10, 0)})
-				second = append(second, Advance{Table: tb, QueryID: "q", FinalizedUntil: at(11, 0)})
-			}
-			if _, err := s.AdvanceBatch(ctx, first); err != nil {
-				t.Fatal(err)
-			}
-			other := connect(t, url)
-			tx, err := other.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			second := standAt10(t, s, "d.t%d", 5)
+			tx := otherTx(t, url)
 			if _, err := tx.Exec(ctx, `SELECT * FROM table_finalization WHERE table_name = 'd.t1' FOR SHARE`); err != nil {
 				t.Fatal(err)
 			}

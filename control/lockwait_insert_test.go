@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 )
@@ -24,23 +23,10 @@ func TestUncommittedInsertIsBusy(t *testing.T) {
 			const wait = 150 * time.Millisecond
 			ctx := context.Background()
 			s, url := newStore(t, Options{LockWait: wait})
-			var first, second []Advance
-			for i := range 16 {
-				tb := fmt.Sprintf("n.t%02d", i)
-				first = append(first, Advance{Table: tb, QueryID: "q", FinalizedUntil: at(10, 0)})
-				second = append(second, Advance{Table: tb, QueryID: "q", FinalizedUntil: at(11, 0)})
-			}
-			if _, err := s.AdvanceBatch(ctx, first); err != nil {
-				t.Fatal(err)
-			}
+			second := standAt10(t, s, "n.t%02d", 16)
 			// Two tables' first verdicts, one of them held.
 			second = append(second, Advance{Table: "n.new", QueryID: "q", FinalizedUntil: at(11, 0)}, Advance{Table: "n.zfree", QueryID: "q", FinalizedUntil: at(11, 0)})
-			other := connect(t, url)
-			tx, err := other.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback(ctx) }()
+			tx := otherTx(t, url)
 			if _, err := tx.Exec(ctx, tc.insert); err != nil {
 				t.Fatal(err)
 			}

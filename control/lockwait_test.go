@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestLockedTableDoesNotStallItsGroup holds, from another session, each
@@ -64,11 +66,7 @@ func TestLockedTableDoesNotStallItsGroup(t *testing.T) {
 				held[tb] = true
 			}
 
-			other := connect(t, url)
-			tx, err := other.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			tx := otherTx(t, url)
 			if _, err := tx.Exec(ctx, c.lock); err != nil {
 				t.Fatal(err)
 			}
@@ -130,12 +128,7 @@ func TestWholeTableLockFailsTheGroupWithoutQuarantine(t *testing.T) {
 		}
 		as = append(as, Advance{Table: tb, FinalizedUntil: at(13, 0), QueryID: "q"})
 	}
-	other := connect(t, url)
-	tx, err := other.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
+	tx := otherTx(t, url)
 	if _, err := tx.Exec(ctx, `LOCK TABLE table_finalization IN SHARE MODE`); err != nil {
 		t.Fatal(err)
 	}
@@ -151,4 +144,34 @@ func TestWholeTableLockFailsTheGroupWithoutQuarantine(t *testing.T) {
 		}
 	}
 	t.Logf("batch error: %v", err)
+}
+
+// standAt10 moves n tables (format, e.g. "t.%d", with their index) of s
+// to 10:00 with query "q" and returns the advances that move them to 11:00.
+func standAt10(t *testing.T, s *Store, format string, n int) []Advance {
+	t.Helper()
+	var first, second []Advance
+	for i := range n {
+		tb := fmt.Sprintf(format, i)
+		first = append(first, Advance{Table: tb, QueryID: "q", FinalizedUntil: at(10, 0)})
+		second = append(second, Advance{Table: tb, QueryID: "q", FinalizedUntil: at(11, 0)})
+	}
+	if _, err := s.AdvanceBatch(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	return second
+}
+
+// otherTx begins a transaction on a connection of its own to url, as
+// another session would hold locks in: rolled back at cleanup unless the
+// test ends it first.
+func otherTx(t *testing.T, url string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := connect(t, url).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	return tx
 }

@@ -46,18 +46,7 @@ func (s *lockWaitStore) AdvanceBatch(ctx context.Context, as []control.Advance) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	res := make([]control.AdvanceResult, len(as))
-	for i, a := range as {
-		if s.busy[a.Table] {
-			res[i].Err = fmt.Errorf("advance %s: %w", a.Table, control.ErrBusy)
-			continue
-		}
-		cur, ok := s.rows[a.Table]
-		if !ok || a.FinalizedUntil.After(cur) {
-			s.rows[a.Table], cur = a.FinalizedUntil, a.FinalizedUntil
-			res[i].Moved = true
-		}
-		res[i].Verdict = control.Verdict{Table: a.Table, FinalizedUntil: cur}
-	}
+	applyForward(s.rows, s.busy, as, res)
 	return res, nil
 }
 

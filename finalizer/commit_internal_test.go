@@ -61,19 +61,26 @@ func (s *gatedBatchStore) AdvanceBatch(ctx context.Context, as []control.Advance
 		}
 		return res, s.err
 	}
+	applyForward(s.rows, s.busy, as, res)
+	return res, nil
+}
+
+// applyForward applies as to rows in memory, forward-only, into res: a
+// table in busy fails with control.ErrBusy, as one another session holds
+// locked would.
+func applyForward(rows map[string]time.Time, busy map[string]bool, as []control.Advance, res []control.AdvanceResult) {
 	for i, a := range as {
-		if s.busy[a.Table] {
+		if busy[a.Table] {
 			res[i].Err = fmt.Errorf("advance %s: %w", a.Table, control.ErrBusy)
 			continue
 		}
-		cur, ok := s.rows[a.Table]
+		cur, ok := rows[a.Table]
 		if !ok || a.FinalizedUntil.After(cur) {
-			s.rows[a.Table], cur = a.FinalizedUntil, a.FinalizedUntil
+			rows[a.Table], cur = a.FinalizedUntil, a.FinalizedUntil
 			res[i].Moved = true
 		}
 		res[i].Verdict = control.Verdict{Table: a.Table, FinalizedUntil: cur}
 	}
-	return res, nil
 }
 
 func (s *gatedBatchStore) batchSizes() []int {
