@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestGroupStatementsFindRowsByKey (ADR 0023): the statements of a group
@@ -63,21 +65,9 @@ func TestGroupStatementsFindRowsByKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows, err := tx.Query(ctx, "EXPLAIN "+q.sql, q.args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var l string
-			if err := rows.Scan(&l); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, l)
-		}
-		rows.Close()
+		p := explain(t, tx, q.sql, q.args...)
 		_ = tx.Rollback(ctx)
-		if p := strings.Join(plan, "\n"); strings.Contains(p, "Seq Scan on table_finalization") {
+		if strings.Contains(p, "Seq Scan on table_finalization") {
 			t.Errorf("%s scans a whole table for a group of %d of %d tables:\n%s", q.name, group, tables, p)
 		}
 	}
@@ -100,20 +90,25 @@ func TestGroupStatementsFindRowsByKey(t *testing.T) {
 		keys = append(keys, k)
 	}
 	c := b.columns(keys)
-	rows, err := conn.Query(ctx, "EXPLAIN "+s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads)
+	p := explain(t, conn, s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads)
+	if strings.Contains(p, "Seq Scan on table_finalization") {
+		t.Errorf("the sole statement scans the whole table for a group of %d of %d tables:\n%s", len(keys), tables, p)
+	}
+}
+
+// explain returns the plan PostgreSQL makes for sql with args, one line a
+// node, without running it.
+func explain(t *testing.T, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sql string, args ...any) string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), "EXPLAIN "+sql, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plan []string
-	for rows.Next() {
-		var l string
-		if err := rows.Scan(&l); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, l)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
-	rows.Close()
-	if p := strings.Join(plan, "\n"); strings.Contains(p, "Seq Scan on table_finalization") {
-		t.Errorf("the sole statement scans the whole table for a group of %d of %d tables:\n%s", len(keys), tables, p)
-	}
+	return strings.Join(plan, "\n")
 }

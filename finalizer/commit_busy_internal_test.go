@@ -22,11 +22,7 @@ type lockWaitStore struct {
 }
 
 func (s *lockWaitStore) Advance(ctx context.Context, a control.Advance) (control.Verdict, bool, error) {
-	res, err := s.AdvanceBatch(ctx, []control.Advance{a})
-	if err != nil {
-		return control.Verdict{}, false, err
-	}
-	return res[0].Verdict, res[0].Moved, res[0].Err
+	return advanceOne(ctx, s.AdvanceBatch, a)
 }
 
 func (s *lockWaitStore) AdvanceBatch(ctx context.Context, as []control.Advance) ([]control.AdvanceResult, error) {

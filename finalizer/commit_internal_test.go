@@ -29,7 +29,12 @@ func newGatedBatchStore() *gatedBatchStore {
 }
 
 func (s *gatedBatchStore) Advance(ctx context.Context, a control.Advance) (control.Verdict, bool, error) {
-	res, err := s.AdvanceBatch(ctx, []control.Advance{a})
+	return advanceOne(ctx, s.AdvanceBatch, a)
+}
+
+// advanceOne is a fake store's Advance: a batch of one through batch.
+func advanceOne(ctx context.Context, batch func(context.Context, []control.Advance) ([]control.AdvanceResult, error), a control.Advance) (control.Verdict, bool, error) {
+	res, err := batch(ctx, []control.Advance{a})
 	if err != nil {
 		return control.Verdict{}, false, err
 	}
