@@ -253,8 +253,27 @@ func (s *Store) JoinFeeders(ctx context.Context, js []FeederJoin) []JoinedResult
 // whole is every remaining join's result.
 func (s *Store) joinAll(ctx context.Context, order []feederKey, names map[feederKey]string, out map[feederKey]JoinedResult, top bool) {
 	err := s.join(ctx, order, names, out)
+	if err != nil && !batchWide(ctx, err) && lockTimedOut(err) {
+		// Another session holds a lock this group waited for (a control
+		// row read FOR SHARE or updated in an open transaction, a feeder
+		// row, a table's advisory lock): join the tables it does not
+		// hold, fail the ones it does (ErrBusy), as a group of advances
+		// does (isolateBusy), rather than have one open transaction hold
+		// every run of the group until its deadline.
+		if s.isolateBusyJoins(ctx, order, names, out, err) {
+			return
+		}
+	}
 	switch {
 	case err == nil:
+		return
+	case len(order) == 1 && lockTimedOut(err):
+		// Alone, it still waited too long for a lock the probe could
+		// not see (a row another session inserted and has not
+		// committed): busy like the others.
+		k := order[0]
+		out[k] = JoinedResult{Err: fmt.Errorf("join feeder %s of %s: %w (waited more than lock_timeout %s; an open transaction that inserted its row? see pg_stat_activity, state 'idle in transaction'): %w",
+			k.feeder, k.table, ErrBusy, s.lockWait, err)}
 		return
 	case batchWide(ctx, err), len(order) == 1:
 		for _, k := range order {
@@ -346,6 +365,9 @@ func (s *Store) join(ctx context.Context, order []feederKey, names map[feederKey
 		tables[i], queries[i], qnames[i] = k.table, k.feeder, names[k]
 	}
 	var pb pgx.Batch
+	// Every statement waits at most the lock wait for a lock another
+	// session holds (see isolateBusyJoins).
+	pb.Queue(setLockWait, s.lockWait)
 	pb.Queue(s.sql.lockKeys, tables, s.n.table)
 	pb.Queue(s.sql.promote, tables, queries)
 	pb.Queue(s.sql.join, tables, queries, qnames)
@@ -353,8 +375,10 @@ func (s *Store) join(ctx context.Context, order []feederKey, names map[feederKey
 	br := s.pool.SendBatch(ctx, &pb)
 	got := make(map[feederKey]Joined, len(order))
 	_, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
+	for range 2 { // lockKeys, promote
+		if err == nil {
+			_, err = br.Exec()
+		}
 	}
 	if err == nil {
 		var rows pgx.Rows

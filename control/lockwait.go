@@ -21,6 +21,11 @@ import (
 // frozen connection of a peer replica, a LOCK TABLE or a migration.
 const DefaultLockWait = time.Second
 
+// busyWarnEvery is how often the store warns, at most, of joins failed by
+// another session's lock: the runs retry them every few seconds while it
+// holds.
+const busyWarnEvery = 30 * time.Second
+
 // ErrBusy is the error of an advance whose table another session keeps
 // locked (its row in the control table or the feeders table, or its
 // advisory lock) for longer than the store's lock wait. The other
@@ -124,4 +129,66 @@ func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, ca
 		return true, nil
 	}
 	return true, s.applyBatch(ctx, b, rest, false)
+}
+
+// isolateBusyJoins is joinAll's answer to a join that waited too long for
+// a lock, as isolateBusy is applyBatch's: the joins of the tables another
+// session holds locked get ErrBusy (the caller retries them), the others
+// are joined at once. A lock on a whole table fails every join of order
+// with the cause (not ErrBusy: no table is held more than another). It
+// returns false when the probe found no table held (the lock went, or it
+// is a row the probe cannot see): the caller goes on as for any other
+// error.
+func (s *Store) isolateBusyJoins(ctx context.Context, order []feederKey, names map[feederKey]string, out map[feederKey]JoinedResult, cause error) bool {
+	tables := make([]string, 0, len(order))
+	for _, k := range order {
+		if len(tables) == 0 || tables[len(tables)-1] != k.table {
+			tables = append(tables, k.table)
+		}
+	}
+	busy, err := s.busyTables(ctx, tables)
+	switch {
+	case err == nil:
+	case batchWide(ctx, err):
+		for _, k := range order {
+			out[k] = JoinedResult{Err: wrap(ctx, fmt.Sprintf("join feeder %s of %s", k.feeder, k.table), err)}
+		}
+		return true
+	case lockTimedOut(err):
+		if ok, n := s.warn.Allow("join-table-locked"); ok {
+			s.log.Warn("another session holds the control table (or its feeders table) locked as a whole; no feeder can join until it lets go",
+				zap.Int("joins", len(order)), zap.String("lock_wait", s.lockWait), zap.Error(err), zap.Int("suppressed", n))
+		}
+		for _, k := range order {
+			out[k] = JoinedResult{Err: fmt.Errorf("join feeder %s of %s: the control table is locked by another session (LOCK TABLE, a migration, VACUUM FULL?): %w", k.feeder, k.table, cause)}
+		}
+		return true
+	default:
+		return false
+	}
+	if len(busy) == 0 {
+		return false
+	}
+	rest := make([]feederKey, 0, len(order))
+	var named []string
+	for _, k := range order {
+		if !busy[k.table] {
+			rest = append(rest, k)
+			continue
+		}
+		out[k] = JoinedResult{Err: fmt.Errorf("join feeder %s of %s: %w (waited more than lock_timeout %s; an open transaction holding its row? see pg_stat_activity, state 'idle in transaction'): %w",
+			k.feeder, k.table, ErrBusy, s.lockWait, cause)}
+		if len(named) < 5 && (len(named) == 0 || named[len(named)-1] != k.table) {
+			named = append(named, k.table)
+		}
+	}
+	if ok, n := s.warn.Allow("join-busy"); ok {
+		s.log.Warn("another session holds tables of the control table locked; the feeders of the other tables join without them and theirs are retried (see pg_stat_activity for the session, state 'idle in transaction')",
+			zap.Int("busy_tables", len(busy)), zap.Strings("tables", named), zap.Int("others", len(rest)),
+			zap.String("lock_wait", s.lockWait), zap.Int("suppressed", n))
+	}
+	if len(rest) > 0 {
+		s.joinAll(ctx, rest, names, out, false)
+	}
+	return true
 }

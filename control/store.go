@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/internal/lograte"
 )
 
 // Defaults of a Store.
@@ -62,7 +64,10 @@ type Store struct {
 	sql  statements
 
 	lockWait string // lock_timeout of an advance's transaction, e.g. "1000ms"
-	lis      *listener
+	// warn rate-limits the warnings a join retried every few seconds
+	// repeats while a lock is held (isolateBusyJoins).
+	warn *lograte.Limiter
+	lis  *listener
 	// direct: the pool's connections prepare statements (pgx's default
 	// exec mode), so a group's sole statement goes through soleDirect.
 	direct    bool
@@ -128,7 +133,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		o.LockWait = DefaultLockWait
 	}
 	s := &Store{pool: pool, log: o.Logger, n: newNames(schema, name), direct: cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement,
-		lockWait: fmt.Sprintf("%dms", max(o.LockWait.Milliseconds(), 1))}
+		lockWait: fmt.Sprintf("%dms", max(o.LockWait.Milliseconds(), 1)), warn: lograte.New(nil, busyWarnEvery)}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}

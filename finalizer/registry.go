@@ -502,6 +502,9 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscripti
 		// run held by a guard, must hold the table against the other
 		// feeders. Failing that, its first advance records it.
 		j, err := r.joinFeeder(ctx, fj, req)
+		if errors.Is(err, control.ErrBusy) {
+			j, err = r.joinBusy(ctx, fj, e)
+		}
 		switch {
 		case err != nil:
 			r.log.Warn("could not record the query as a feeder of the table before it reports; it holds the table from its first verdict",
@@ -587,6 +590,57 @@ func (r *Registry) joinFeeder(ctx context.Context, fj FeederJoiner, req Request)
 		return res.Joined, res.Err
 	}
 	return fj.JoinFeeder(ctx, req.Table, req.QueryID, req.QueryName)
+}
+
+// Bounds of the wait between two tries of a join that another session's
+// lock failed (control.ErrBusy): from the tracker's retry delay, doubling.
+const maxJoinBusyDelay = 30 * time.Second
+
+// joinBusy tries the join of e's query to its table again while another
+// session holds the table locked (control.ErrBusy: an open transaction
+// that read its control row FOR SHARE or updated it, ADR 0008 addendum),
+// from the tracker's retry delay doubling to maxJoinBusyDelay, until it
+// is joined, ctx ends, the registry closes or e is stopped. The run waits
+// (its events wait in its mailbox): tracked without its join, it would
+// not hold the table against the table's other feeders once the lock
+// goes. The other runs of its group were joined and tracked at once.
+func (r *Registry) joinBusy(ctx context.Context, fj FeederJoiner, e *entry) (control.Joined, error) {
+	req := e.req
+	delay := cmp.Or(r.cfg.Tracker.RetryDelay, DefaultRetryDelay)
+	timer := r.cfg.Clock.NewTimer()
+	defer timer.Stop()
+	since := r.cfg.Clock.Now()
+	for {
+		if ok, n := r.refuseLog.Allow("join-busy"); ok {
+			r.log.Warn("another session holds the table locked in the control database (an open transaction: a reader's SELECT ... FOR SHARE, an operator's UPDATE); this run waits to join the table's feeders before it is tracked, and the other runs are tracked meanwhile; find the session in pg_stat_activity (state 'idle in transaction') and end it",
+				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("run_id", req.RunID),
+				zap.Duration("waiting", r.cfg.Clock.Now().Sub(since).Round(time.Second)), zap.Duration("retry_in", delay), zap.Int("suppressed", n))
+		}
+		timer.Start(delay)
+		select {
+		case <-timer.C():
+		case <-ctx.Done():
+			return control.Joined{}, ctx.Err()
+		case <-r.stop:
+			return control.Joined{}, ErrClosed
+		}
+		r.mu.RLock()
+		stopped := e.stopReason
+		r.mu.RUnlock()
+		if stopped != "" {
+			return control.Joined{}, fmt.Errorf("join feeder of %s: the tracker was stopped (%s) while the table was locked", req.Table, stopped)
+		}
+		j, err := r.joinFeeder(ctx, fj, req)
+		if !errors.Is(err, control.ErrBusy) {
+			if ok, n := r.refuseLog.Allow("join-busy-done"); ok && err == nil {
+				r.log.Info("the table's lock went; the run joined its feeders and is tracked",
+					zap.String("table", req.Table), zap.String("run_id", req.RunID),
+					zap.Duration("waited", r.cfg.Clock.Now().Sub(since).Round(time.Millisecond)), zap.Int("suppressed", n))
+			}
+			return j, err
+		}
+		delay = min(2*delay, maxJoinBusyDelay)
+	}
 }
 
 // stopEntry asks e's tracker to apply what is pending and stop, for

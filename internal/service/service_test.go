@@ -36,12 +36,14 @@ func startTest(t *testing.T) (*Service, *nats.Conn) {
 }
 
 // startTestWith is startTest with opts, whose data directory, NATS server
-// and database it fills in.
+// and database (unless opts names one) it fills in.
 func startTestWith(t *testing.T, opts Options) (*Service, *nats.Conn) {
 	t.Helper()
 	opts.DataDir = t.TempDir()
 	opts.EmbeddedNATS = &embeddednats.Options{Host: "127.0.0.1", Port: embeddednats.RandomPort}
-	opts.PostgresURL = pgtest.URL(t)
+	if opts.PostgresURL == "" {
+		opts.PostgresURL = pgtest.URL(t)
+	}
 	svc, err := Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
