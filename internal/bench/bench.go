@@ -78,9 +78,18 @@ type Config struct {
 	Rate float64
 	// Duration is the length of the latency phase.
 	Duration time.Duration
-	// Idle is the length of the idle phase (every run posts one progress
-	// every IdleInterval, the process's CPU is measured); 0 skips it.
+	// Idle is the length of each measured window of the idle phase
+	// (every run posts one event every IdleInterval, the process's CPU is
+	// measured); 0 skips it.
 	Idle time.Duration
+	// IdleRounds is how many times the idle phase measures each of its
+	// windows (0: DefaultIdleRounds); the result is the median, with
+	// every round's figure beside it.
+	IdleRounds int
+	// IdleOnly skips the raw delivery and every phase after the first
+	// verdicts but the idle phase (no restart, no naive baseline): to
+	// measure the idle cost alone.
+	IdleOnly bool
 	// RestartOnly skips the phases between the first verdicts and the
 	// restart (ingest, latency, burst, feeders, idle), to measure tracking
 	// and the restart's recovery at sizes whose whole bench would not fit
@@ -223,8 +232,14 @@ func (c Config) Validate() error {
 	if c.PerPeriod > 0 && 60%c.PerPeriod != 0 {
 		return fmt.Errorf("per-period %d: must divide 60 (seconds of a minute)", c.PerPeriod)
 	}
-	if c.BurstOnly && c.RestartOnly {
-		return errors.New("burst-only and restart-only: choose one")
+	if c.BurstOnly && c.RestartOnly || c.IdleOnly && (c.BurstOnly || c.RestartOnly) {
+		return errors.New("burst-only, restart-only and idle-only: choose one")
+	}
+	if c.IdleOnly && c.Idle <= 0 {
+		return errors.New("idle-only needs the idle windows' length (idle)")
+	}
+	if c.IdleRounds < 0 {
+		return errors.New("idle-rounds must not be negative")
 	}
 	return nil
 }
@@ -296,7 +311,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := r.runService(ctx); err != nil {
 		return nil, err
 	}
-	if cfg.Naive && !cfg.BurstOnly {
+	if cfg.Naive && !cfg.BurstOnly && !cfg.IdleOnly {
 		if err := r.runNaive(ctx); err != nil {
 			return nil, err
 		}

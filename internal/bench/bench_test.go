@@ -32,6 +32,7 @@ func TestQuickBench(t *testing.T) {
 		Rate:         200, // 4 events/s per run: the workers never fall a period behind
 		Duration:     2 * time.Second,
 		Idle:         2 * time.Second,
+		IdleRounds:   2,
 		PostgresURL:  pgtest.URL(t),
 		Naive:        true,
 		WaitTimeout:  time.Minute,
@@ -95,6 +96,9 @@ func TestQuickBench(t *testing.T) {
 	if i := res.Idle; i == nil || i.TotalCoreShare <= 0 || i.GeneratorCoreShare <= 0 || i.ServiceCoreShare < 0 || i.EventsPerSec != 5 {
 		t.Errorf("idle phase: %+v; want the process's and the generator's CPU measured at 5 events/s (50 runs, one per 10 s)", i)
 	}
+	if i := res.Idle; i != nil && (i.Rounds != 2 || len(i.IdleEventsServiceRounds) != 2 || len(i.ServiceRounds) != 2 || len(i.GeneratorRounds) != 5) {
+		t.Errorf("idle rounds: %+v; want 2 rounds of each window and 5 baseline windows", i)
+	}
 	if i := res.Idle; i != nil && (i.IdleEventsSent == 0 || i.IdleEventsAccepted != int64(i.IdleEventsSent) || i.IdleEventsTotalCoreShare <= 0) {
 		t.Errorf("idle events: %d sent, %d taken in by their runs, process %.3f of a core; want every one taken in",
 			i.IdleEventsSent, i.IdleEventsAccepted, i.IdleEventsTotalCoreShare)
@@ -153,6 +157,37 @@ func TestBurstOnly(t *testing.T) {
 	}
 }
 
+// TestIdleOnly runs tracking, the first verdicts and the idle phase alone,
+// each window measured twice.
+func TestIdleOnly(t *testing.T) {
+	var log strings.Builder
+	cfg := Config{
+		Runs:        50,
+		IdleOnly:    true,
+		Idle:        time.Second,
+		IdleRounds:  2,
+		PostgresURL: pgtest.URL(t),
+		WaitTimeout: time.Minute,
+		Log:         &log,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	t.Log("\n" + log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := res.Idle
+	if i == nil || i.Rounds != 2 || len(i.IdleEventsServiceRounds) != 2 || len(i.ServiceRounds) != 2 || len(i.GeneratorRounds) != 5 ||
+		i.IdleEventsSent == 0 || i.IdleEventsAccepted != int64(i.IdleEventsSent) || i.TotalCoreShare <= 0 {
+		t.Fatalf("idle phase: %+v; want 2 rounds of each window, 5 baselines, every idle event taken in", i)
+	}
+	if len(res.RawRounds) != 0 || res.IngestEventsPerSec != 0 || res.Latency.Probes != 0 || len(res.Feeders) != 0 || res.BurstSeconds != 0 || res.RecoverySeconds != 0 || res.Naive != nil {
+		t.Errorf("a phase besides the idle one ran: raw %v, ingest %.0f/s, %d latency probes, feeders %v, burst %.3f s, recovery %.3f s, naive %v",
+			res.RawRounds, res.IngestEventsPerSec, res.Latency.Probes, res.Feeders, res.BurstSeconds, res.RecoverySeconds, res.Naive)
+	}
+}
+
 // TestConfigValidate rejects what cannot run.
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
@@ -166,6 +201,10 @@ func TestConfigValidate(t *testing.T) {
 		{"one per period", Config{PerPeriod: 1}, false},
 		{"does not divide a minute", Config{PerPeriod: 7}, false},
 		{"burst and restart only", Config{BurstOnly: true, RestartOnly: true}, false},
+		{"idle only", Config{IdleOnly: true, Idle: time.Second}, true},
+		{"idle only without idle", Config{IdleOnly: true}, false},
+		{"idle and burst only", Config{IdleOnly: true, Idle: time.Second, BurstOnly: true}, false},
+		{"negative idle rounds", Config{IdleRounds: -1}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.cfg.Validate(); (err == nil) != tc.ok {

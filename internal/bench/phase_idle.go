@@ -3,6 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
 	"time"
 )
 
@@ -10,6 +14,10 @@ import (
 // a Spark query's idle rhythm (an event every 10 s when no data arrives,
 // spark.sql.streaming.noDataProgressEventInterval).
 const IdleInterval = 10 * time.Second
+
+// DefaultIdleRounds is how many times the idle phase measures each window
+// when Config.IdleRounds is 0.
+const DefaultIdleRounds = 3
 
 // idleLoad is what the runs post in one window of the idle phase.
 type idleLoad int
@@ -25,104 +33,195 @@ const (
 	loadIdleEvent
 )
 
-// idle measures what N quiet runs cost the service, twice: every run
-// posts one event every IdleInterval, spread evenly, for cfg.Idle, first a
-// QueryIdleEvent (a run that has no new data: Spark's idle rhythm), then a
-// progress with new data (a run that trickles); the process's CPU time
-// (getrusage) over each window is divided by its wall time. The process also holds the load generator (the publisher) and
-// the embedded NATS server; the generator's share is measured before and
-// after, publishing at the same rate to a subject nobody subscribes to
-// and no stream stores, and subtracted. What is left is the service plus
-// what the NATS server spends storing and delivering its events: an upper
-// bound of the service's own cost.
+func (l idleLoad) String() string {
+	switch l {
+	case loadProgress:
+		return "progress"
+	case loadIdleEvent:
+		return "events"
+	}
+	return "baseline"
+}
+
+// idleWindowResult is what one window of the idle phase measured.
+type idleWindowResult struct {
+	share  float64 // the process's CPU over the window, a share of one core
+	sent   int
+	cycles uint64  // collections that ended in the window
+	markS  float64 // CPU seconds the collector's marking took in it
+}
+
+// idle measures what N quiet runs cost the service: every run posts one
+// event every IdleInterval, spread evenly, for cfg.Idle, a QueryIdleEvent
+// (a run that has no new data: Spark's idle rhythm) in one window, a
+// progress with new data (a run that trickles) in the other; the process's
+// CPU time (getrusage) over each window is divided by its wall time. The
+// process also holds the load generator (the publisher) and the embedded
+// NATS server; the generator's share is measured publishing at the same
+// rate to a subject nobody subscribes to and no stream stores, in a
+// baseline window (cfg.Idle/2) before and after every measured window, and
+// the mean of the two is subtracted from it. What is left is the service
+// plus what the NATS server spends storing and delivering its events (its
+// reading of the published messages is in the baseline too, and is
+// subtracted). The pair of windows is measured IdleRounds times,
+// interleaved (baseline, idle events, baseline, progress, baseline, ...),
+// and the median of the rounds is the result, every round's figure beside
+// it: one window's figure moves with a collection landing in it or not,
+// and with the machine's other tenants.
 func (r *runner) idle(ctx context.Context, svc *benchService) error {
 	rate := float64(len(r.sims)) / IdleInterval.Seconds()
-	base := max(r.cfg.Idle/4, 2*time.Second)
-	gen1, _, err := r.idleWindow(ctx, rate, base, loadBaseline)
+	rounds := r.cfg.IdleRounds
+	if rounds <= 0 {
+		rounds = DefaultIdleRounds
+	}
+	base := max(r.cfg.Idle/2, 2*time.Second)
+	res := &Idle{Seconds: r.cfg.Idle.Seconds(), EventsPerSec: rate, Rounds: rounds}
+	prev, err := r.idleWindow(ctx, rate, base, loadBaseline, 0)
 	if err != nil {
 		return err
 	}
-	idles0 := svc.idles.Load()
-	quiet, sent, err := r.idleWindow(ctx, rate, r.cfg.Idle, loadIdleEvent)
-	if err != nil {
-		return err
+	res.GeneratorRounds = append(res.GeneratorRounds, prev.share)
+	var quietTotals, totals []float64
+	for round := 1; round <= rounds; round++ {
+		idles0 := svc.idles.Load()
+		quiet, err := r.idleWindow(ctx, rate, r.cfg.Idle, loadIdleEvent, round)
+		if err != nil {
+			return err
+		}
+		// Every idle event must have reached its run: a refused one would
+		// make the window cheap for the wrong reason.
+		deadline := time.Now().Add(r.cfg.WaitTimeout)
+		for svc.idles.Load()-idles0 < int64(quiet.sent) && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		res.IdleEventsSent += quiet.sent
+		res.IdleEventsAccepted += svc.idles.Load() - idles0
+		mid, err := r.idleWindow(ctx, rate, base, loadBaseline, round)
+		if err != nil {
+			return err
+		}
+		total, err := r.idleWindow(ctx, rate, r.cfg.Idle, loadProgress, round)
+		if err != nil {
+			return err
+		}
+		next, err := r.idleWindow(ctx, rate, base, loadBaseline, round)
+		if err != nil {
+			return err
+		}
+		res.GeneratorRounds = append(res.GeneratorRounds, mid.share, next.share)
+		quietTotals, totals = append(quietTotals, quiet.share), append(totals, total.share)
+		res.IdleEventsServiceRounds = append(res.IdleEventsServiceRounds, max(quiet.share-(prev.share+mid.share)/2, 0))
+		res.ServiceRounds = append(res.ServiceRounds, max(total.share-(mid.share+next.share)/2, 0))
+		res.IdleEventsGCCycles += quiet.cycles
+		res.IdleEventsGCMarkCPUSeconds += quiet.markS
+		r.say("idle: round %d of %d: idle events %.1f%% of one core (process %.1f%%, %d collections), a progress with new data %.1f%% (process %.1f%%), generator %.1f%%, %.1f%%, %.1f%%",
+			round, rounds, 100*res.IdleEventsServiceRounds[round-1], 100*quiet.share, quiet.cycles,
+			100*res.ServiceRounds[round-1], 100*total.share, 100*prev.share, 100*mid.share, 100*next.share)
+		prev = next
 	}
-	// Every idle event must have reached its run: a refused one would
-	// make the window cheap for the wrong reason.
-	deadline := time.Now().Add(r.cfg.WaitTimeout)
-	for svc.idles.Load()-idles0 < int64(sent) && time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
-	total, _, err := r.idleWindow(ctx, rate, r.cfg.Idle, loadProgress)
-	if err != nil {
-		return err
-	}
-	gen2, _, err := r.idleWindow(ctx, rate, base, loadBaseline)
-	if err != nil {
-		return err
-	}
-	gen := (gen1 + gen2) / 2
-	r.res.Idle = &Idle{
-		Seconds: r.cfg.Idle.Seconds(), EventsPerSec: rate,
-		TotalCoreShare: total, GeneratorCoreShare: gen, ServiceCoreShare: max(total-gen, 0),
-		IdleEventsTotalCoreShare: quiet, IdleEventsServiceCoreShare: max(quiet-gen, 0),
-		IdleEventsSent: sent, IdleEventsAccepted: svc.idles.Load() - idles0,
-	}
-	r.say("idle: %d runs posting one idle event every %s (%.0f events/s) for %s: the service %.1f%% of one core (process %.1f%%, generator %.1f%%)",
-		len(r.sims), IdleInterval, rate, r.cfg.Idle, 100*r.res.Idle.IdleEventsServiceCoreShare, 100*quiet, 100*gen)
-	r.say("idle: %d runs posting one progress with new data every %s (%.0f events/s) for %s: the service %.1f%% of one core (process %.1f%%, generator %.1f%%)",
-		len(r.sims), IdleInterval, rate, r.cfg.Idle, 100*r.res.Idle.ServiceCoreShare, 100*total, 100*gen)
+	res.IdleEventsServiceCoreShare, res.IdleEventsTotalCoreShare = median(res.IdleEventsServiceRounds), median(quietTotals)
+	res.ServiceCoreShare, res.TotalCoreShare = median(res.ServiceRounds), median(totals)
+	res.GeneratorCoreShare = median(res.GeneratorRounds)
+	r.res.Idle = res
+	r.say("idle: %d runs posting one idle event every %s (%.0f events/s), %d rounds of %s: the service %.1f%% of one core, median (rounds %s; process %.1f%%, generator %.1f%%)",
+		len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.IdleEventsServiceCoreShare, percents(res.IdleEventsServiceRounds), 100*res.IdleEventsTotalCoreShare, 100*res.GeneratorCoreShare)
+	r.say("idle: %d runs posting one progress with new data every %s (%.0f events/s), %d rounds of %s: the service %.1f%% of one core, median (rounds %s; process %.1f%%)",
+		len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.ServiceCoreShare, percents(res.ServiceRounds), 100*res.TotalCoreShare)
 	return nil
 }
 
+// median returns the median of xs (the mean of the middle two for an even
+// count), 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// percents formats shares of a core as percentages: "5.1%, 6.3%".
+func percents(xs []float64) string {
+	var b []byte
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = fmt.Appendf(b, "%.1f%%", 100*x)
+	}
+	return string(b)
+}
+
 // idleWindow publishes load at rate for d (the baseline to a subject
-// without interest, the others to the runs), and returns the process's CPU time over the
-// window as a share of one core. The verdicts the window's events move
-// are waited for after the window.
-func (r *runner) idleWindow(ctx context.Context, rate float64, d time.Duration, load idleLoad) (share float64, sent int, err error) {
+// without interest, the others to the runs), and returns the process's CPU
+// time over the window as a share of one core, with the collections in
+// it. The verdicts the window's events move are waited for after the
+// window. With a profile directory, the window's CPU profile is
+// cpu-idle-<load>-<round>.pprof (CPU only: the block and mutex profiles
+// of the other phases would weigh on what is measured); `go tool pprof
+// -top cpu-idle-events-*.pprof` sums the rounds.
+func (r *runner) idleWindow(ctx context.Context, rate float64, d time.Duration, load idleLoad, round int) (res idleWindowResult, err error) {
+	if r.cfg.ProfileDir != "" {
+		f, err := os.Create(filepath.Join(r.cfg.ProfileDir, fmt.Sprintf("cpu-idle-%s-%d.pprof", load, round)))
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	touched := make(map[string]time.Time)
+	stats := newRuntimeStats()
+	rt0 := stats.read()
 	cpu0, start := processCPU(), time.Now()
 	for {
 		elapsed := time.Since(start)
 		if elapsed >= d {
 			break
 		}
-		for due := int(elapsed.Seconds() * rate); sent < due; sent++ {
+		for due := int(elapsed.Seconds() * rate); res.sent < due; res.sent++ {
 			s := r.sims[r.rr%len(r.sims)]
 			r.rr++
 			switch load {
 			case loadBaseline:
 				r.buf = s.progress(r.buf, s.last+1, r.clk.at(s, s.last+1))
 				if err := r.pub.Publish("bench-idle-baseline."+s.queryID, r.buf); err != nil {
-					return 0, 0, fmt.Errorf("publish: %w", err)
+					return res, fmt.Errorf("publish: %w", err)
 				}
 				continue
 			case loadIdleEvent:
 				r.buf = s.idleEvent(r.buf, time.Now())
 				if err := r.pub.Publish(s.idleSubject, r.buf); err != nil {
-					return 0, 0, fmt.Errorf("publish: %w", err)
+					return res, fmt.Errorf("publish: %w", err)
 				}
 				continue
 			}
 			k := s.last + 1
 			if _, err := r.publishProgress(s, k); err != nil {
-				return 0, 0, err
+				return res, err
 			}
 			touched[s.table] = r.clk.period(s, k)
 		}
 		if err := ctx.Err(); err != nil {
-			return 0, 0, err
+			return res, err
 		}
-		time.Sleep(time.Until(start.Add(time.Duration(float64(sent+1) / rate * float64(time.Second)))))
+		time.Sleep(time.Until(start.Add(time.Duration(float64(res.sent+1) / rate * float64(time.Second)))))
 	}
 	if err := r.pub.Flush(); err != nil {
-		return 0, 0, err
+		return res, err
 	}
-	share = (processCPU() - cpu0).Seconds() / time.Since(start).Seconds()
+	res.share = (processCPU() - cpu0).Seconds() / time.Since(start).Seconds()
+	rt1 := stats.read()
+	res.cycles, res.markS = rt1.cycles-rt0.cycles, rt1.markS-rt0.markS
 	if len(touched) > 0 {
 		if _, err := r.waitVerdicts(ctx, "idle", touched); err != nil {
-			return 0, 0, err
+			return res, err
 		}
 	}
-	return share, sent, nil
+	return res, nil
 }

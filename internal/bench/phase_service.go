@@ -17,7 +17,7 @@ import (
 
 // runService runs the service's phases.
 func (r *runner) runService(ctx context.Context) error {
-	if !r.cfg.BurstOnly {
+	if !r.cfg.BurstOnly && !r.cfg.IdleOnly {
 		if err := r.rawDelivery(ctx); err != nil {
 			return fmt.Errorf("raw delivery: %w", err)
 		}
@@ -96,6 +96,9 @@ func (r *runner) runService(ctx context.Context) error {
 	if r.cfg.BurstOnly {
 		return r.burstPhase(ctx, svc)
 	}
+	if r.cfg.IdleOnly {
+		return r.idle(ctx, svc)
+	}
 	if !r.cfg.RestartOnly {
 		if err := r.steady(ctx, svc); err != nil {
 			return err
@@ -152,9 +155,9 @@ func (r *runner) steady(ctx context.Context, svc *benchService) error {
 			return fmt.Errorf("feeders: %w", err)
 		}
 	}
-	// Idle cost (optional: it takes about 1.5 times Idle).
+	// Idle cost (optional: it takes about 3 times Idle per round).
 	if r.cfg.Idle > 0 {
-		if err := r.profile("idle", func() error { return r.idle(ctx, svc) }); err != nil {
+		if err := r.idle(ctx, svc); err != nil {
 			return fmt.Errorf("idle: %w", err)
 		}
 	}

@@ -4,8 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 )
+
+// spread formats the range of xs as " (min-max)", "" for none.
+func spread(xs []float64) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.3f-%.3f)", slices.Min(xs), slices.Max(xs))
+}
 
 // Latency is the latency phase's outcome: period-crossing progress events
 // measured from their publication to their committed verdict (heard
@@ -198,10 +207,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 	row("  heap / stacks (KiB), goroutines", fmt.Sprintf("%.1f / %.1f, %.1f", r.HeapPerRunKiB, r.StackPerRunKiB, r.GoroutinesPerRun), "", "")
 	row("  the load generator's simulated runs, live heap (KiB)", fmt.Sprintf("%.1f", r.SimsHeapPerRunKiB), "", "")
 	if i := r.Idle; i != nil {
-		row(fmt.Sprintf("idle: %d runs, an idle event each per %s: service (share of a core)", r.Runs, IdleInterval),
-			fmt.Sprintf("%.3f", i.IdleEventsServiceCoreShare), "", "< 0.05")
+		row(fmt.Sprintf("idle: %d runs, an idle event each per %s: service (share of a core), median of %d", r.Runs, IdleInterval, i.Rounds),
+			fmt.Sprintf("%.3f%s", i.IdleEventsServiceCoreShare, spread(i.IdleEventsServiceRounds)), "", "< 0.05")
 		row(fmt.Sprintf("  a progress with new data each per %s instead: service", IdleInterval),
-			fmt.Sprintf("%.3f", i.ServiceCoreShare), "", "")
+			fmt.Sprintf("%.3f%s", i.ServiceCoreShare, spread(i.ServiceRounds)), "", "")
 		row("  process, idle events / new data / load generator", fmt.Sprintf("%.3f / %.3f / %.3f", i.IdleEventsTotalCoreShare, i.TotalCoreShare, i.GeneratorCoreShare), "", "")
 	}
 	row(fmt.Sprintf("recovery of %d runs (s)", r.Runs), fmt.Sprintf("%.3f", r.RecoverySeconds), "", "< 5")
@@ -241,4 +250,19 @@ type Idle struct {
 	// that window: published, and taken in by the runs' subscriptions.
 	IdleEventsSent     int   `json:"idle_events_sent"`
 	IdleEventsAccepted int64 `json:"idle_events_accepted"`
+	// Rounds is how many times each window was measured; the shares
+	// above are the medians of the rounds (the generator's of every
+	// baseline window).
+	Rounds int `json:"rounds"`
+	// IdleEventsServiceRounds and ServiceRounds are every round's service
+	// share (the spread of the medians above), GeneratorRounds every
+	// baseline window's.
+	IdleEventsServiceRounds []float64 `json:"idle_events_service_rounds"`
+	ServiceRounds           []float64 `json:"service_rounds"`
+	GeneratorRounds         []float64 `json:"generator_rounds"`
+	// IdleEventsGCCycles and IdleEventsGCMarkCPUSeconds are the
+	// collections that ended in the idle events' windows, and the CPU
+	// their marking took, over every round.
+	IdleEventsGCCycles         uint64  `json:"idle_events_gc_cycles"`
+	IdleEventsGCMarkCPUSeconds float64 `json:"idle_events_gc_mark_cpu_s"`
 }
