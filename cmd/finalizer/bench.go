@@ -42,9 +42,20 @@ the same figures for a naive baseline (one upsert per event). See BENCHMARKS.md.
 
 Without --postgres-url it starts a throwaway PostgreSQL cluster from the local
 installation and removes it afterwards; with one, it works in a schema of its own
-(bench_<tag>) that it drops at the end.`,
+(bench_<tag>) that it drops at the end.
+
+--service-process measures what an operator sees instead: the service is this binary's
+'finalizer serve' in a process of its own (a config file and service.log in the work
+dir), against the bench's NATS server (external to it, as in production: the bench
+process hosts it with the publisher and the observer) and PostgreSQL. Memory per run is
+the child's resident set (VmRSS, /proc/<pid>/status, no forced GC) from ready to N runs
+tracked; the idle phase's service CPU is the child's own (/proc/<pid>/stat), the NATS
+server's is reported apart (the bench process's less the generator's); the counters come
+from its /metrics; the restart is SIGTERM (its exit code is reported) and a new process,
+timed from its exec to every run re-applied. The child is killed on every error path.`,
 		Example: `  finalizer bench --runs 10000
   finalizer bench --runs 50 --duration 3s --profile-dir /tmp/prof
+  finalizer bench --runs 10000 --service-process --rate 10000 --idle 30s
   finalizer bench --curve 1000,10000,100000 --naive=false --svg docs/bench-curve.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -121,6 +132,7 @@ installation and removes it afterwards; with one, it works in a schema of its ow
 	fs.StringVar(&cfg.MemoryLimit, "memory-limit", "auto", "the service's own soft memory limit: auto (as serve sets it) or off (the Go runtime's default); GOMEMLIMIT overrides both")
 	fs.Float64Var(&cfg.MemoryHeadroom, "memory-headroom", 0, "headroom of the auto memory limit, a share of the live heap (0: the service's default)")
 	fs.StringVar(&cfg.Actions, "actions", "", "give every bench table an action: nats or marker (issue 19), to measure what actions cost")
+	fs.BoolVar(&cfg.ServiceProcess, "service-process", false, "run the service under measure as 'finalizer serve' in a process of its own (this binary), NATS and the load generator in the bench's: figures as the OS reports them for the service alone (not with --actions, --no-group-commit, --max-batch, --workers)")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU, an allocation, a block and a mutex profile per phase and a heap profile here")
 	fs.BoolVar(&cfg.Trace, "trace", false, "with --profile-dir, also an execution trace per phase (go tool trace -pprof=net shows the waits on PostgreSQL and NATS)")
 	fs.DurationVar(&cfg.WaitTimeout, "wait-timeout", 0, fmt.Sprintf("bound of every wait for verdicts (0: %s, or 5 ms per run when longer)", bench.DefaultWaitTimeout))

@@ -153,6 +153,22 @@ type Config struct {
 	// WaitTimeout bounds each wait for verdicts; 0 means DefaultWaitTimeout
 	// or 5 ms per run, whichever is longer.
 	WaitTimeout time.Duration
+	// ServiceProcess measures the service as an operator runs it: the
+	// `finalizer serve` binary (ServiceBinary, or this executable) in a
+	// process of its own, against the bench's NATS server (external to
+	// it, hosted by the bench with the publisher and the observer) and
+	// PostgreSQL, configured by a file in the work dir and logging to
+	// service.log there. Its resident set and CPU come from /proc, its
+	// counters from /metrics, its restart is SIGTERM and a new process.
+	// Not with Actions, NoGroupCommit, MaxBatch or Workers (serve has no
+	// setting for them).
+	ServiceProcess bool
+	// ServiceBinary is the finalizer binary ServiceProcess runs; "" is
+	// os.Executable().
+	ServiceBinary string
+	// OnServiceProcess, when set, is called with the pid of every
+	// service process started (tests).
+	OnServiceProcess func(pid int)
 	// Logger receives the service's logs; nil discards them.
 	Logger *zap.Logger
 	// Log receives one line per phase; nil discards them.
@@ -232,6 +248,14 @@ func (c Config) Validate() error {
 	if c.PerPeriod > 0 && 60%c.PerPeriod != 0 {
 		return fmt.Errorf("per-period %d: must divide 60 (seconds of a minute)", c.PerPeriod)
 	}
+	if c.ServiceProcess {
+		switch {
+		case !childSupported:
+			return errNoChild
+		case c.Actions != "" || c.NoGroupCommit || c.MaxBatch != 0 || c.Workers != 0:
+			return errors.New("service-process: not with actions, no-group-commit, max-batch or workers (serve has no setting for them)")
+		}
+	}
 	if c.BurstOnly && c.RestartOnly || c.IdleOnly && (c.BurstOnly || c.RestartOnly) {
 		return errors.New("burst-only, restart-only and idle-only: choose one")
 	}
@@ -258,6 +282,7 @@ type runner struct {
 	schema    string
 	pub       *nats.Conn
 	obs       *observer
+	child     *childService // the running service process (ServiceProcess)
 	buf       []byte
 	rr        int    // round-robin position of the paced publisher
 	rrLatency int    // rr when the service's latency phase began
@@ -291,6 +316,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	r.res = Result{
 		Runs: cfg.Runs, Tracking: cfg.Tracking, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		IngestPerRun: cfg.IngestPerRun, Rate: cfg.Rate, DurationSeconds: cfg.Duration.Seconds(), PerPeriod: cfg.PerPeriod,
+		Mode: ModeInProcess,
+	}
+	if cfg.ServiceProcess {
+		r.res.Mode = ModeServiceProcess
 	}
 	r.res.SimsHeapPerRunKiB = (float64(liveHeap()) - float64(simsFrom)) / float64(cfg.Runs) / 1024
 	total := 0
@@ -379,6 +408,11 @@ func (r *runner) teardown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errs []error
+	if r.child != nil {
+		// An error path: no service process outlives the bench.
+		r.child.kill()
+		r.child = nil
+	}
 	if r.obs != nil {
 		r.obs.close()
 	}
@@ -421,6 +455,47 @@ func (r *runner) rules() []finalizer.Rule {
 		rules = append(rules, finalizer.Rule{Table: "bench.{name}", Query: fmt.Sprintf("b%08x-%s-*", r.tag, kind), Spec: s.spec})
 	}
 	return rules
+}
+
+// startUnderTest starts the service under measure: in this process, or
+// as a `finalizer serve` child (ServiceProcess, then r.child).
+func (r *runner) startUnderTest(ctx context.Context) (underTest, error) {
+	if !r.cfg.ServiceProcess {
+		svc, err := startService(ctx, r.serviceConfig())
+		if err != nil {
+			return nil, err
+		}
+		return svc, nil
+	}
+	var c serveConfig
+	c.NATS.URL, c.Postgres.URL = r.natsURL, r.pgURL
+	c.ControlTable, c.Prefix = r.schema+".table_finalization", prefix
+	// No cap, as in process: the bench tracks exactly its N runs.
+	c.Tracking.MaxTrackers = -1
+	if r.cfg.MemoryLimit == "off" {
+		c.Tracking.MemoryLimit = "off"
+	}
+	c.Tracking.MemoryHeadroom = r.cfg.MemoryHeadroom
+	for _, rule := range r.rules() {
+		c.Tables = append(c.Tables, serveTable{Table: rule.Table, Query: rule.Query, SpecOptions: rule.Spec.Options()})
+	}
+	child, err := startChild(ctx, childConfig{
+		Binary: r.cfg.ServiceBinary, WorkDir: r.work, Config: c, Timeout: r.cfg.WaitTimeout, OnChild: r.cfg.OnServiceProcess,
+		Request: func(ctx context.Context, subject string, data []byte) ([]byte, error) {
+			m, err := r.pub.RequestWithContext(ctx, subject, data)
+			if err != nil {
+				return nil, err
+			}
+			return m.Data, nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.child = child
+	r.say("the service process (pid %d, %s) answered /healthz %s after its exec; its log: %s", child.pid, child.cmd.Path,
+		child.startedIn.Round(time.Millisecond), child.logPath)
+	return child, nil
 }
 
 func (r *runner) serviceConfig() serviceConfig {

@@ -45,10 +45,13 @@ func (l idleLoad) String() string {
 
 // idleWindowResult is what one window of the idle phase measured.
 type idleWindowResult struct {
-	share  float64 // the process's CPU over the window, a share of one core
-	sent   int
-	cycles uint64  // collections that ended in the window
-	markS  float64 // CPU seconds the collector's marking took in it
+	share float64 // the process's CPU over the window, a share of one core
+	// svcShare is the service process's (--service-process), 0 in
+	// process.
+	svcShare float64
+	sent     int
+	cycles   uint64  // collections that ended in the window
+	markS    float64 // CPU seconds the collector's marking took in it
 }
 
 // idle measures what N quiet runs cost the service: every run posts one
@@ -68,7 +71,7 @@ type idleWindowResult struct {
 // and the median of the rounds is the result, every round's figure beside
 // it: one window's figure moves with a collection landing in it or not,
 // and with the machine's other tenants.
-func (r *runner) idle(ctx context.Context, svc *benchService) error {
+func (r *runner) idle(ctx context.Context, svc underTest) error {
 	rate := float64(len(r.sims)) / IdleInterval.Seconds()
 	rounds := r.cfg.IdleRounds
 	if rounds <= 0 {
@@ -82,8 +85,11 @@ func (r *runner) idle(ctx context.Context, svc *benchService) error {
 	}
 	res.GeneratorRounds = append(res.GeneratorRounds, prev.share)
 	var quietTotals, totals []float64
+	// With a service process: its own CPU per round, and the bench
+	// process's less the generator's (the NATS server's).
+	var svcQuiet, svcTotal, natsQuiet, natsTotal []float64
 	for round := 1; round <= rounds; round++ {
-		idles0 := svc.idles.Load()
+		idles0 := svc.idles()
 		quiet, err := r.idleWindow(ctx, rate, r.cfg.Idle, loadIdleEvent, round)
 		if err != nil {
 			return err
@@ -91,11 +97,11 @@ func (r *runner) idle(ctx context.Context, svc *benchService) error {
 		// Every idle event must have reached its run: a refused one would
 		// make the window cheap for the wrong reason.
 		deadline := time.Now().Add(r.cfg.WaitTimeout)
-		for svc.idles.Load()-idles0 < int64(quiet.sent) && time.Now().Before(deadline) && ctx.Err() == nil {
+		for svc.idles()-idles0 < int64(quiet.sent) && time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
 		}
 		res.IdleEventsSent += quiet.sent
-		res.IdleEventsAccepted += svc.idles.Load() - idles0
+		res.IdleEventsAccepted += svc.idles() - idles0
 		mid, err := r.idleWindow(ctx, rate, base, loadBaseline, round)
 		if err != nil {
 			return err
@@ -110,8 +116,16 @@ func (r *runner) idle(ctx context.Context, svc *benchService) error {
 		}
 		res.GeneratorRounds = append(res.GeneratorRounds, mid.share, next.share)
 		quietTotals, totals = append(quietTotals, quiet.share), append(totals, total.share)
-		res.IdleEventsServiceRounds = append(res.IdleEventsServiceRounds, max(quiet.share-(prev.share+mid.share)/2, 0))
-		res.ServiceRounds = append(res.ServiceRounds, max(total.share-(mid.share+next.share)/2, 0))
+		quietLess, totalLess := max(quiet.share-(prev.share+mid.share)/2, 0), max(total.share-(mid.share+next.share)/2, 0)
+		if r.child != nil {
+			svcQuiet, svcTotal = append(svcQuiet, quiet.svcShare), append(svcTotal, total.svcShare)
+			natsQuiet, natsTotal = append(natsQuiet, quietLess), append(natsTotal, totalLess)
+			quietTotals[len(quietTotals)-1] += quiet.svcShare
+			totals[len(totals)-1] += total.svcShare
+			quietLess, totalLess = quiet.svcShare, total.svcShare
+		}
+		res.IdleEventsServiceRounds = append(res.IdleEventsServiceRounds, quietLess)
+		res.ServiceRounds = append(res.ServiceRounds, totalLess)
 		res.IdleEventsGCCycles += quiet.cycles
 		res.IdleEventsGCMarkCPUSeconds += quiet.markS
 		r.say("idle: round %d of %d: idle events %.1f%% of one core (process %.1f%%, %d collections), a progress with new data %.1f%% (process %.1f%%), generator %.1f%%, %.1f%%, %.1f%%",
@@ -123,6 +137,14 @@ func (r *runner) idle(ctx context.Context, svc *benchService) error {
 	res.ServiceCoreShare, res.TotalCoreShare = median(res.ServiceRounds), median(totals)
 	res.GeneratorCoreShare = median(res.GeneratorRounds)
 	r.res.Idle = res
+	if r.child != nil {
+		res.IdleEventsNATSCoreShare, res.NATSCoreShare = median(natsQuiet), median(natsTotal)
+		r.say("idle: %d runs posting one idle event every %s (%.0f events/s), %d rounds of %s: the service process %.1f%% of one core, median (rounds %s), the NATS server %.1f%% (rounds %s; generator %.1f%%)",
+			len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.IdleEventsServiceCoreShare, percents(svcQuiet), 100*res.IdleEventsNATSCoreShare, percents(natsQuiet), 100*res.GeneratorCoreShare)
+		r.say("idle: %d runs posting one progress with new data every %s (%.0f events/s), %d rounds of %s: the service process %.1f%% of one core, median (rounds %s), the NATS server %.1f%% (rounds %s)",
+			len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.ServiceCoreShare, percents(svcTotal), 100*res.NATSCoreShare, percents(natsTotal))
+		return nil
+	}
 	r.say("idle: %d runs posting one idle event every %s (%.0f events/s), %d rounds of %s: the service %.1f%% of one core, median (rounds %s; process %.1f%%, generator %.1f%%)",
 		len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.IdleEventsServiceCoreShare, percents(res.IdleEventsServiceRounds), 100*res.IdleEventsTotalCoreShare, 100*res.GeneratorCoreShare)
 	r.say("idle: %d runs posting one progress with new data every %s (%.0f events/s), %d rounds of %s: the service %.1f%% of one core, median (rounds %s; process %.1f%%)",
@@ -178,7 +200,11 @@ func (r *runner) idleWindow(ctx context.Context, rate float64, d time.Duration, 
 	touched := make(map[string]time.Time)
 	stats := newRuntimeStats()
 	rt0 := stats.read()
-	cpu0, start := processCPU(), time.Now()
+	childCPU := func() time.Duration { return 0 }
+	if r.child != nil {
+		childCPU = r.child.cpu
+	}
+	svc0, cpu0, start := childCPU(), processCPU(), time.Now()
 	for {
 		elapsed := time.Since(start)
 		if elapsed >= d {
@@ -215,7 +241,8 @@ func (r *runner) idleWindow(ctx context.Context, rate float64, d time.Duration, 
 	if err := r.pub.Flush(); err != nil {
 		return res, err
 	}
-	res.share = (processCPU() - cpu0).Seconds() / time.Since(start).Seconds()
+	wall := time.Since(start).Seconds()
+	res.share, res.svcShare = (processCPU()-cpu0).Seconds()/wall, (childCPU()-svc0).Seconds()/wall
 	rt1 := stats.read()
 	res.cycles, res.markS = rt1.cycles-rt0.cycles, rt1.markS-rt0.markS
 	if len(touched) > 0 {

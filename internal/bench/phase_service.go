@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
 )
 
@@ -27,9 +26,12 @@ func (r *runner) runService(ctx context.Context) error {
 	defer stopPeak()
 
 	// Start and track.
-	svc, err := startService(ctx, r.serviceConfig())
+	svc, err := r.startUnderTest(ctx)
 	if err != nil {
 		return err
+	}
+	if r.child != nil {
+		before = memSample{rss: r.child.rss()} // the child's, ready with no run tracked
 	}
 	stop := func() {
 		if r.cfg.Actions != "" {
@@ -38,11 +40,16 @@ func (r *runner) runService(ctx context.Context) error {
 		}
 		r.res.AdvanceRetries += int(svc.metric("finalizer_advance_retries_total"))
 		r.res.AdvanceFailures += int(svc.metric("finalizer_advance_failures_total"))
-		st := svc.svc.Bus().ConnStats()
-		r.res.NATSSlowConsumer += st.SlowConsumer
-		r.res.NATSDropped += st.Dropped
-		r.res.NATSDisconnects += st.Disconnects
-		svc.stop(ctx)
+		slow, dropped, disc := svc.connStats()
+		r.res.NATSSlowConsumer += slow
+		r.res.NATSDropped += dropped
+		r.res.NATSDisconnects += disc
+		code := svc.stop(ctx)
+		if r.child != nil {
+			r.res.ServiceExitCodes = append(r.res.ServiceExitCodes, code)
+			r.say("the service process (pid %d) exited with code %d on SIGTERM", r.child.pid, code)
+			r.child = nil
+		}
 		svc = nil
 	}
 	defer func() {
@@ -58,7 +65,7 @@ func (r *runner) runService(ctx context.Context) error {
 	// as in the ingest: at 100,000 runs, 200 MB published at once through
 	// the bench's one connection left 37% of the first verdicts missing
 	// (the drivers of 100,000 runs publish on connections of their own).
-	start, err := r.publishAll(ctx, func(s *sim) int64 { return 1 }, svc.acceptedSince())
+	start, err := r.publishAll(ctx, func(s *sim) int64 { return 1 }, acceptedSince(svc))
 	if err != nil {
 		return err
 	}
@@ -73,6 +80,36 @@ func (r *runner) runService(ctx context.Context) error {
 	// forced GC (issue 12's measure: what an operator sees, garbage the GC
 	// has not collected yet included), then after a GC that returned what
 	// it could (what the runs hold).
+	if r.child != nil {
+		rss := r.child.rss()
+		n := float64(len(r.sims))
+		r.res.RSSNoGCPerRunKiB = (float64(rss) - float64(before.rss)) / n / 1024
+		r.res.ServiceRSSMiB = float64(rss) / (1 << 20)
+		r.res.ServiceBaseRSSMiB = float64(before.rss) / (1 << 20)
+		r.say("memory per tracked run: %.1f KiB resident in the service process (VmRSS %.1f MiB, %.1f MiB when it was ready with no run; no forced GC, none possible from outside)",
+			r.res.RSSNoGCPerRunKiB, r.res.ServiceRSSMiB, r.res.ServiceBaseRSSMiB)
+	} else if err := r.inProcessMemory(before, stopPeak); err != nil {
+		return err
+	}
+
+	if r.cfg.BurstOnly {
+		return r.burstPhase(ctx, svc)
+	}
+	if r.cfg.IdleOnly {
+		return r.idle(ctx, svc)
+	}
+	if !r.cfg.RestartOnly {
+		if err := r.steady(ctx, svc); err != nil {
+			return err
+		}
+	}
+	return r.restart(ctx, &svc, stop)
+}
+
+// inProcessMemory measures the memory per run of the service in this
+// process: the resident set before a forced GC and after, the heap and
+// the stacks, from before (taken before the service started).
+func (r *runner) inProcessMemory(before memSample, stopPeak func() uint64) error {
 	rssNoGC := residentBytes()
 	if peak := stopPeak(); peak > 0 {
 		r.say("highest live heap from the service's start to here: %.1f KiB per run (heap-peak.pprof)", (float64(peak)-float64(before.heap))/float64(len(r.sims))/1024)
@@ -92,28 +129,16 @@ func (r *runner) runService(ctx context.Context) error {
 			_ = f.Close()
 		}
 	}
-
-	if r.cfg.BurstOnly {
-		return r.burstPhase(ctx, svc)
-	}
-	if r.cfg.IdleOnly {
-		return r.idle(ctx, svc)
-	}
-	if !r.cfg.RestartOnly {
-		if err := r.steady(ctx, svc); err != nil {
-			return err
-		}
-	}
-	return r.restart(ctx, &svc, stop)
+	return nil
 }
 
 // burstPhase runs Bursts bursts, one boundary after the other, under one
 // profile: the first one's time is the result's burst, every one's is in
 // BurstRounds.
-func (r *runner) burstPhase(ctx context.Context, svc *benchService) error {
+func (r *runner) burstPhase(ctx context.Context, svc underTest) error {
 	return r.profile("burst", func() error {
 		for range r.cfg.Bursts {
-			took, err := r.burst(ctx, svc.acceptedSince())
+			took, err := r.burst(ctx, acceptedSince(svc))
 			if err != nil {
 				return err
 			}
@@ -128,7 +153,7 @@ func (r *runner) burstPhase(ctx context.Context, svc *benchService) error {
 
 // steady runs the phases of a running service: ingest, latency, burst,
 // feeders and idle.
-func (r *runner) steady(ctx context.Context, svc *benchService) error {
+func (r *runner) steady(ctx context.Context, svc underTest) error {
 	if err := r.serviceIngest(ctx, svc); err != nil {
 		return err
 	}
@@ -141,8 +166,8 @@ func (r *runner) steady(ctx context.Context, svc *benchService) error {
 	if err := r.burstPhase(ctx, svc); err != nil {
 		return err
 	}
-	if svc.dropped.Load() != 0 {
-		return fmt.Errorf("the service dropped %d events", svc.dropped.Load())
+	if n := svc.dropped(); n != 0 {
+		return fmt.Errorf("the service dropped %d events", n)
 	}
 	// Tables of one and of three feeders (ADR 0015), on control tables of
 	// their own.
@@ -166,7 +191,7 @@ func (r *runner) steady(ctx context.Context, svc *benchService) error {
 
 // restart stops the service (stop), publishes one crossing per run while
 // it is down and starts it again into *svc: the recovery phase.
-func (r *runner) restart(ctx context.Context, svc **benchService, stop func()) error {
+func (r *runner) restart(ctx context.Context, svc *underTest, stop func()) error {
 	stop()
 	st, stored, err := r.eventStream(ctx)
 	if err != nil {
@@ -189,7 +214,7 @@ func (r *runner) restart(ctx context.Context, svc **benchService, stop func()) e
 	targets := r.targetsAtLast()
 	err = r.profile("recovery", func() error {
 		start := time.Now()
-		started, err := startService(ctx, r.serviceConfig())
+		started, err := r.startUnderTest(ctx)
 		if err != nil {
 			return err
 		}
@@ -199,10 +224,16 @@ func (r *runner) restart(ctx context.Context, svc **benchService, stop func()) e
 			return err
 		}
 		r.res.RecoverySeconds = last.Sub(start).Seconds()
-		r.res.RecoveryStartSeconds = started.startedIn.Seconds()
+		startedIn, retained, recovered, owned := started.timings()
+		r.res.RecoveryStartSeconds = startedIn.Seconds()
+		if r.child != nil {
+			r.say("recovery: %d runs re-applied %s after the service process was started (its /healthz answered after %s)", len(r.sims),
+				last.Sub(start).Round(time.Millisecond), startedIn.Round(time.Millisecond))
+			return nil
+		}
 		r.say("recovery: %d runs re-applied %s after start (start itself %s: retained runs listed in %s, Recover %s, ownership taken in %s)", len(r.sims),
-			last.Sub(start).Round(time.Millisecond), started.startedIn.Round(time.Millisecond),
-			started.retainedIn.Round(time.Millisecond), started.recoverIn.Round(time.Millisecond), started.ownIn.Round(time.Millisecond))
+			last.Sub(start).Round(time.Millisecond), startedIn.Round(time.Millisecond),
+			retained.Round(time.Millisecond), recovered.Round(time.Millisecond), owned.Round(time.Millisecond))
 		return nil
 	})
 	return err
@@ -211,7 +242,7 @@ func (r *runner) restart(ctx context.Context, svc **benchService, stop func()) e
 // track tracks every run: explicit ones through the registry (as the
 // track API does, persisted), ruled ones by publishing their started event
 // for discovery. It returns once N trackers run.
-func (r *runner) track(ctx context.Context, svc *benchService) error {
+func (r *runner) track(ctx context.Context, svc underTest) error {
 	start := time.Now()
 	var (
 		wg    sync.WaitGroup
@@ -224,9 +255,7 @@ func (r *runner) track(ctx context.Context, svc *benchService) error {
 		go func() {
 			defer wg.Done()
 			for s := range work {
-				_, err := svc.tracker.Track(ctx, finalizer.Request{QueryID: s.queryID, RunID: s.runID, Table: s.table,
-					Spec: s.spec, Explicit: true})
-				if err != nil {
+				if err := svc.trackExplicit(ctx, s); err != nil {
 					mu.Lock()
 					first = cmpOr(first, err)
 					mu.Unlock()
@@ -280,10 +309,9 @@ func (r *runner) crossingsIn(s *sim, from, to int64) int {
 
 // serviceIngest publishes the ingest messages to the service as fast as
 // it accepts them.
-func (r *runner) serviceIngest(ctx context.Context, svc *benchService) error {
+func (r *runner) serviceIngest(ctx context.Context, svc underTest) error {
 	n := len(r.sims) * r.cfg.IngestPerRun
-	base := svc.accepted.Load()
-	accepted := func() int64 { return svc.accepted.Load() - base }
+	accepted := acceptedSince(svc)
 	// The baseline is taken once the first verdicts' writes are all
 	// counted: the observer sees a verdict at its commit, before the
 	// tracker that wrote it has counted the write (a group commit hands

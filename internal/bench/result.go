@@ -64,6 +64,10 @@ type Ratios struct {
 // Result is what one bench run measured. Its JSON form is the one line
 // `finalizer bench` prints last.
 type Result struct {
+	// Mode is where the service under measure ran: ModeInProcess (in the
+	// bench's process, with the NATS server and the load generator) or
+	// ModeServiceProcess (`finalizer serve` in a process of its own).
+	Mode            string  `json:"mode"`
 	Runs            int     `json:"runs"`
 	Tracking        string  `json:"tracking"`
 	IngestPerRun    int     `json:"ingest_per_run"`
@@ -109,6 +113,15 @@ type Result struct {
 	SimsHeapPerRunKiB float64 `json:"sims_heap_per_run_kib"`
 	StackPerRunKiB    float64 `json:"stack_per_run_kib"`
 	GoroutinesPerRun  float64 `json:"goroutines_per_run"`
+	// ServiceRSSMiB and ServiceBaseRSSMiB are the service process's
+	// resident set (VmRSS) after the first verdicts of N runs and when it
+	// was ready with none (ModeServiceProcess only; RSSNoGCPerRunKiB is
+	// their difference over N, the others above are not measured).
+	ServiceRSSMiB     float64 `json:"service_rss_mib,omitempty"`
+	ServiceBaseRSSMiB float64 `json:"service_base_rss_mib,omitempty"`
+	// ServiceExitCodes are the service process's exit codes, one per
+	// start, on SIGTERM (ModeServiceProcess only): 0 is a clean stop.
+	ServiceExitCodes []int `json:"service_exit_codes,omitempty"`
 
 	// Idle is the idle phase's CPU, nil when it did not run.
 	Idle *Idle `json:"idle,omitempty"`
@@ -135,6 +148,12 @@ type Result struct {
 	Naive  *Baseline `json:"naive,omitempty"`
 	Ratios *Ratios   `json:"vs_naive,omitempty"`
 }
+
+// The modes of Result.Mode.
+const (
+	ModeInProcess      = "in-process"
+	ModeServiceProcess = "service-process"
+)
 
 func div(a, b float64) float64 {
 	if b == 0 {
@@ -166,8 +185,8 @@ func (r *Result) JSON() []byte {
 // WriteTable prints the results as a table, with the targets of issue 5.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "finalizer bench: N=%d runs (%s tracking), %d CPUs, %s, PostgreSQL %s, progress %d B\n",
-		r.Runs, r.Tracking, r.CPUs, r.GoVersion, r.Postgres, r.MsgBytes)
+	fmt.Fprintf(tw, "finalizer bench (%s): N=%d runs (%s tracking), %d CPUs, %s, PostgreSQL %s, progress %d B\n",
+		r.Mode, r.Runs, r.Tracking, r.CPUs, r.GoVersion, r.Postgres, r.MsgBytes)
 	fmt.Fprintln(tw, "MEASURE\tSERVICE\tNAIVE\tTARGET")
 	naive := func(f func(b *Baseline) string) string {
 		if r.Naive == nil {
@@ -203,15 +222,23 @@ func (r *Result) WriteTable(w io.Writer) error {
 		row(fmt.Sprintf("  %d tables, one period (ms)", f.Tables), fmt.Sprintf("%.1f", f.MsPerPeriod), "", "")
 	}
 	row("memory per tracked run (KiB RSS), no forced GC", fmt.Sprintf("%.1f", r.RSSNoGCPerRunKiB), "", "< 8")
-	row("memory per tracked run (KiB RSS), after a GC", fmt.Sprintf("%.1f", r.MemPerRunKiB), "", "< 16")
-	row("  heap / stacks (KiB), goroutines", fmt.Sprintf("%.1f / %.1f, %.1f", r.HeapPerRunKiB, r.StackPerRunKiB, r.GoroutinesPerRun), "", "")
-	row("  the load generator's simulated runs, live heap (KiB)", fmt.Sprintf("%.1f", r.SimsHeapPerRunKiB), "", "")
+	if r.Mode == ModeServiceProcess {
+		row("  the service process's VmRSS, ready / with N runs (MiB)", fmt.Sprintf("%.1f / %.1f", r.ServiceBaseRSSMiB, r.ServiceRSSMiB), "", "")
+		row("  its exit codes on SIGTERM", fmt.Sprint(r.ServiceExitCodes), "", "[0 0]")
+	} else {
+		row("memory per tracked run (KiB RSS), after a GC", fmt.Sprintf("%.1f", r.MemPerRunKiB), "", "< 16")
+		row("  heap / stacks (KiB), goroutines", fmt.Sprintf("%.1f / %.1f, %.1f", r.HeapPerRunKiB, r.StackPerRunKiB, r.GoroutinesPerRun), "", "")
+		row("  the load generator's simulated runs, live heap (KiB)", fmt.Sprintf("%.1f", r.SimsHeapPerRunKiB), "", "")
+	}
 	if i := r.Idle; i != nil {
 		row(fmt.Sprintf("idle: %d runs, an idle event each per %s: service (share of a core), median of %d", r.Runs, IdleInterval, i.Rounds),
 			fmt.Sprintf("%.3f%s", i.IdleEventsServiceCoreShare, spread(i.IdleEventsServiceRounds)), "", "< 0.05")
 		row(fmt.Sprintf("  a progress with new data each per %s instead: service", IdleInterval),
 			fmt.Sprintf("%.3f%s", i.ServiceCoreShare, spread(i.ServiceRounds)), "", "")
 		row("  process, idle events / new data / load generator", fmt.Sprintf("%.3f / %.3f / %.3f", i.IdleEventsTotalCoreShare, i.TotalCoreShare, i.GeneratorCoreShare), "", "")
+		if r.Mode == ModeServiceProcess {
+			row("  the NATS server (bench process - generator), idle events / new data", fmt.Sprintf("%.3f / %.3f", i.IdleEventsNATSCoreShare, i.NATSCoreShare), "", "")
+		}
 	}
 	row(fmt.Sprintf("recovery of %d runs (s)", r.Runs), fmt.Sprintf("%.3f", r.RecoverySeconds), "", "< 5")
 	row("  start and Recover returned after (s; the verdicts may land first)", fmt.Sprintf("%.3f", r.RecoveryStartSeconds), "", "")
@@ -246,6 +273,15 @@ type Idle struct {
 	// while every run posts a QueryIdleEvent instead of a progress.
 	IdleEventsTotalCoreShare   float64 `json:"idle_events_total_core_share"`
 	IdleEventsServiceCoreShare float64 `json:"idle_events_service_core_share"`
+	// NATSCoreShare and IdleEventsNATSCoreShare (ModeServiceProcess
+	// only) are the bench process's CPU (the NATS server, the publisher,
+	// the observer) less the generator's: what the NATS server spends
+	// storing and delivering the events. ServiceCoreShare and
+	// IdleEventsServiceCoreShare are then the service process's own CPU
+	// (/proc/<pid>/stat), nothing subtracted, and the total ones the sum
+	// of both processes.
+	NATSCoreShare           float64 `json:"nats_core_share,omitempty"`
+	IdleEventsNATSCoreShare float64 `json:"idle_events_nats_core_share,omitempty"`
 	// IdleEventsSent and IdleEventsAccepted count the idle events of
 	// that window: published, and taken in by the runs' subscriptions.
 	IdleEventsSent     int   `json:"idle_events_sent"`

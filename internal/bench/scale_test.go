@@ -214,7 +214,7 @@ func TestScaleRuns(t *testing.T) {
 	if other != 0 {
 		t.Errorf("%d tables have a verdict other than %s", other, want)
 	}
-	if d := svc.dropped.Load(); d != 0 {
+	if d := svc.dropped(); d != 0 {
 		t.Errorf("the service dropped %d events", d)
 	}
 	if sc := svc.metric("finalizer_nats_slow_consumer_total"); sc != 0 {

@@ -17,6 +17,41 @@ import (
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
+// underTest is what the phases need of the service under measure, in
+// either mode: in the bench's own process (benchService) or as a
+// `finalizer serve` child process (childService, --service-process).
+type underTest interface {
+	// trackExplicit tracks s explicitly, as the track API does
+	// (persisted).
+	trackExplicit(ctx context.Context, s *sim) error
+	// metric returns the value of one of the service's counters or
+	// gauges (the sum of its series).
+	metric(name string) float64
+	// accepted, idles and dropped count the progress events taken in
+	// (parsed and accepted, or superseded unparsed), the idle events
+	// accepted, and the events dropped (malformed, mismatch, ignored).
+	accepted() int64
+	idles() int64
+	dropped() int64
+	// timings are the start's: the whole start, and of it listing the
+	// runs JetStream retains, Recover and taking the ownership of tables
+	// (zero when unknown: a child process reports its start only).
+	timings() (start, retained, recover, own time.Duration)
+	// connStats are the service's NATS connection's slow-consumer
+	// errors, messages dropped and disconnections with an error.
+	connStats() (slow, dropped, disconnects int64)
+	// stop stops the service as an operator does (SIGTERM for a child)
+	// and returns its exit code (0 in process). It blocks.
+	stop(ctx context.Context) (exitCode int)
+}
+
+// acceptedSince returns a counter of the progress events svc takes in
+// from now on.
+func acceptedSince(svc underTest) func() int64 {
+	base := svc.accepted()
+	return func() int64 { return svc.accepted() - base }
+}
+
 // benchService is the service under measure: the very wiring of
 // `finalizer serve` (package service), against the bench's own NATS and
 // PostgreSQL, without the HTTP API. It counts the events taken in and
@@ -25,21 +60,14 @@ type benchService struct {
 	svc     *service.Service
 	tracker *finalizer.Registry
 
-	accepted atomic.Int64 // progress events taken in: parsed and accepted, or superseded unparsed
-	idles    atomic.Int64 // idle events accepted
-	dropped  atomic.Int64 // events dropped (malformed, mismatch, ...)
+	nAccepted atomic.Int64 // progress events taken in: parsed and accepted, or superseded unparsed
+	nIdles    atomic.Int64 // idle events accepted
+	nDropped  atomic.Int64 // events dropped (malformed, mismatch, ...)
 
 	startedIn time.Duration // serve's start: open, migrate, dial, stream, recover
 	// Of which: listing the runs JetStream retains, Recover, and taking
 	// the ownership of tables.
 	retainedIn, recoverIn, ownIn time.Duration
-}
-
-// acceptedSince returns a counter of the progress events the service
-// takes in from now on.
-func (b *benchService) acceptedSince() func() int64 {
-	base := b.accepted.Load()
-	return func() int64 { return b.accepted.Load() - base }
 }
 
 // serviceConfig is what startService needs.
@@ -82,11 +110,11 @@ func startService(ctx context.Context, c serviceConfig) (*benchService, error) {
 		OnEvent: func(kind progress.Kind, outcome string) {
 			switch {
 			case outcome != listener.OutcomeAccepted && outcome != listener.OutcomeSuperseded:
-				b.dropped.Add(1)
+				b.nDropped.Add(1)
 			case kind == progress.KindProgress:
-				b.accepted.Add(1) // parsed, or made useless by a newer one (ADR 0011)
+				b.nAccepted.Add(1) // parsed, or made useless by a newer one (ADR 0011)
 			case kind == progress.KindIdle:
-				b.idles.Add(1)
+				b.nIdles.Add(1)
 			}
 		},
 	}
@@ -130,5 +158,24 @@ func (s *benchService) metric(name string) float64 {
 	return d.GetCounter().GetValue() + d.GetGauge().GetValue()
 }
 
+func (s *benchService) accepted() int64 { return s.nAccepted.Load() }
+func (s *benchService) idles() int64    { return s.nIdles.Load() }
+func (s *benchService) dropped() int64  { return s.nDropped.Load() }
+
+func (s *benchService) timings() (start, retained, recover, own time.Duration) {
+	return s.startedIn, s.retainedIn, s.recoverIn, s.ownIn
+}
+
+func (s *benchService) connStats() (slow, dropped, disconnects int64) {
+	st := s.svc.Bus().ConnStats()
+	return int64(st.SlowConsumer), int64(st.Dropped), int64(st.Disconnects)
+}
+
+func (s *benchService) trackExplicit(ctx context.Context, sm *sim) error {
+	_, err := s.tracker.Track(ctx, finalizer.Request{QueryID: sm.queryID, RunID: sm.runID, Table: sm.table,
+		Spec: sm.spec, Explicit: true})
+	return err
+}
+
 // stop stops the service as serve does. It blocks.
-func (s *benchService) stop(ctx context.Context) { s.svc.Stop(ctx) }
+func (s *benchService) stop(ctx context.Context) int { s.svc.Stop(ctx); return 0 }

@@ -253,7 +253,7 @@ func (s *Service) dialBus(ctx context.Context) error {
 	}
 	s.bus = bus
 	s.started("event bus", func(context.Context) { bus.Close() })
-	s.prom.MustRegister(
+	natsCounters := []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "finalizer_nats_slow_consumer_total",
 			Help: "Slow-consumer errors of the service's NATS connection: a subscription's pending limits were exceeded and messages dropped.",
@@ -266,7 +266,9 @@ func (s *Service) dialBus(ctx context.Context) error {
 			Name: "finalizer_nats_disconnects_total",
 			Help: "Disconnections of the service's NATS connection with an error (a server that cut it off as a slow consumer among them).",
 		}, func() float64 { return float64(bus.ConnStats().Disconnects) }),
-	)
+	}
+	s.prom.MustRegister(natsCounters...)
+	s.counters.MustRegister(natsCounters...)
 	s.jetstream = true
 	if err := bus.EnsureStream(ctx); err != nil {
 		if !errors.Is(err, listener.ErrNoJetStream) {

@@ -1,0 +1,66 @@
+//go:build linux
+
+package bench
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// childProcAttr makes the kernel kill the service process when the
+// bench's thread that started it dies (a bench killed with SIGKILL):
+// the bench's own paths kill it themselves (childService.kill).
+func childProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// procRSS returns pid's VmRSS from /proc/<pid>/status, 0 when unknown.
+func procRSS(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest) // "123456 kB"
+			if len(f) == 0 {
+				return 0
+			}
+			kb, _ := strconv.ParseUint(f[0], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// clockTicks is the unit of /proc/<pid>/stat's times (USER_HZ, 100 on
+// Linux whatever the kernel's HZ).
+const clockTicks = 100
+
+// procCPU returns pid's user and system CPU time from /proc/<pid>/stat
+// (utime and stime, fields 14 and 15), 0 when unknown.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count the fields after its closing one (field 3 on).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseUint(f[11], 10, 64)
+	stime, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+const childSupported = true

@@ -1,0 +1,16 @@
+//go:build !linux
+
+package bench
+
+import (
+	"syscall"
+	"time"
+)
+
+func childProcAttr() *syscall.SysProcAttr { return nil }
+
+func procRSS(int) uint64 { return 0 }
+
+func procCPU(int) time.Duration { return 0 }
+
+const childSupported = false
