@@ -165,9 +165,11 @@ func (r *Registry) Discovered(run listener.Run) {
 			p.merge(run)
 			return
 		}
-		_, expired := r.expired.get(run.RunID)
+		x, expired := r.expired.get(run.RunID)
 		_, await := r.awaitName.get(run.RunID)
 		switch {
+		case expired && !x.speaksAgain(run):
+			return // a rescan re-read what its trackers had seen
 		case expired:
 			// Tracked again into some of the tables it expired from:
 			// the others are tracked again too.
@@ -185,6 +187,10 @@ func (r *Registry) Discovered(run listener.Run) {
 		}
 	} else if p := r.pending[run.RunID]; p != nil {
 		p.merge(run)
+		return
+	} else if x, ok := r.expired.get(run.RunID); ok && !x.speaksAgain(run) {
+		// A rescan of the stream re-read the events the run had sent
+		// before its trackers expired: not the run speaking again.
 		return
 	}
 	if _, ok := r.undecided.get(run.RunID); ok && run.Name == "" {
@@ -338,7 +344,8 @@ func (r *Registry) consider(ctx context.Context, runID string, async func(table 
 	r.mu.Unlock()
 
 	r.mu.Lock()
-	again, _ := r.expired.get(runID)
+	x, _ := r.expired.get(runID)
+	again := x.reqs
 	r.mu.Unlock()
 	name := run.Name
 	if name == "" && len(again) == 0 {

@@ -172,3 +172,41 @@ func trackBothAndExpire(t *testing.T, reg *finalizer.Registry, clock *fakeClock,
 		return false
 	})
 }
+
+// A rescan of the stream (after a NATS reconnect, or for runs discovery
+// dropped) offers an expired run again with the events it retains, which
+// are the ones its trackers had seen before the silence: that does not
+// track it again (ADR 0017: its next event does). A rescan that finds a
+// newer event (stored after the middle of the silence), or the run's
+// termination, does.
+func TestRescanTracksAnExpiredRunAgainOnlyForNews(t *testing.T) {
+	for _, news := range []string{"stored later", "terminated"} {
+		t.Run(news, func(t *testing.T) {
+			clock := newFakeClock(utc("2026-09-28T15:00:00Z"))
+			store, bus := newFakeStore(), newFakeBus()
+			reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Clock: clock,
+				Rules:      []finalizer.Rule{{Table: "rule", Query: "orders", Spec: hourSpec(t)}},
+				StaleAfter: time.Minute, ExpireAfter: time.Hour, Logger: zap.NewNop()})
+			defer reg.Close(context.Background())
+			trackBothAndExpire(t, reg, clock, store, finalizer.Request{QueryID: queryA, RunID: runA, Table: "explicit", Spec: hourSpec(t), Explicit: true})
+			// What the stream retains of it, as a rescan reads it: stored
+			// before its silence, or with no storage time.
+			for _, stored := range []time.Time{{}, utc("2026-09-28T15:00:00Z")} {
+				reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindProgress, Stored: stored})
+			}
+			time.Sleep(200 * time.Millisecond)
+			if n := len(reg.Status()); n != 0 {
+				t.Fatalf("%d trackers after a rescan re-read the expired run's old events; want it left expired", n)
+			}
+			if reg.Known(runA) {
+				t.Fatal("the expired run is known after a rescan: its next event would be dropped")
+			}
+			run := listener.Run{QueryID: queryA, RunID: runA, Name: "orders", Kind: progress.KindProgress, Stored: clock.Now()}
+			if news == "terminated" {
+				run = listener.Run{QueryID: queryA, RunID: runA, Kind: progress.KindTerminated, Terminated: true, Stored: utc("2026-09-28T15:00:00Z")}
+			}
+			reg.Discovered(run)
+			eventually(t, "tracked again by the rescan's news", func() bool { return len(reg.Status()) == 2 })
+		})
+	}
+}

@@ -242,8 +242,10 @@ type Registry struct {
 	ignored  *memo[JoinResult]   // runs no rule matches, or refused
 	// expired holds the requests of runs whose trackers the janitor
 	// stopped after a silence: the run is not known, so its next event
-	// tracks it again into the same tables.
-	expired *memo[[]Request]
+	// tracks it again into the same tables (a re-read of the events it
+	// had sent before, by a rescan of the stream, does not: see
+	// expiredRun).
+	expired *memo[expiredRun]
 	// undecided holds runs seen without a name that no rule matches by
 	// id: an event that carries the name decides them.
 	undecided *memo[JoinResult]
@@ -327,7 +329,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		starting: make(map[string]int),
 		finished: newMemo[JoinResult](cfg.Remember),
 		ignored:  newMemo[JoinResult](cfg.Remember),
-		expired:  newMemo[[]Request](cfg.Remember),
+		expired:  newMemo[expiredRun](cfg.Remember),
 
 		undecided:   newMemo[JoinResult](cfg.Remember),
 		awaitName:   newMemo[JoinResult](cfg.Remember),
@@ -747,10 +749,22 @@ func (r *Registry) reap(e *entry) {
 	r.mu.Lock()
 	r.remove(e)
 	if e.expired && !out.terminated && !r.closed {
-		reqs, _ := r.expired.get(e.req.RunID)
+		x, _ := r.expired.get(e.req.RunID)
 		req := e.req
 		req.resumed = false // saved again, live again after a restart
-		r.expired.put(e.req.RunID, append(reqs, req))
+		x.reqs = append(x.reqs, req)
+		// Its last event came at st.LastEvent, its expiry at least
+		// ExpireAfter later: an event the stream stored past the middle
+		// of that silence is one the run sent since (a clock of the
+		// NATS server off by up to half of ExpireAfter is tolerated).
+		since := st.LastEvent
+		if since.IsZero() {
+			since = r.cfg.Clock.Now().Add(-r.cfg.ExpireAfter)
+		}
+		if news := since.Add(r.cfg.ExpireAfter / 2); x.news.IsZero() || news.Before(x.news) {
+			x.news = news
+		}
+		r.expired.put(e.req.RunID, x)
 	}
 	if prev, ok := r.finished.get(e.req.RunID); ok {
 		res.Done = res.Done && prev.Done
@@ -983,12 +997,12 @@ func (r *Registry) logSampled(lvl zapcore.Level, class, msg string, fields ...za
 // forgetExpired drops req's table from the run's expired requests (it is
 // tracked again), keeping the others. r.mu held.
 func (r *Registry) forgetExpired(req Request) {
-	reqs, ok := r.expired.get(req.RunID)
+	x, ok := r.expired.get(req.RunID)
 	if !ok {
 		return
 	}
-	kept := make([]Request, 0, len(reqs))
-	for _, o := range reqs {
+	kept := make([]Request, 0, len(x.reqs))
+	for _, o := range x.reqs {
 		if o.Table != req.Table {
 			kept = append(kept, o)
 		}
@@ -996,6 +1010,30 @@ func (r *Registry) forgetExpired(req Request) {
 	if len(kept) == 0 {
 		r.expired.del(req.RunID)
 	} else {
-		r.expired.put(req.RunID, kept)
+		r.expired.put(req.RunID, expiredRun{reqs: kept, news: x.news})
 	}
+}
+
+// expiredRun is what the registry remembers of a run whose trackers the
+// janitor stopped after a silence (Registry.expired): the requests to
+// track it again with, and from when an event the stream stored is news.
+// A rescan of the stream (after a NATS reconnect, or for runs discovery
+// dropped) offers the run again with its retained events, which are the
+// ones its trackers had seen before the silence: that is not the run
+// speaking again (ADR 0017), and tracking it again would only have it
+// expire again a silence later, its explicit tracks saved live again
+// meanwhile.
+type expiredRun struct {
+	reqs []Request
+	news time.Time
+}
+
+// speaksAgain reports whether run, offered by discovery, is news of the
+// expired run x: a live event (Event set), or, from a rescan of the
+// stream, a termination it retains (its trackers expired without it: it
+// came since, or they missed it) or an event the stream stored after
+// x.news. A rescan's run without a storage time (a bus that does not
+// say) waits for the run's next live event. r.mu held.
+func (x expiredRun) speaksAgain(run listener.Run) bool {
+	return run.Event != nil || run.Terminated || (!run.Stored.IsZero() && run.Stored.After(x.news))
 }

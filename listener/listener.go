@@ -309,6 +309,7 @@ type Listener struct {
 	streamKick  chan struct{} // an advisory says the stream may be gone, buffered 1
 	slowKick    chan struct{} // the event subscription dropped messages, buffered 1
 	rescanKick  chan struct{} // a discovery asked for a rescan (DiscoverySubscription.Rescan), buffered 1
+	rescanNow   chan struct{} // a reconnect asks for the rescans at once, without their backoff; buffered 1
 	connClosed  chan struct{} // closed once the connection is closed
 
 	mu         sync.Mutex
@@ -327,6 +328,9 @@ type Listener struct {
 	held       map[*RunSubscription]struct{} // run subscriptions whose catch-up waits for the release
 	snap       *retainedSnapshot             // what a Retained under the hold read, for the release
 	streamGen  uint64                        // bumped when what the stream held may be gone (streamChanged)
+	// rescanCancel cancels the rescan in flight (rescanLoop), nil when
+	// none: a reconnect ends it, its reads being the old connection's.
+	rescanCancel context.CancelFunc
 
 	// The event subscription and its routing table (ADR 0009).
 	routerMu      sync.Mutex
@@ -406,6 +410,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		streamKick:  make(chan struct{}, 1),
 		slowKick:    make(chan struct{}, 1),
 		rescanKick:  make(chan struct{}, 1),
+		rescanNow:   make(chan struct{}, 1),
 		retry:       make(map[*RunSubscription]struct{}),
 		held:        make(map[*RunSubscription]struct{}),
 		connClosed:  make(chan struct{}),
@@ -496,8 +501,9 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		return nil, fmt.Errorf("jetstream context: %w", err)
 	}
 	l.log.Info("nats connected", zap.String("url", redact.URLs(l.nc.ConnectedUrl())))
-	l.wg.Add(1)
+	l.wg.Add(2)
 	go l.maintain()
+	go l.rescanLoop()
 	return l, nil
 }
 
@@ -533,24 +539,15 @@ func checkURLs(list string) error {
 }
 
 // maintain handles reconnects until Close: re-ensure the stream, catch up
-// every run subscription, rescan for runs to discover. It also retries
-// the catch-ups that failed (the stream had no leader, JetStream did not
-// answer in time), with a delay from DefaultRetryMin doubling to
-// DefaultRetryMax, until each succeeds or its subscription ends.
+// every run subscription, ask for a rescan for runs to discover (which
+// rescanLoop runs). It also retries the catch-ups that failed (the stream
+// had no leader, JetStream did not answer in time), with a delay from
+// DefaultRetryMin doubling to DefaultRetryMax, until each succeeds or its
+// subscription ends.
 func (l *Listener) maintain() {
 	defer l.wg.Done()
-	delay, rescanDelay := DefaultRetryMin, DefaultRetryMin
-	var retry, rescanRetry <-chan time.Time
-	// rescan runs the rescans asked for; one that failed is retried after
-	// rescanDelay, doubling while it keeps failing.
-	rescan := func() {
-		if l.rescanAsked() {
-			rescanRetry = time.After(rescanDelay)
-			rescanDelay = min(2*rescanDelay, DefaultRetryMax)
-		} else {
-			rescanDelay = DefaultRetryMin
-		}
-	}
+	delay := DefaultRetryMin
+	var retry <-chan time.Time
 	var check <-chan time.Time
 	if l.opts.StreamCheckEvery > 0 {
 		t := time.NewTicker(l.opts.StreamCheckEvery)
@@ -567,14 +564,6 @@ func (l *Listener) maintain() {
 			l.checkStream()
 		case <-l.slowKick:
 			l.afterSlowConsumer()
-		case <-l.rescanKick:
-			if rescanRetry != nil {
-				continue // asked again while a retry waits: the retry serves it
-			}
-			rescan()
-		case <-rescanRetry:
-			rescanRetry = nil
-			rescan()
 		case <-l.reconnected:
 			l.afterReconnect()
 		case <-l.retryKick:
@@ -662,6 +651,74 @@ func (l *Listener) retryCatchUps() {
 	}
 }
 
+// rescanLoop runs the rescans discoveries ask for (Rescan, and every
+// reconnect and slow-consumer recovery through catchUpAll), one at a
+// time, on a goroutine of its own: a rescan reads every run the stream
+// retains and may take seconds (a large stream, a slow server), and run
+// on maintain's goroutine it held back the handling of the next
+// reconnect, the catch-ups to retry and the stream checks for as long.
+// Requests made while one runs are served by one more (coalesced). One
+// that failed is retried after a delay from DefaultRetryMin doubling to
+// DefaultRetryMax; a reconnect cancels the one in flight (its reads were
+// the old connection's) and asks for one at once, without the delay.
+func (l *Listener) rescanLoop() {
+	defer l.wg.Done()
+	delay := DefaultRetryMin
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.rescanNow:
+			retry, delay = nil, DefaultRetryMin
+		case <-l.rescanKick:
+			if retry != nil {
+				continue // asked again while a retry waits: the retry serves it
+			}
+		case <-retry:
+			retry = nil
+		}
+		ctx, cancel := context.WithCancel(l.ctx)
+		l.mu.Lock()
+		l.rescanCancel = cancel
+		l.mu.Unlock()
+		failed := l.rescanAsked(ctx)
+		l.mu.Lock()
+		l.rescanCancel = nil
+		l.mu.Unlock()
+		interrupted := ctx.Err() != nil
+		cancel()
+		switch {
+		case l.ctx.Err() != nil:
+			return
+		case interrupted:
+			// A reconnect ended it and asked again (rescanNow).
+		case failed:
+			retry = time.After(delay)
+			delay = min(2*delay, DefaultRetryMax)
+		default:
+			delay = DefaultRetryMin
+		}
+	}
+}
+
+// rescanAfterReconnect ends the rescan in flight, if any, and has
+// rescanLoop run the discoveries' rescans at once.
+func (l *Listener) rescanAfterReconnect(disc []*DiscoverySubscription) {
+	for _, s := range disc {
+		s.rescan.Store(true)
+	}
+	l.mu.Lock()
+	if l.rescanCancel != nil {
+		l.rescanCancel()
+	}
+	l.mu.Unlock()
+	select {
+	case l.rescanNow <- struct{}{}:
+	default:
+	}
+}
+
 func (l *Listener) afterReconnect() {
 	l.streamChanged()
 	l.mu.Lock()
@@ -689,15 +746,17 @@ func (l *Listener) afterReconnect() {
 		l.log.Warn("flush after reconnect", zap.Error(err))
 		return
 	}
-	failed := l.catchUpAll(runs, disc)
+	failed := l.catchUpAll(runs, nil)
+	l.rescanAfterReconnect(disc)
 	l.log.Info("caught up after reconnect", zap.Int("runs", len(runs)), zap.String("failed", failed))
 }
 
 // catchUpAll catches every run subscription of runs up from the stream
 // (one scan of the stream for many runs, a lookup each for a few; a run
 // whose catch-up failed is retried on its own, and every one gets a
-// second look shortly after) and rescans the retained runs for each
-// discovery. It returns the first failure's text, "" without.
+// second look shortly after) and asks each discovery of disc for a
+// rescan of the retained runs (rescanLoop runs it, off this goroutine).
+// It returns the first failure's text, "" without.
 func (l *Listener) catchUpAll(runs []*RunSubscription, disc []*DiscoverySubscription) string {
 	failed := ""
 	if err := l.catchUpMany(l.ctx, runs, nil); err != nil {
@@ -715,9 +774,7 @@ func (l *Listener) catchUpAll(runs []*RunSubscription, disc []*DiscoverySubscrip
 	}
 	l.mu.Unlock()
 	for _, s := range disc {
-		if !l.rescan(l.ctx, s) { // Retained bounds itself
-			s.Rescan() // retried, with a delay while it keeps failing
-		}
+		s.Rescan()
 	}
 	return failed
 }

@@ -414,9 +414,18 @@ func TestRetained(t *testing.T) {
 	// A subject of the wrong shape that the stream captures anyway.
 	rawPublish(t, rawConn(t, srv.ClientURL()), "spark.progress.a.b.c", []byte(`{}`))
 
+	before := time.Now()
 	runs, err := l.Retained(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Stored: when the stream stored each run's newest event (the
+	// server's clock, the test's too).
+	for i, r := range runs {
+		if r.Stored.IsZero() || r.Stored.After(before) || before.Sub(r.Stored) > time.Minute {
+			t.Errorf("%s: stored at %v, want a moment before %v", r.RunID, r.Stored, before)
+		}
+		runs[i].Stored = time.Time{}
 	}
 	want := []listener.Run{
 		{QueryID: qa, RunID: running, Name: "orders", Kind: progress.KindProgress},

@@ -42,8 +42,9 @@ const BatchCatchUpMin = 64
 // when there is no stream to read. A from above 0 starts the scan at that
 // stream sequence instead of the first (the tail a snapshot has not seen,
 // see HoldCatchUps). It returns the stream sequence of the last message
-// it read (0 when none).
-func (l *Listener) scanStream(ctx context.Context, kinds []progress.Kind, from uint64, visit func(subject string, data []byte)) (uint64, error) {
+// it read (0 when none). visit is given the time the stream stored the
+// message.
+func (l *Listener) scanStream(ctx context.Context, kinds []progress.Kind, from uint64, visit func(subject string, data []byte, stored time.Time)) (uint64, error) {
 	if _, err := l.eventStream(ctx); err != nil {
 		return 0, err
 	}
@@ -106,7 +107,7 @@ func (l *Listener) scanStream(ctx context.Context, kinds []progress.Kind, from u
 		subject := m.Subject()
 		for _, w := range want {
 			if strings.HasPrefix(subject, w) {
-				visit(subject, m.Data())
+				visit(subject, m.Data(), md.Timestamp)
 				break
 			}
 		}
@@ -341,7 +342,7 @@ func (l *Listener) scanCatchUp(ctx context.Context, subs []*RunSubscription, sna
 		from = snap.last + 1
 	}
 	term := "." + progress.KindTerminated.String() + "."
-	_, err := l.scanStream(ctx, snapshotKinds, from, func(subject string, data []byte) {
+	_, err := l.scanStream(ctx, snapshotKinds, from, func(subject string, data []byte, _ time.Time) {
 		held := byRun[lastToken(subject)]
 		switch {
 		case len(held) == 0:

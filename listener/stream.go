@@ -285,15 +285,17 @@ func (l *Listener) eventStream(ctx context.Context) (jetstream.Stream, error) {
 
 // Retained lists the runs the stream holds events of, sorted by query id
 // and run id, with the name from each run's retained progress (else its
-// started event) and Terminated set when its termination is retained. It reads
+// started event), Terminated set when its termination is retained and
+// Stored the time the stream stored the newest of its events. It reads
 // the stream once (scanStream), however many runs it holds, with no
 // overall deadline but ctx's: each read is bounded on its own. It returns
 // ErrNoJetStream or ErrNoStream when there is no stream to read.
 func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 	type key struct{ q, r string }
 	type seen struct {
-		kinds [progress.KindTerminated + 1]bool
-		name  string
+		kinds  [progress.KindTerminated + 1]bool
+		name   string
+		stored time.Time
 	}
 	all := make(map[key]*seen)
 	// Under a hold of catch-ups, what is read is kept for the release
@@ -304,7 +306,7 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 			snap = &retainedSnapshot{runs: make(map[string][]retainedMsg), gen: gen, created: created}
 		}
 	}
-	last, err := l.scanStream(ctx, eventKinds, 0, func(subject string, data []byte) {
+	last, err := l.scanStream(ctx, eventKinds, 0, func(subject string, data []byte, stored time.Time) {
 		es, ok := l.splitSubject(subject)
 		if !ok {
 			return
@@ -316,6 +318,9 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 			all[k] = r
 		}
 		r.kinds[es.kind] = true
+		if stored.After(r.stored) {
+			r.stored = stored
+		}
 		keep := snap != nil && es.kind != progress.KindIdle
 		// The progress's name counts over the started event's.
 		naming := es.kind == progress.KindProgress || (es.kind == progress.KindStarted && r.name == "")
@@ -345,7 +350,7 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 	}
 	runs := make([]Run, 0, len(all))
 	for k, r := range all {
-		run := Run{QueryID: k.q, RunID: k.r, Name: r.name, Terminated: r.kinds[progress.KindTerminated]}
+		run := Run{QueryID: k.q, RunID: k.r, Name: r.name, Terminated: r.kinds[progress.KindTerminated], Stored: r.stored.UTC()}
 		for _, kind := range []progress.Kind{progress.KindTerminated, progress.KindProgress, progress.KindIdle, progress.KindStarted} {
 			if r.kinds[kind] {
 				run.Kind = kind

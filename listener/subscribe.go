@@ -487,6 +487,10 @@ type Run struct {
 	Kind progress.Kind
 	// Terminated is true when the run's termination was seen.
 	Terminated bool
+	// Stored is when the stream stored the newest of the run's retained
+	// events (Retained, from the server's clock); zero for Discover,
+	// whose event is the run's newest by being live.
+	Stored time.Time
 	// Event is the event the run was found through (Discover), checked
 	// against its subject; nil for Retained. The caller offers it to the
 	// run's mailbox once subscribed, so that the event that revealed the
@@ -556,9 +560,9 @@ func (s *DiscoverySubscription) onDiscover(m *nats.Msg) {
 // found, those that known does not know: a caller that could not take a
 // run when it was found (too many waiting for a decision, a subscription
 // that failed) finds it again without waiting for the run's next event,
-// which may be an hour away. It never blocks: the rescan runs on the
-// listener's maintenance goroutine, and requests made before it starts
-// are served by one rescan. Without JetStream it does nothing.
+// which may be an hour away. It never blocks: the rescan runs on a
+// goroutine of the listener's own (rescanLoop), and requests made before
+// it starts are served by one rescan. Without JetStream it does nothing.
 func (s *DiscoverySubscription) Rescan() {
 	s.rescan.Store(true)
 	select {
@@ -567,13 +571,14 @@ func (s *DiscoverySubscription) Rescan() {
 	}
 }
 
-// rescanAsked runs the rescans that discoveries asked for (Rescan). It
-// runs on maintain's goroutine. It reports whether one failed: that one is
-// asked for again, and maintain retries it after a delay.
-func (l *Listener) rescanAsked() (failed bool) {
+// rescanAsked runs the rescans that discoveries asked for (Rescan), each
+// bounded by ctx. It runs on rescanLoop's goroutine. It reports whether
+// one failed: that one is asked for again, and rescanLoop retries it
+// after a delay.
+func (l *Listener) rescanAsked(ctx context.Context) (failed bool) {
 	_, disc := l.subscriptions()
 	for _, s := range disc {
-		if s.rescan.CompareAndSwap(true, false) && !l.rescan(l.ctx, s) {
+		if s.rescan.CompareAndSwap(true, false) && !l.rescan(ctx, s) {
 			s.rescan.Store(true)
 			failed = true
 		}
@@ -596,6 +601,9 @@ func (l *Listener) rescan(ctx context.Context, s *DiscoverySubscription) bool {
 		return false
 	}
 	for _, r := range runs {
+		if ctx.Err() != nil {
+			return false // ended by a reconnect or Close: asked again
+		}
 		if !s.known(r.RunID) {
 			s.found(r)
 		}

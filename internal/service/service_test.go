@@ -36,11 +36,13 @@ func startTest(t *testing.T) (*Service, *nats.Conn) {
 }
 
 // startTestWith is startTest with opts, whose data directory, NATS server
-// and database (unless opts names one) it fills in.
+// and database (unless opts names them: NATS.URL, PostgresURL) it fills in.
 func startTestWith(t *testing.T, opts Options) (*Service, *nats.Conn) {
 	t.Helper()
 	opts.DataDir = t.TempDir()
-	opts.EmbeddedNATS = &embeddednats.Options{Host: "127.0.0.1", Port: embeddednats.RandomPort}
+	if opts.NATS.URL == "" {
+		opts.EmbeddedNATS = &embeddednats.Options{Host: "127.0.0.1", Port: embeddednats.RandomPort}
+	}
 	if opts.PostgresURL == "" {
 		opts.PostgresURL = pgtest.URL(t)
 	}
