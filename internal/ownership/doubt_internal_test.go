@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -194,5 +195,64 @@ func TestFlushLeavesAStatementInFlightToIt(t *testing.T) {
 	w.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("the newer advance counts %d statements in flight, want 1", n)
+	}
+}
+
+// rowsStore lists the rows it is given.
+type rowsStore struct {
+	fakeStore
+	rows []control.Verdict
+}
+
+func (r *rowsStore) List(context.Context) ([]control.Verdict, error) { return r.rows, nil }
+
+// TestFallbackAfterAReconnectWritesOnlyWhatTheTableMissed: after a
+// reconnect every held advance is in doubt and, on a table this replica
+// does not own, written by the fallback once the grace is up unless an
+// announcement shows it reached, and announcements made while the
+// connection was down are lost. The fallback reads the rows first (for
+// rewinds): a table that stands at or past the held advance (its owner
+// wrote it again) is what the lost announcement would have said, and is
+// not written; one that stands behind (the owner does not track the run,
+// or a failover lost the write) is. Before, every held advance of every
+// unowned table was written after every reconnect: safe (forward-only,
+// a no-op is a read), but a statement's share per held advance, a
+// replica's whole tracked set, each time.
+func TestFallbackAfterAReconnectWritesOnlyWhatTheTableMissed(t *testing.T) {
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	rs := &rowsStore{rows: []control.Verdict{
+		{Table: "t.at", FinalizedUntil: base},
+		{Table: "t.past", FinalizedUntil: base.Add(time.Hour)},
+		{Table: "t.behind", FinalizedUntil: base.Add(-time.Hour)},
+	}}
+	w := New(Options{Table: control.DefaultTable, Store: rs, Buckets: 4, Grace: time.Nanosecond, Forget: time.Hour})
+	w.mu.Lock()
+	w.known = true // owns no bucket
+	w.mu.Unlock()
+	held := time.Now().Add(-time.Minute)
+	for _, tb := range []string{"t.at", "t.past", "t.behind", "t.norow"} {
+		w.hold(control.Advance{Table: tb, QueryID: "q", FinalizedUntil: base}, held)
+	}
+	w.Observed("t.at", base)
+	w.Observed("t.past", base)
+	w.Observed("t.behind", base) // reached once; a failover lost it
+	w.Observed("t.norow", base)
+	w.Reconnected()
+	time.Sleep(time.Millisecond) // the grace, from the reconnect
+	w.fallback(context.Background())
+	checkIndex(t, w, "fallback after a reconnect")
+	if len(rs.batches) != 1 {
+		t.Fatalf("%d statements, want 1", len(rs.batches))
+	}
+	var wrote []string
+	for _, a := range rs.batches[0] {
+		wrote = append(wrote, a.Table)
+	}
+	slices.Sort(wrote)
+	if want := []string{"t.behind", "t.norow"}; !slices.Equal(wrote, want) {
+		t.Fatalf("the fallback wrote %v, want only the tables behind their held advance %v", wrote, want)
+	}
+	if len(w.unreached) != 0 {
+		t.Fatalf("%d held advances still unreached", len(w.unreached))
 	}
 }

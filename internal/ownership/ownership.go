@@ -684,6 +684,7 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 			return errDoubted
 		}
 		kept := as[:0]
+		seen := 0
 		for _, a := range as {
 			h := w.heldOf(a.Table, a.QueryID)
 			if h == nil || h.a.FinalizedUntil != a.FinalizedUntil {
@@ -698,12 +699,26 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 				w.dropLocked(a.Table, a.QueryID)
 				w.log.Info("ownership: a held advance is older than the table's rewind; not written",
 					zap.String("table", a.Table), zap.Time("finalized_until", a.FinalizedUntil), zap.Time("rewound_at", v.RewoundAt))
+			case why == "fallback" && ok && !v.FinalizedUntil.Before(a.FinalizedUntil):
+				// Not owned, and the table stands at or past it as
+				// read after the reconnect: what an announcement lost
+				// while the connection was down would have shown
+				// (Observed). The owner wrote it again (or a newer
+				// one); writing it too would be a read per advance
+				// held, every unowned table's, after every reconnect.
+				h.doubt = false
+				w.reachedLocked(h)
+				seen++
 			default:
 				h.doubt = false
 				kept = append(kept, a)
 			}
 		}
 		w.mu.Unlock()
+		if seen > 0 {
+			w.log.Debug("ownership: held advances the tables stand at after a reconnect; not written",
+				zap.String("why", why), zap.Int("advances", seen))
+		}
 		as = kept
 		if len(as) == 0 {
 			return nil
