@@ -397,7 +397,7 @@ func (r *Registry) Track(ctx context.Context, req Request) (bool, error) {
 	if len(es) == 0 {
 		return false, nil
 	}
-	if err := r.launch(ctx, es[0]); err != nil {
+	if err := r.launch(ctx, es[0], false); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -446,10 +446,55 @@ func (r *Registry) replaces(req Request) bool {
 }
 
 // launch starts a registered entry's tracker: it persists the track (when
-// explicit), subscribes and starts the worker. On an error the entry is
-// dropped.
-func (r *Registry) launch(ctx context.Context, e *entry) error {
-	t, sub, err := r.start(ctx, e)
+// explicit), joins its query to the table's feeders, subscribes and
+// starts the worker. On an error the entry is dropped. When another
+// session holds the table locked (the join's control.ErrBusy), the run
+// waits for its join before it is tracked (joinBusy): here when wait is
+// set (discovery, which starts the runs into one table in order), else on
+// a goroutine of the registry's, launch returning at once (a restart's
+// recovery and an explicit track, which must not wait for a lock another
+// session holds for as long as it likes).
+func (r *Registry) launch(ctx context.Context, e *entry, wait bool) error {
+	busy, err := r.prepare(ctx, e)
+	if err == nil && busy {
+		if wait {
+			err = r.waitJoin(ctx, e)
+		} else {
+			r.mu.Lock()
+			closed := r.closed
+			if !closed {
+				r.wg.Add(1)
+			}
+			r.mu.Unlock()
+			if !closed {
+				go func() {
+					defer r.wg.Done()
+					if err := r.finish(e, r.waitJoin(r.ctx, e)); err != nil && !errors.Is(err, ErrClosed) && r.ctx.Err() == nil {
+						r.log.Error("could not track run; a rescan of the stream tries again", zap.String("table", e.req.Table),
+							zap.String("query_id", e.req.QueryID), zap.String("run_id", e.req.RunID), zap.Error(err))
+						r.mu.Lock()
+						r.missedRun()
+						r.mu.Unlock()
+					}
+				}()
+				return nil
+			}
+			err = ErrClosed
+		}
+	}
+	return r.finish(e, err)
+}
+
+// finish subscribes a prepared entry and starts its tracker, or drops the
+// entry when err (its preparation's) is not nil.
+func (r *Registry) finish(e *entry, err error) error {
+	var (
+		t   *Tracker
+		sub RunSubscription
+	)
+	if err == nil {
+		t, sub, err = r.subscribe(e)
+	}
 	r.mu.Lock()
 	if r.starting[e.req.RunID]--; r.starting[e.req.RunID] <= 0 {
 		delete(r.starting, e.req.RunID)
@@ -484,18 +529,20 @@ type catchUpper interface {
 	CatchUp(ctx context.Context) error
 }
 
-// start persists (when explicit) and subscribes e, and returns its tracker,
-// not running yet.
-func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscription, error) {
+// prepare persists e's track (when explicit) and joins its query to its
+// table's feeders. busy reports that another session holds the table
+// locked (control.ErrBusy): the join is to be tried again (waitJoin)
+// before the run is subscribed.
+func (r *Registry) prepare(ctx context.Context, e *entry) (busy bool, err error) {
 	req := e.req
 	if req.Explicit && !req.resumed && r.cfg.Tracks != nil {
 		spec, err := json.Marshal(req.Spec.Options())
 		if err != nil {
-			return nil, nil, fmt.Errorf("track %s: %w", req.RunID, err)
+			return false, fmt.Errorf("track %s: %w", req.RunID, err)
 		}
 		t := control.Track{QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: spec, CreatedAt: r.cfg.Clock.Now()}
 		if err := r.saveTrack(ctx, t); err != nil {
-			return nil, nil, fmt.Errorf("persist track of run %s: %w", req.RunID, err)
+			return false, fmt.Errorf("persist track of run %s: %w", req.RunID, err)
 		}
 	}
 	if fj, ok := r.cfg.Store.(FeederJoiner); ok {
@@ -505,21 +552,52 @@ func (r *Registry) start(ctx context.Context, e *entry) (*Tracker, RunSubscripti
 		// feeders. Failing that, its first advance records it.
 		j, err := r.joinFeeder(ctx, fj, req)
 		if errors.Is(err, control.ErrBusy) {
-			j, err = r.joinBusy(ctx, fj, e)
+			return true, nil
 		}
-		switch {
-		case err != nil:
-			r.log.Warn("could not record the query as a feeder of the table before it reports; it holds the table from its first verdict",
-				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("run_id", req.RunID), zap.Error(err))
-		case j.Retired():
-			// A retired query runs again (restarted from its checkpoint):
-			// it does not hold the table, which may already be final
-			// over the periods it writes. Never silent.
-			r.log.Warn("a retired feeder of the table runs again: it does not hold the table, which may be declared final ahead of what this run writes; take it back with finalizer feeders unretire if it still writes the table",
-				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("query_name", req.QueryName),
-				zap.String("run_id", req.RunID), zap.Time("retired_at", j.RetiredAt), zap.String("retired_why", j.RetiredWhy))
-		}
+		r.noteJoin(req, j, err)
 	}
+	return false, nil
+}
+
+// waitJoin tries e's busy join again until it is joined (joinBusy), and
+// says what came of it (noteJoin). It fails only when ctx ends or the
+// registry closes; a run stopped meanwhile (superseded) is started and
+// stopped at once by finish, so that its stop is recorded.
+func (r *Registry) waitJoin(ctx context.Context, e *entry) error {
+	fj, _ := r.cfg.Store.(FeederJoiner)
+	j, err := r.joinBusy(ctx, fj, e)
+	switch {
+	case errors.Is(err, ErrClosed):
+		return err
+	case ctx.Err() != nil:
+		return fmt.Errorf("join feeder of %s: %w", e.req.Table, ctx.Err())
+	case errors.Is(err, errStoppedWhileBusy):
+		return nil
+	}
+	r.noteJoin(e.req, j, err)
+	return nil
+}
+
+// noteJoin logs what a join that did not succeed plainly means.
+func (r *Registry) noteJoin(req Request, j control.Joined, err error) {
+	switch {
+	case err != nil:
+		r.log.Warn("could not record the query as a feeder of the table before it reports; it holds the table from its first verdict",
+			zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("run_id", req.RunID), zap.Error(err))
+	case j.Retired():
+		// A retired query runs again (restarted from its checkpoint):
+		// it does not hold the table, which may already be final
+		// over the periods it writes. Never silent.
+		r.log.Warn("a retired feeder of the table runs again: it does not hold the table, which may be declared final ahead of what this run writes; take it back with finalizer feeders unretire if it still writes the table",
+			zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("query_name", req.QueryName),
+			zap.String("run_id", req.RunID), zap.Time("retired_at", j.RetiredAt), zap.String("retired_why", j.RetiredWhy))
+	}
+}
+
+// subscribe subscribes a prepared e and returns its tracker, not running
+// yet.
+func (r *Registry) subscribe(e *entry) (*Tracker, RunSubscription, error) {
+	req := e.req
 	sub, err := r.cfg.Bus.Subscribe(req.QueryID, req.RunID, e.box)
 	if err != nil {
 		return nil, nil, fmt.Errorf("subscribe to run %s: %w", req.RunID, err)
@@ -594,6 +672,10 @@ func (r *Registry) joinFeeder(ctx context.Context, fj FeederJoiner, req Request)
 	return fj.JoinFeeder(ctx, req.Table, req.QueryID, req.QueryName)
 }
 
+// errStoppedWhileBusy: the run was stopped (superseded) while its join
+// waited for another session's lock.
+var errStoppedWhileBusy = errors.New("the tracker was stopped while the table was locked")
+
 // Bounds of the wait between two tries of a join that another session's
 // lock failed (control.ErrBusy): from the tracker's retry delay, doubling.
 const maxJoinBusyDelay = 30 * time.Second
@@ -630,7 +712,7 @@ func (r *Registry) joinBusy(ctx context.Context, fj FeederJoiner, e *entry) (con
 		stopped := e.stopReason
 		r.mu.RUnlock()
 		if stopped != "" {
-			return control.Joined{}, fmt.Errorf("join feeder of %s: the tracker was stopped (%s) while the table was locked", req.Table, stopped)
+			return control.Joined{}, errStoppedWhileBusy
 		}
 		j, err := r.joinFeeder(ctx, fj, req)
 		if !errors.Is(err, control.ErrBusy) {
