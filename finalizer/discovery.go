@@ -443,7 +443,7 @@ func (r *Registry) consider(ctx context.Context, runID string, async func(table 
 	}
 	for _, e := range es {
 		start := func() {
-			if err := r.launch(ctx, e, async != nil); err != nil && !errors.Is(err, ErrClosed) {
+			if err := r.launch(ctx, e); err != nil && !errors.Is(err, ErrClosed) {
 				r.log.Error("could not track run; a rescan of the stream tries again", zap.String("table", e.req.Table), zap.String("query_id", run.QueryID),
 					zap.String("run_id", run.RunID), zap.Error(err))
 				r.mu.Lock()

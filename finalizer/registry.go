@@ -252,9 +252,15 @@ type Registry struct {
 	// awaitName holds runs tracked without a name (by rules that match
 	// their id) while other rules might match their name: an event that
 	// carries the name decides those rules too.
-	awaitName  *memo[JoinResult]
-	pending    map[string]*pendingRun // runs waiting for a decision
-	queue      []string               // pending runs in arrival order
+	awaitName *memo[JoinResult]
+	pending   map[string]*pendingRun // runs waiting for a decision
+	// joining holds, per table, the last start into it that waits for its
+	// feeder join (another session holds the table locked, joinBusy):
+	// closed when that start ended. A later start into the table waits
+	// behind it (launch), so that the runs of one table join in the order
+	// they were started, and none is tracked before an earlier one joined.
+	joining    map[string]chan struct{}
+	queue      []string // pending runs in arrival order
 	maxPending int
 	// rescan asks discovery to offer the runs the stream retains once
 	// more (SetRescan); nil without one. missed says that a discovered
@@ -334,6 +340,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		undecided:   newMemo[JoinResult](cfg.Remember),
 		awaitName:   newMemo[JoinResult](cfg.Remember),
 		pending:     make(map[string]*pendingRun),
+		joining:     make(map[string]chan struct{}),
 		maxPending:  DefaultMaxPending,
 		rescanEvery: minRescanEvery,
 
@@ -397,7 +404,7 @@ func (r *Registry) Track(ctx context.Context, req Request) (bool, error) {
 	if len(es) == 0 {
 		return false, nil
 	}
-	if err := r.launch(ctx, es[0], false); err != nil {
+	if err := r.launch(ctx, es[0]); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -449,40 +456,74 @@ func (r *Registry) replaces(req Request) bool {
 // explicit), joins its query to the table's feeders, subscribes and
 // starts the worker. On an error the entry is dropped. When another
 // session holds the table locked (the join's control.ErrBusy), the run
-// waits for its join before it is tracked (joinBusy): here when wait is
-// set (discovery, which starts the runs into one table in order), else on
-// a goroutine of the registry's, launch returning at once (a restart's
-// recovery and an explicit track, which must not wait for a lock another
-// session holds for as long as it likes).
-func (r *Registry) launch(ctx context.Context, e *entry, wait bool) error {
-	busy, err := r.prepare(ctx, e)
-	if err == nil && busy {
-		if wait {
-			err = r.waitJoin(ctx, e)
-		} else {
-			r.mu.Lock()
-			closed := r.closed
-			if !closed {
-				r.wg.Add(1)
-			}
-			r.mu.Unlock()
-			if !closed {
-				go func() {
-					defer r.wg.Done()
-					if err := r.finish(e, r.waitJoin(r.ctx, e)); err != nil && !errors.Is(err, ErrClosed) && r.ctx.Err() == nil {
-						r.log.Error("could not track run; a rescan of the stream tries again", zap.String("table", e.req.Table),
-							zap.String("query_id", e.req.QueryID), zap.String("run_id", e.req.RunID), zap.Error(err))
-						r.mu.Lock()
-						r.missedRun()
-						r.mu.Unlock()
-					}
-				}()
-				return nil
-			}
-			err = ErrClosed
+// waits for its join before it is tracked, on a goroutine of the
+// registry's (joinLater), and launch returns at once: neither discovery
+// (its slots), a restart's recovery nor an explicit track waits for a lock
+// another session may hold for hours. A start into a table that such a
+// run waits for waits behind it without trying, so that the runs of one
+// table are tracked in the order they were started.
+func (r *Registry) launch(ctx context.Context, e *entry) error {
+	if err := r.persist(ctx, e); err != nil {
+		return r.finish(e, err)
+	}
+	r.mu.RLock()
+	behind := r.joining[e.req.Table] != nil
+	r.mu.RUnlock()
+	if !behind {
+		busy := r.join(ctx, e)
+		if !busy {
+			return r.finish(e, nil)
 		}
 	}
-	return r.finish(e, err)
+	return r.joinLater(e, !behind)
+}
+
+// joinLater has e's start wait, on a goroutine of the registry's, behind
+// the start into its table already waiting (if any), then join again
+// (tried already when busy, and failed with control.ErrBusy) and, once
+// joined, be subscribed and started.
+func (r *Registry) joinLater(e *entry, busy bool) error {
+	table := e.req.Table
+	done := make(chan struct{})
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return r.finish(e, ErrClosed)
+	}
+	prev := r.joining[table]
+	r.joining[table] = done
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		defer func() {
+			r.mu.Lock()
+			if r.joining[table] == done {
+				delete(r.joining, table)
+			}
+			r.mu.Unlock()
+			close(done)
+		}()
+		var err error
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-r.stop:
+				err = ErrClosed
+			}
+		}
+		if err == nil && (prev == nil && busy || r.join(r.ctx, e)) {
+			err = r.waitJoin(r.ctx, e)
+		}
+		if err := r.finish(e, err); err != nil && !errors.Is(err, ErrClosed) && r.ctx.Err() == nil {
+			r.log.Error("could not track run; a rescan of the stream tries again", zap.String("table", e.req.Table),
+				zap.String("query_id", e.req.QueryID), zap.String("run_id", e.req.RunID), zap.Error(err))
+			r.mu.Lock()
+			r.missedRun()
+			r.mu.Unlock()
+		}
+	}()
+	return nil
 }
 
 // finish subscribes a prepared entry and starts its tracker, or drops the
@@ -529,34 +570,40 @@ type catchUpper interface {
 	CatchUp(ctx context.Context) error
 }
 
-// prepare persists e's track (when explicit) and joins its query to its
-// table's feeders. busy reports that another session holds the table
-// locked (control.ErrBusy): the join is to be tried again (waitJoin)
-// before the run is subscribed.
-func (r *Registry) prepare(ctx context.Context, e *entry) (busy bool, err error) {
+// persist saves e's track when it is an explicit one not saved yet.
+func (r *Registry) persist(ctx context.Context, e *entry) error {
 	req := e.req
 	if req.Explicit && !req.resumed && r.cfg.Tracks != nil {
 		spec, err := json.Marshal(req.Spec.Options())
 		if err != nil {
-			return false, fmt.Errorf("track %s: %w", req.RunID, err)
+			return fmt.Errorf("track %s: %w", req.RunID, err)
 		}
 		t := control.Track{QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: spec, CreatedAt: r.cfg.Clock.Now()}
 		if err := r.saveTrack(ctx, t); err != nil {
-			return false, fmt.Errorf("persist track of run %s: %w", req.RunID, err)
+			return fmt.Errorf("persist track of run %s: %w", req.RunID, err)
 		}
 	}
-	if fj, ok := r.cfg.Store.(FeederJoiner); ok {
-		// A query is a feeder from the moment it is mapped to the table,
-		// not from its first verdict: a first batch still running, or a
-		// run held by a guard, must hold the table against the other
-		// feeders. Failing that, its first advance records it.
-		j, err := r.joinFeeder(ctx, fj, req)
-		if errors.Is(err, control.ErrBusy) {
-			return true, nil
-		}
-		r.noteJoin(req, j, err)
+	return nil
+}
+
+// join joins e's query to its table's feeders. It reports busy when
+// another session holds the table locked (control.ErrBusy): the join is
+// to be tried again (waitJoin) before the run is subscribed.
+func (r *Registry) join(ctx context.Context, e *entry) (busy bool) {
+	fj, ok := r.cfg.Store.(FeederJoiner)
+	if !ok {
+		return false
 	}
-	return false, nil
+	// A query is a feeder from the moment it is mapped to the table, not
+	// from its first verdict: a first batch still running, or a run held
+	// by a guard, must hold the table against the other feeders. Failing
+	// that, its first advance records it.
+	j, err := r.joinFeeder(ctx, fj, e.req)
+	if errors.Is(err, control.ErrBusy) {
+		return true
+	}
+	r.noteJoin(e.req, j, err)
+	return false
 }
 
 // waitJoin tries e's busy join again until it is joined (joinBusy), and
