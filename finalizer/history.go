@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,10 +61,30 @@ type history struct {
 	saidSource   bool
 }
 
-// learn records the verdict as an advance or a read returned it.
-func (h *history) learn(v control.Verdict) {
+// learn records the verdict as an advance or a read returned it. The
+// verdict's query id and sources are read from the control table, each a
+// string or slice of its own; when they equal the tracker's own query id,
+// the sources of its last advance or those already known, those are kept
+// instead, so that a tracked run holds one copy of each (issue 12: three
+// heap objects per run fewer for the collector to mark).
+func (t *Tracker) learn(v control.Verdict) {
+	h := &t.hist
 	h.known = true
-	h.end, h.at, h.query, h.sources = v.EndTime, v.UpdatedAt, v.QueryID, v.Sources
+	h.end, h.at = v.EndTime, v.UpdatedAt
+	switch v.QueryID {
+	case t.cfg.QueryID:
+		h.query = t.cfg.QueryID
+	case h.query:
+	default:
+		h.query = v.QueryID
+	}
+	switch {
+	case t.lastAdv != nil && slices.Equal(v.Sources, t.lastAdv.Sources) && (v.Sources == nil) == (t.lastAdv.Sources == nil):
+		h.sources = t.lastAdv.Sources
+	case slices.Equal(v.Sources, h.sources) && (v.Sources == nil) == (h.sources == nil):
+	default:
+		h.sources = v.Sources
+	}
 }
 
 // newer reports whether ev was posted after the verdict's last move, so
@@ -129,7 +150,7 @@ func (t *Tracker) checkReset(ctx context.Context, ev *progress.Event) {
 		t.log.Warn("could not read the verdict to check batch 0 for a checkpoint reset", zap.Error(err))
 		return
 	}
-	t.hist.learn(v)
+	t.learn(v)
 	if v.QueryID == "" || v.QueryID == ev.QueryID || !t.hist.newer(ev) || t.hist.saidReset {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -185,12 +186,23 @@ type JoinResult struct {
 type trackKey struct{ runID, table string }
 
 // entry is one tracker of the registry, from its registration (mailbox
-// made, events handed over into it) to its reaping.
+// made, events handed over into it) to its reaping. The entry, its
+// mailbox and its tracker are one heap object (tk and mb below), and it
+// is its tracker's runHost, with no closure per tracker: the collector
+// marks every object of every tracked run at each collection, which at
+// 100,000 runs is most of a burst's and a restart's cost (issue 12).
 type entry struct {
 	req    Request
-	box    *listener.Mailbox // set at registration, before the subscription
+	r      *Registry
+	box    *listener.Mailbox // &mb, set at registration, before the subscription
 	ready  latch             // closed once t is set or the start failed
 	reaped latch             // closed once the finished tracker is unsubscribed and recorded
+	// self backs the registry's runs and queries lists while e is the
+	// only tracker of its run or query (every run but a few): a list of
+	// one is e.self[:], not a slice of its own. Every change of a list
+	// makes a new one (add and remove never write into a list they did
+	// not make), so self is only ever read.
+	self [1]*entry
 
 	// Guarded by Registry.mu; t and sub are set before ready is closed.
 	t   *Tracker
@@ -206,6 +218,28 @@ type entry struct {
 	// exact, an upper bound of it (the time of a progress of the run).
 	start time.Time
 	exact bool
+
+	mb listener.Mailbox
+	tk Tracker           // t is &tk once started
+	nt listener.Notifier // tk as its mailbox's notifier (runHost.notifier)
+}
+
+// started, catchUp and exited make e its tracker's runHost.
+func (e *entry) started(at time.Time, exact bool) { e.r.noteStart(e, at, exact) }
+
+func (e *entry) catchUp(ctx context.Context) (bool, error) {
+	c, ok := e.sub.(catchUpper) // set before the tracker began
+	if !ok {
+		return false, nil
+	}
+	return true, c.CatchUp(ctx)
+}
+
+func (e *entry) exited() { e.r.reap(e) }
+
+func (e *entry) notifier(t *Tracker) *listener.Notifier {
+	e.nt = (*trackerNotify)(t)
+	return &e.nt
 }
 
 // Registry owns every tracker of the service: it starts them (explicitly,
@@ -426,7 +460,8 @@ func (r *Registry) register(reqs []Request, p *pendingRun) (es []*entry, capped 
 			capped++
 			continue
 		}
-		e := &entry{req: req, box: listener.NewMailbox()}
+		e := &entry{req: req, r: r}
+		e.box = &e.mb
 		if p != nil {
 			p.fill(e.box)
 		}
@@ -553,7 +588,7 @@ func (r *Registry) finish(e *entry, err error) error {
 	r.cfg.Metrics.TrackedRuns.Inc()
 	// No goroutine per tracker: its steps, then its reaping, run on the
 	// registry's pool (ADR 0022).
-	t.begin(r.ctx, r.pool, func() { r.reap(e) })
+	t.begin(r.ctx, r.pool, nil) // e.exited reaps it
 	e.ready.close()
 	if stop {
 		t.Stop()
@@ -651,8 +686,7 @@ func (r *Registry) subscribe(e *entry) (*Tracker, RunSubscription, error) {
 	}
 	tc := TrackerConfig{
 		QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: req.Spec, Box: e.box,
-		OnStart:   func(at time.Time, exact bool) { r.noteStart(e, at, exact) },
-		QueryName: req.QueryName,
+		QueryName: req.QueryName, host: e,
 	}
 	if fs, ok := r.cfg.Store.(FeederStore); ok && req.RetireOnCleanTermination {
 		tc.Retire = func(ctx context.Context, why string) error {
@@ -676,10 +710,8 @@ func (r *Registry) subscribe(e *entry) (*Tracker, RunSubscription, error) {
 			return err
 		}
 	}
-	if c, ok := sub.(catchUpper); ok {
-		tc.CatchUp = c.CatchUp
-	}
-	return newTrackerShared(tc, r.trackerShared()), sub, nil
+	initTracker(&e.tk, tc, r.trackerShared())
+	return &e.tk, sub, nil
 }
 
 // trackerShared returns the settings every tracker of the registry shares
@@ -915,8 +947,19 @@ func (r *Registry) Tracked() int {
 // add indexes e. r.mu held.
 func (r *Registry) add(e *entry) {
 	r.trackers[trackKey{e.req.RunID, e.req.Table}] = e
-	r.runs[e.req.RunID] = append(r.runs[e.req.RunID], e)
-	r.queries[e.req.QueryID] = append(r.queries[e.req.QueryID], e)
+	e.self[0] = e
+	r.runs[e.req.RunID] = withEntry(r.runs[e.req.RunID], e)
+	r.queries[e.req.QueryID] = withEntry(r.queries[e.req.QueryID], e)
+}
+
+// withEntry returns list with e added: e.self[:] when list is empty, else
+// a new slice (never written into list's array, which may be another
+// entry's self).
+func withEntry(list []*entry, e *entry) []*entry {
+	if len(list) == 0 {
+		return e.self[:]
+	}
+	return append(slices.Clip(list), e)
 }
 
 // remove drops e from the indexes. r.mu held.

@@ -97,6 +97,8 @@ type TrackerConfig struct {
 	// that a progress that reached the stream but not the subscription (a
 	// reconnect, a hand-over) is still applied. Bounded by AdvanceTimeout.
 	CatchUp func(ctx context.Context) error
+	// host, when set (by the registry), replaces OnStart and CatchUp.
+	host runHost
 }
 
 // TrackerOptions are the tunables that every tracker of a registry shares;
@@ -219,6 +221,10 @@ type Tracker struct {
 	sawProgress  bool
 	retryWanted  bool // this step's advance or re-assert failed
 	mayPark      bool // write may hand its advance over and return (parked)
+	// Owned by the worker goroutine until done is closed; beside the bools
+	// above, where they take no room of their own (TestTrackerSize).
+	movedLast bool // the last advance moved the verdict
+	batchZero bool // the run's batch 0 arrived, perhaps replaced in the mailbox (checkReset)
 
 	// Owned by the worker goroutine.
 	written  time.Time
@@ -239,8 +245,6 @@ type Tracker struct {
 	hist        history
 	seenRewinds uint64
 	rewinds     atomic.Uint64 // bumped by rewound, from any goroutine
-	movedLast   bool          // the last advance moved the verdict
-	batchZero   bool          // the run's batch 0 arrived, perhaps replaced in the mailbox (checkReset)
 
 	mu         sync.Mutex
 	lastErr    error
@@ -273,10 +277,67 @@ type trackerCfg struct {
 	Box       *listener.Mailbox
 	QueryName string
 	Retire    func(ctx context.Context, why string) error
-	OnStart   func(at time.Time, exact bool)
-	CatchUp   func(ctx context.Context) error
+	// host is told when the run started, asked for the final catch-up and
+	// told when the tracker exited: the registry's entry, or funcHost for
+	// a TrackerConfig's OnStart and CatchUp; nil when neither.
+	host runHost
 	*trackerShared
 }
+
+// runHost is what runs a tracker (the registry's entry): one interface
+// value instead of a closure or method value per tracker for each of
+// OnStart, CatchUp and begin's onExit, each a heap object per tracked run
+// for the collector to mark (issue 12).
+type runHost interface {
+	// started is TrackerConfig.OnStart.
+	started(at time.Time, exact bool)
+	// catchUp is TrackerConfig.CatchUp; ok is false when there is none.
+	catchUp(ctx context.Context) (ok bool, err error)
+	// exited runs on the worker once the tracker has exited, after
+	// begin's onExit.
+	exited()
+	// notifier returns where the host keeps the tracker as its mailbox's
+	// listener.Notifier, set to it, so that the mailbox points at it
+	// without an allocation; nil when the host keeps none.
+	notifier(t *Tracker) *listener.Notifier
+}
+
+// notifier returns the host's listener.Notifier of t, or nil.
+func (t *Tracker) notifier() *listener.Notifier {
+	if t.cfg.host == nil {
+		return nil
+	}
+	return t.cfg.host.notifier(t)
+}
+
+// funcHost is a runHost of a TrackerConfig's OnStart and CatchUp.
+type funcHost struct {
+	onStart  func(at time.Time, exact bool)
+	catchUpF func(ctx context.Context) error
+}
+
+func (h *funcHost) started(at time.Time, exact bool) {
+	if h.onStart != nil {
+		h.onStart(at, exact)
+	}
+}
+
+func (h *funcHost) catchUp(ctx context.Context) (bool, error) {
+	if h.catchUpF == nil {
+		return false, nil
+	}
+	return true, h.catchUpF(ctx)
+}
+
+func (h *funcHost) exited() {}
+
+func (h *funcHost) notifier(*Tracker) *listener.Notifier { return nil }
+
+// Notify schedules the tracker (listener.Notifier, see begin).
+func (n *trackerNotify) Notify() { (*Tracker)(n).schedule() }
+
+// trackerNotify is a Tracker as its mailbox's listener.Notifier.
+type trackerNotify Tracker
 
 // trackerShared is what the trackers of a registry have in common (see
 // TrackerConfig), with the defaults filled.
@@ -336,17 +397,26 @@ func newTracker(cfg TrackerConfig) *Tracker { return newTrackerShared(cfg, share
 // newTrackerShared is newTracker with the shared settings sh (sharedOf),
 // in place of cfg's: a registry makes them once for all its trackers.
 func newTrackerShared(cfg TrackerConfig, sh *trackerShared) *Tracker {
-	t := &Tracker{
-		cfg: trackerCfg{
-			QueryID: cfg.QueryID, RunID: cfg.RunID, Table: cfg.Table, Spec: cfg.Spec, Box: cfg.Box,
-			QueryName: cfg.QueryName, Retire: cfg.Retire, OnStart: cfg.OnStart, CatchUp: cfg.CatchUp,
-			trackerShared: sh,
-		},
-		start: sh.Clock.Now(),
+	t := new(Tracker)
+	initTracker(t, cfg, sh)
+	return t
+}
+
+// initTracker makes *t (zero, never used) the tracker of cfg, in place:
+// the registry's trackers live inside their entries (one heap object per
+// tracked run instead of three, issue 12).
+func initTracker(t *Tracker, cfg TrackerConfig, sh *trackerShared) {
+	t.cfg = trackerCfg{
+		QueryID: cfg.QueryID, RunID: cfg.RunID, Table: cfg.Table, Spec: cfg.Spec, Box: cfg.Box,
+		QueryName: cfg.QueryName, Retire: cfg.Retire, host: cfg.host,
+		trackerShared: sh,
 	}
+	if t.cfg.host == nil && (cfg.OnStart != nil || cfg.CatchUp != nil) {
+		t.cfg.host = &funcHost{onStart: cfg.OnStart, catchUpF: cfg.CatchUp}
+	}
+	t.start = sh.Clock.Now()
 	t.log = runLog{base: sh.Logger, cfg: &t.cfg}
 	t.lastEvent = t.start
-	return t
 }
 
 // Reassert asks the worker to write again the last advance it wrote
@@ -392,7 +462,11 @@ func (t *Tracker) begin(ctx context.Context, p *pool, onExit func()) {
 	t.ctx, t.pool, t.onExit = ctx, p, onExit
 	t.log.Debug("tracker started", zap.String("spec", t.cfg.Spec.String()))
 	t.state.Store(stateIdle) // after the fields above: submit reads them once it sees it
-	t.cfg.Box.SetNotify(t.schedule)
+	if n := t.notifier(); n != nil {
+		t.cfg.Box.SetNotifier(n)
+	} else {
+		t.cfg.Box.SetNotify(t.schedule)
+	}
 	t.schedule()
 }
 
@@ -439,6 +513,9 @@ func (t *Tracker) runStep() {
 		t.done.close()
 		if t.onExit != nil {
 			t.onExit()
+		}
+		if t.cfg.host != nil {
+			t.cfg.host.exited()
 		}
 		return
 	}
@@ -562,13 +639,13 @@ func (t *Tracker) step(ctx context.Context) (done bool) {
 		t.failed = mail.Terminated != nil && mail.Terminated.Exception != ""
 		t.mu.Unlock()
 	}
-	if mail.Started != nil && t.cfg.OnStart != nil {
-		t.cfg.OnStart(mail.Started.Timestamp, true)
+	if mail.Started != nil && t.cfg.host != nil {
+		t.cfg.host.started(mail.Started.Timestamp, true)
 	}
 	if mail.Progress != nil && !t.sawProgress {
 		t.sawProgress = true
-		if t.cfg.OnStart != nil {
-			t.cfg.OnStart(mail.Progress.Timestamp, false)
+		if t.cfg.host != nil {
+			t.cfg.host.started(mail.Progress.Timestamp, false)
 		}
 	}
 	if mail.BatchZero {
@@ -740,12 +817,15 @@ func (t *Tracker) retireOnTermination(ctx context.Context, failed bool) {
 // termination and applies a newer progress it finds; it returns the
 // progress still not applied, and notes a failed catch-up in t.out.err.
 func (t *Tracker) finalCatchUp(ctx context.Context, pending *progress.Event) *progress.Event {
-	if t.cfg.CatchUp == nil {
+	if t.cfg.host == nil {
 		return pending
 	}
 	cctx, cancel := context.WithTimeout(ctx, t.cfg.AdvanceTimeout)
-	err := t.cfg.CatchUp(cctx)
+	ok, err := t.cfg.host.catchUp(cctx)
 	cancel()
+	if !ok {
+		return pending
+	}
 	if err != nil {
 		t.out.err = fmt.Errorf("final catch-up from the stream: %w", err)
 		t.log.Warn("could not read the run's retained events after its termination; a progress posted just before it may be missing",
@@ -1178,7 +1258,7 @@ func (t *Tracker) succeed(v control.Verdict, moved bool, cand progress.Candidate
 	// table's verdict says nothing about it: another feeder may hold the
 	// table behind, or this query may have joined behind the table; its
 	// next periods are written all the same (ADR 0015).
-	t.hist.learn(v)
+	t.learn(v)
 	t.written = cand.Until
 	t.mu.Lock()
 	failures := t.failures

@@ -45,7 +45,7 @@ type Mailbox struct {
 	wake chan struct{}
 	// notify, when set, is called (outside the lock) after every Offer
 	// instead of the signal on wake: the tracker's scheduling (SetNotify).
-	notify atomic.Pointer[func()]
+	notify atomic.Pointer[Notifier]
 }
 
 // maxFallbacks is how many unparsed progress messages, replaced by newer
@@ -264,19 +264,33 @@ func (m *Mailbox) admit(ev *progress.Event) *progress.Event {
 // SetNotify makes every later Offer call f (outside the mailbox's lock,
 // on the offering goroutine) instead of signalling Wake: a worker pool
 // schedules the run's worker with it (ADR 0022). f must not block. nil
-// goes back to Wake.
+// goes back to Wake. It allocates; SetNotifier does not.
 func (m *Mailbox) SetNotify(f func()) {
 	if f == nil {
 		m.notify.Store(nil)
 		return
 	}
-	m.notify.Store(&f)
+	var n Notifier = notifyFunc(f)
+	m.notify.Store(&n)
 }
+
+// Notifier is told of every Offer (see SetNotifier).
+type Notifier interface{ Notify() }
+
+type notifyFunc func()
+
+func (f notifyFunc) Notify() { f() }
+
+// SetNotifier is SetNotify with n's Notify, where n points at a Notifier
+// its caller keeps (a field of the tracker): nothing is allocated, where
+// SetNotify's method value and its pointer were two heap objects per
+// tracked run for the collector to mark (issue 12). nil goes back to Wake.
+func (m *Mailbox) SetNotifier(n *Notifier) { m.notify.Store(n) }
 
 // signal wakes the worker without blocking.
 func (m *Mailbox) signal() {
-	if f := m.notify.Load(); f != nil {
-		(*f)()
+	if n := m.notify.Load(); n != nil {
+		(*n).Notify()
 		return
 	}
 	m.mu.Lock()

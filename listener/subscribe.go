@@ -32,6 +32,11 @@ type RunSubscription struct {
 	subscription
 	queryID, runID string
 	box            *Mailbox
+	// self backs the router's list of the run's subscriptions while s is
+	// its only one (every run tracked into one table): no slice of its
+	// own per run (issue 12). Lists are copied on every change, so self
+	// is only read once routed.
+	self [1]*RunSubscription
 }
 
 // DiscoverySubscription hands the runs that nobody tracks to a callback
@@ -210,7 +215,12 @@ func (l *Listener) route(m *nats.Msg) {
 func (l *Listener) routeRun(s *RunSubscription) {
 	l.routeMu.Lock()
 	defer l.routeMu.Unlock()
-	l.routes[s.runID] = append(slices.Clip(l.routes[s.runID]), s)
+	if subs := l.routes[s.runID]; len(subs) > 0 {
+		l.routes[s.runID] = append(slices.Clip(subs), s)
+		return
+	}
+	s.self[0] = s
+	l.routes[s.runID] = s.self[:]
 }
 
 // routeDiscovery makes the router offer the runs nobody tracks to s.
@@ -234,7 +244,12 @@ func (l *Listener) unrouteRun(s *RunSubscription) {
 	if s.runID == "" {
 		return
 	}
-	left := slices.DeleteFunc(slices.Clone(l.routes[s.runID]), func(o *RunSubscription) bool { return o == s })
+	subs := l.routes[s.runID]
+	if len(subs) == 1 && subs[0] == s {
+		delete(l.routes, s.runID) // the run's only one: nothing to copy
+		return
+	}
+	left := slices.DeleteFunc(slices.Clone(subs), func(o *RunSubscription) bool { return o == s })
 	if len(left) == 0 {
 		delete(l.routes, s.runID)
 	} else {
@@ -552,7 +567,15 @@ func (s *DiscoverySubscription) onDiscover(m *nats.Msg) {
 		l.drop(es, m.Subject, outcome, err)
 		return
 	}
-	s.found(Run{QueryID: es.queryID, RunID: es.runID, Name: ev.Name, Kind: es.kind,
+	// The run's ids from the payload when they are the subject's (check
+	// makes sure of it): one string, the parse's, holds the ids and the
+	// name of a run tracked from here on, instead of that one and the
+	// message's subject as well (issue 12: an object per discovered run).
+	qid, rid := es.queryID, es.runID
+	if ev.QueryID == qid && ev.RunID == rid {
+		qid, rid = ev.QueryID, ev.RunID
+	}
+	s.found(Run{QueryID: qid, RunID: rid, Name: ev.Name, Kind: es.kind,
 		Terminated: es.kind == progress.KindTerminated, Event: ev})
 }
 
