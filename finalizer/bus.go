@@ -37,9 +37,10 @@ type CatchUpHolder interface {
 type ListenerBus struct{ L *listener.Listener }
 
 var (
-	_ Bus           = ListenerBus{}
-	_ Namer         = ListenerBus{}
-	_ CatchUpHolder = ListenerBus{}
+	_ Bus            = ListenerBus{}
+	_ Namer          = ListenerBus{}
+	_ CatchUpHolder  = ListenerBus{}
+	_ intoSubscriber = ListenerBus{}
 )
 
 // Subscribe subscribes box to the run's events (see listener.Subscribe).
@@ -49,6 +50,20 @@ func (b ListenerBus) Subscribe(queryID, runID string, box *listener.Mailbox) (Ru
 		return nil, err // not a typed nil in the interface
 	}
 	return s, nil
+}
+
+// subscribeInto subscribes box into s (see listener.SubscribeInto): the
+// registry keeps the subscription in the run's entry (intoSubscriber).
+func (b ListenerBus) subscribeInto(s *listener.RunSubscription, queryID, runID string, box *listener.Mailbox) error {
+	return b.L.SubscribeInto(s, queryID, runID, box)
+}
+
+// intoSubscriber is a Bus that subscribes into a listener.RunSubscription
+// the registry keeps in the run's entry (ListenerBus), instead of one of
+// its own: a heap object per tracked run fewer for the collector to mark
+// (issue 12).
+type intoSubscriber interface {
+	subscribeInto(s *listener.RunSubscription, queryID, runID string, box *listener.Mailbox) error
 }
 
 // HoldCatchUps defers the runs' catch-ups (see listener.HoldCatchUps).

@@ -222,6 +222,9 @@ type entry struct {
 	mb listener.Mailbox
 	tk Tracker           // t is &tk once started
 	nt listener.Notifier // tk as its mailbox's notifier (runHost.notifier)
+	// ls is the run's subscription when the Bus subscribes into one the
+	// registry keeps (intoSubscriber); sub is then &ls.
+	ls listener.RunSubscription
 }
 
 // started, catchUp and exited make e its tracker's runHost.
@@ -680,9 +683,18 @@ func (r *Registry) noteJoin(req Request, j control.Joined, err error) {
 // yet.
 func (r *Registry) subscribe(e *entry) (*Tracker, RunSubscription, error) {
 	req := e.req
-	sub, err := r.cfg.Bus.Subscribe(req.QueryID, req.RunID, e.box)
-	if err != nil {
-		return nil, nil, fmt.Errorf("subscribe to run %s: %w", req.RunID, err)
+	var sub RunSubscription
+	if is, ok := r.cfg.Bus.(intoSubscriber); ok {
+		if err := is.subscribeInto(&e.ls, req.QueryID, req.RunID, e.box); err != nil {
+			return nil, nil, fmt.Errorf("subscribe to run %s: %w", req.RunID, err)
+		}
+		sub = &e.ls
+	} else {
+		s, err := r.cfg.Bus.Subscribe(req.QueryID, req.RunID, e.box)
+		if err != nil {
+			return nil, nil, fmt.Errorf("subscribe to run %s: %w", req.RunID, err)
+		}
+		sub = s
 	}
 	tc := TrackerConfig{
 		QueryID: req.QueryID, RunID: req.RunID, Table: req.Table, Spec: req.Spec, Box: e.box,

@@ -279,47 +279,59 @@ func (l *Listener) unrouteRun(s *RunSubscription) {
 // after it, see HoldCatchUps). Subscribe returns an error, and no subscription, when the
 // ids are not valid subject tokens.
 func (l *Listener) Subscribe(queryID, runID string, box *Mailbox) (*RunSubscription, error) {
-	if err := checkToken("query id", queryID); err != nil {
+	s := new(RunSubscription)
+	if err := l.SubscribeInto(s, queryID, runID, box); err != nil {
 		return nil, err
+	}
+	return s, nil
+}
+
+// SubscribeInto is Subscribe into s, a zero RunSubscription its caller
+// keeps (the registry keeps it in the run's entry: no heap object of its
+// own for the collector to mark, issue 12). s must not be used for
+// another subscription, nor copied, once SubscribeInto returned nil.
+func (l *Listener) SubscribeInto(s *RunSubscription, queryID, runID string, box *Mailbox) error {
+	if err := checkToken("query id", queryID); err != nil {
+		return err
 	}
 	if err := checkToken("run id", runID); err != nil {
-		return nil, err
+		return err
 	}
 	if box == nil {
-		return nil, errors.New("subscribe: nil mailbox")
+		return errors.New("subscribe: nil mailbox")
 	}
 	if l.isClosed() {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
 	defer cancel()
 	if err := l.ensureRouter(ctx); err != nil {
-		return nil, fmt.Errorf("subscribe run %s: %w", runID, err)
+		return fmt.Errorf("subscribe run %s: %w", runID, err)
 	}
-	s := &RunSubscription{subscription: subscription{l: l}, queryID: queryID, runID: runID, box: box}
+	s.l, s.queryID, s.runID, s.box = l, queryID, runID, box
 	if err := register(l, l.runs, s); err != nil {
-		return nil, err
+		return err
 	}
 	// From here on the router delivers the run's live messages to s; the
 	// catch-up below reads what the stream holds from before.
 	l.routeRun(s)
 	if l.nc.IsReconnecting() {
 		// The reconnect handling catches this run up.
-		return s, nil
+		return nil
 	}
 	if l.afterFlush != nil {
 		l.afterFlush()
 	}
 	if l.holdCatchUp(s) {
 		// HoldCatchUps' release catches this run up with the others.
-		return s, nil
+		return nil
 	}
 	if err := l.catchUp(ctx, s); err != nil && !l.nc.IsReconnecting() {
 		// JetStream did not answer (a clustered stream electing its
 		// leader): the live subscription stands, the catch-up is retried.
 		l.catchUpLater(s, err)
 	}
-	return s, nil
+	return nil
 }
 
 // catchUp offers the run's last retained progress and termination.
