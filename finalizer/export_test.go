@@ -23,6 +23,14 @@ func StartTracker(ctx context.Context, cfg TrackerConfig) *Tracker {
 	return t
 }
 
+// Steps returns how many steps of t were submitted to its pool (a pool
+// worker's wake-up each); t must have been started by StartTracker, which
+// gives it a pool of its own.
+func (t *Tracker) Steps() int64 { return t.pool.submitted() }
+
+// Settled reports whether t has no step queued or running.
+func (t *Tracker) Settled() bool { return t.state.Load() == stateIdle }
+
 // Done is closed when the worker has exited.
 func (t *Tracker) Done() <-chan struct{} { return t.done.wait() }
 

@@ -39,6 +39,7 @@ type pool struct {
 	running int // workers alive, waiting ones included
 	waiting int // workers waiting on wake
 	closed  bool
+	steps   int64         // steps submitted since the pool was made: a worker's wake-up each
 	wake    chan struct{} // one token per woken worker; capacity keep
 	wg      sync.WaitGroup
 }
@@ -61,6 +62,7 @@ func (p *pool) submit(t stepper) {
 		p.queue, p.head = p.queue[:n], 0
 	}
 	p.queue = append(p.queue, t)
+	p.steps++
 	wake := p.waiting > 0
 	start := !wake && p.running < p.max
 	switch {
@@ -109,6 +111,14 @@ func (p *pool) work() {
 		p.mu.Unlock()
 		t.runStep()
 	}
+}
+
+// submitted returns how many steps were submitted since the pool was
+// made.
+func (p *pool) submitted() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.steps
 }
 
 // wait makes the waiting workers exit and waits until every worker has

@@ -333,8 +333,9 @@ func (h *funcHost) exited() {}
 
 func (h *funcHost) notifier(*Tracker) *listener.Notifier { return nil }
 
-// Notify schedules the tracker (listener.Notifier, see begin).
-func (n *trackerNotify) Notify() { (*Tracker)(n).schedule() }
+// Notify schedules the tracker, or only stamps its status
+// (listener.Notifier, see begin and notified).
+func (n *trackerNotify) Notify(stampOnly bool) { (*Tracker)(n).notified(stampOnly) }
 
 // trackerNotify is a Tracker as its mailbox's listener.Notifier.
 type trackerNotify Tracker
@@ -465,9 +466,40 @@ func (t *Tracker) begin(ctx context.Context, p *pool, onExit func()) {
 	if n := t.notifier(); n != nil {
 		t.cfg.Box.SetNotifier(n)
 	} else {
-		t.cfg.Box.SetNotify(t.schedule)
+		t.cfg.Box.SetNotify(t.notified)
 	}
 	t.schedule()
+}
+
+// notified is the mailbox's notify: mail came (schedule), or, while the
+// tracker said after its last step that an idle event changes nothing for
+// it (Mailbox.SetQuiet, quietNow), an idle event or a progress not newer
+// than the one taken came, which only stamps what Status shows of it: when
+// the run was last heard of, and that it is idle (ADR 0022, addendum 6).
+// No step runs for it, so no pool worker wakes.
+func (t *Tracker) notified(stampOnly bool) {
+	if !stampOnly {
+		t.schedule()
+		return
+	}
+	now := t.cfg.Clock.Now()
+	t.mu.Lock()
+	t.lastEvent, t.idle = now, true
+	t.mu.Unlock()
+}
+
+// quietNow reports whether an idle event, or a progress not newer than the
+// one taken, would change nothing for the tracker after the step that just
+// ran: nothing pending (so no failed advance to retry on it), no retry
+// armed, no re-assert wanted, no advance parked, no quiet rule (ADR 0014
+// reads an idle event's time), no quiet signal waiting, not stopping. Its
+// only effect would then be the status's last event and idle flag, which
+// notified stamps without a step. Step-owned fields: call it on the step's
+// worker.
+func (t *Tracker) quietNow() bool {
+	return t.pending == nil && t.parked == nil && t.retryStop == nil &&
+		!t.wantReassert && !t.retryWanted && t.cfg.Spec.QuietAfter <= 0 && t.quietAt.IsZero() &&
+		!t.stopReq.Load() && t.ctx.Err() == nil
 }
 
 // schedule submits the tracker for a step unless it is queued already; a
@@ -519,6 +551,9 @@ func (t *Tracker) runStep() {
 		}
 		return
 	}
+	// Before the tracker goes idle: an idle event from here on stamps its
+	// status without a step when it would change nothing (quietNow).
+	t.cfg.Box.SetQuiet(t.quietNow())
 	if !t.state.CompareAndSwap(stateRunning, stateIdle) {
 		t.state.Store(stateQueued)
 		t.pool.submit(t)

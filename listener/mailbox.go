@@ -28,23 +28,30 @@ type Mailbox struct {
 	// first, at most maxFallbacks), which are newer than it.
 	fbEvent    *progress.Event
 	fbRaws     []*rawProgress
-	taken      mark // the newest progress already taken
-	hasTaken   bool
-	idle       bool      // an idle event arrived since the last Take
-	notNewer   bool      // a progress not newer than the waiting or taken one arrived since the last Take
+	taken      mark      // the newest progress already taken
 	idleAt     time.Time // the newest idle event's timestamp since the last Take
 	started    *progress.Event
 	terminated *progress.Event
+	// The flags sit together, in one word (the mailbox stays in its
+	// 160-byte size class, issue 12).
+	hasTaken bool
+	idle     bool // an idle event arrived since the last Take
+	notNewer bool // a progress not newer than the waiting or taken one arrived since the last Take
 	// zero: a progress of batch 0 arrived before any was taken, though a
 	// newer one may have replaced it in the slot (Mail.BatchZero).
 	zero bool
 	// missed: a signal came before anyone asked for wake.
 	missed bool
+	// quiet: the tracker said, after its last step, that an idle event
+	// or a progress not newer than the one taken changes nothing for it
+	// (SetQuiet); such an event is stamped (notify(true)) instead of
+	// waking it. Take clears it.
+	quiet bool
 	// wake is made by the first Wake: a tracker on the registry's pool is
 	// told by notify and never reads it (issue 12: 96 bytes per run).
 	wake chan struct{}
-	// notify, when set, is called (outside the lock) after every Offer
-	// instead of the signal on wake: the tracker's scheduling (SetNotify).
+	// notify, when set, is called after every Offer instead of the signal
+	// on wake: the tracker's scheduling (SetNotify, SetNotifier).
 	notify atomic.Pointer[Notifier]
 }
 
@@ -130,6 +137,7 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 	if ev == nil {
 		return
 	}
+	stamped := false
 	m.mu.Lock()
 	switch ev.Kind {
 	case progress.KindProgress:
@@ -148,10 +156,13 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 		}
 		if ev.Newer(m.progress) && m.admit(ev) != nil {
 			m.progress = ev
-		} else {
+		} else if stamped = m.stampQuiet(); !stamped {
 			m.notNewer = true
 		}
 	case progress.KindIdle:
+		if stamped = m.stampQuiet(); stamped {
+			break
+		}
 		m.idle = true
 		if ev.Timestamp.After(m.idleAt) {
 			m.idleAt = ev.Timestamp
@@ -167,7 +178,9 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 		return
 	}
 	m.mu.Unlock()
-	m.signal()
+	if !stamped {
+		m.signal()
+	}
 }
 
 // offerRaw puts a progress message into the slot without parsing it. It
@@ -177,14 +190,17 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 // that a bad message cannot hide a good one that arrived later; a message
 // older than the progress already taken is only noted (Mail.NotNewer).
 func (m *Mailbox) offerRaw(r *rawProgress) {
+	stamped := false
 	m.mu.Lock()
 	if r.batch == 0 && !m.hasTaken {
 		m.zero = true
 	}
 	switch {
 	case m.hasTaken && r.batch < m.taken.batch:
-		m.notNewer = true
 		r.superseded()
+		if stamped = m.stampQuiet(); !stamped {
+			m.notNewer = true
+		}
 	case m.progress != nil:
 		if r.batch >= m.progress.BatchID {
 			m.dropFallbacks()
@@ -210,7 +226,9 @@ func (m *Mailbox) offerRaw(r *rawProgress) {
 		m.raw = r
 	}
 	m.mu.Unlock()
-	m.signal()
+	if !stamped {
+		m.signal()
+	}
 }
 
 // parseRaw takes the waiting raw progress out of the slot and parses it;
@@ -261,36 +279,82 @@ func (m *Mailbox) admit(ev *progress.Event) *progress.Event {
 	return ev
 }
 
-// SetNotify makes every later Offer call f (outside the mailbox's lock,
-// on the offering goroutine) instead of signalling Wake: a worker pool
-// schedules the run's worker with it (ADR 0022). f must not block. nil
-// goes back to Wake. It allocates; SetNotifier does not.
-func (m *Mailbox) SetNotify(f func()) {
+// SetNotify makes every later Offer call f(false) (outside the mailbox's
+// lock, on the offering goroutine) instead of signalling Wake: a worker
+// pool schedules the run's worker with it (ADR 0022). While the mailbox
+// is quiet (SetQuiet), an idle event or a progress not newer than the one
+// taken calls f(true) instead, under the mailbox's lock, and leaves
+// nothing for Take: the tracker stamps when its run was last heard of,
+// and that it is idle, without a step (ADR 0022, addendum 6). f must not
+// block nor call the mailbox. nil goes back to Wake. It allocates;
+// SetNotifier does not.
+func (m *Mailbox) SetNotify(f func(stampOnly bool)) {
 	if f == nil {
+		m.mu.Lock()
 		m.notify.Store(nil)
+		m.quiet = false
+		m.mu.Unlock()
 		return
 	}
 	var n Notifier = notifyFunc(f)
 	m.notify.Store(&n)
 }
 
-// Notifier is told of every Offer (see SetNotifier).
-type Notifier interface{ Notify() }
+// Notifier is told of every Offer (see SetNotify, SetNotifier):
+// Notify(false) when there is mail, Notify(true) when a quiet mailbox
+// only stamps an event (SetQuiet).
+type Notifier interface{ Notify(stampOnly bool) }
 
-type notifyFunc func()
+type notifyFunc func(stampOnly bool)
 
-func (f notifyFunc) Notify() { f() }
+func (f notifyFunc) Notify(stampOnly bool) { f(stampOnly) }
 
 // SetNotifier is SetNotify with n's Notify, where n points at a Notifier
 // its caller keeps (a field of the tracker): nothing is allocated, where
 // SetNotify's method value and its pointer were two heap objects per
-// tracked run for the collector to mark (issue 12). nil goes back to Wake.
-func (m *Mailbox) SetNotifier(n *Notifier) { m.notify.Store(n) }
+// tracked run for the collector to mark (issue 12). nil goes back to Wake
+// (and ends the quiet state).
+func (m *Mailbox) SetNotifier(n *Notifier) {
+	if n == nil {
+		m.SetNotify(nil)
+		return
+	}
+	m.notify.Store(n)
+}
+
+// SetQuiet says whether an idle event, or a progress not newer than the
+// one taken, changes nothing for the mailbox's tracker (nothing pending
+// to retry, no retry armed, no re-assert wanted, no quiet rule reading the
+// idle time, not stopping). While it is quiet such an event only calls
+// Notify(true); any other event (a newer progress, a started event, the
+// termination) still calls Notify(false), and Take makes it not quiet
+// again: the tracker says it once more after each step. Without a
+// notifier it has no effect.
+func (m *Mailbox) SetQuiet(quiet bool) {
+	m.mu.Lock()
+	m.quiet = quiet
+	m.mu.Unlock()
+}
+
+// stampQuiet stamps an idle event, or a progress not newer than the one
+// taken, with Notify(true) when the mailbox is quiet; it reports whether
+// it did (then the event wakes nobody). m.mu held.
+func (m *Mailbox) stampQuiet() bool {
+	if !m.quiet {
+		return false
+	}
+	n := m.notify.Load()
+	if n == nil {
+		return false
+	}
+	(*n).Notify(true)
+	return true
+}
 
 // signal wakes the worker without blocking.
 func (m *Mailbox) signal() {
 	if n := m.notify.Load(); n != nil {
-		(*n).Notify()
+		(*n).Notify(false)
 		return
 	}
 	m.mu.Lock()
@@ -340,7 +404,7 @@ func (m *Mailbox) Take() Mail {
 		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: m.progress.Timestamp}, true
 	}
 	m.progress = nil
-	m.idle, m.notNewer = false, false
+	m.idle, m.notNewer, m.quiet = false, false, false
 	return mail
 }
 

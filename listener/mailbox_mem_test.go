@@ -15,7 +15,7 @@ import (
 func TestMailboxWakeOnDemand(t *testing.T) {
 	m := NewMailbox()
 	calls := 0
-	m.SetNotify(func() { calls++ })
+	m.SetNotify(func(bool) { calls++ })
 	m.Offer(&progress.Event{Kind: progress.KindProgress, BatchID: 1, Timestamp: time.Unix(1, 0)})
 	if calls != 1 || m.wake != nil {
 		t.Fatalf("notify called %d times, wake channel %v; want 1 and none made", calls, m.wake)
@@ -76,7 +76,7 @@ func TestSetNotifierAllocatesNothing(t *testing.T) {
 
 type countNotifier struct{ n *int }
 
-func (c countNotifier) Notify() { *c.n++ }
+func (c countNotifier) Notify(bool) { *c.n++ }
 
 // The router's list of a run's only subscription is the subscription's
 // own self array, made without an allocation; a second subscription of

@@ -218,3 +218,35 @@ func TestPeekProgress(t *testing.T) {
 		})
 	}
 }
+
+// A live progress older than the one taken, arriving unparsed at a quiet
+// mailbox, is counted superseded and only stamped: it wakes nobody and
+// leaves nothing for Take. A newer one still wakes.
+func TestRawOlderProgressStampedWhenQuiet(t *testing.T) {
+	r := newRawRig(t)
+	var wakes, stamps int
+	r.box.SetNotify(func(stampOnly bool) {
+		if stampOnly {
+			stamps++
+		} else {
+			wakes++
+		}
+	})
+	r.live(doc(5, ""))
+	if mail := r.box.Take(); mail.Progress == nil || mail.Progress.BatchID != 5 {
+		t.Fatalf("Take = %+v, want batch 5", mail)
+	}
+	r.box.SetQuiet(true)
+	r.live(doc(4, ""))
+	if mail := r.box.Take(); mail.Progress != nil || mail.NotNewer || wakes != 1 || stamps != 1 {
+		t.Fatalf("quiet: Take = %+v, wakes %d, stamps %d; want empty, 1, 1", mail, wakes, stamps)
+	}
+	if _, counts := r.stats(); counts["progress/superseded"] != 1 {
+		t.Fatalf("counts %v, want one progress superseded", counts)
+	}
+	r.box.SetQuiet(true)
+	r.live(doc(6, ""))
+	if mail := r.box.Take(); mail.Progress == nil || mail.Progress.BatchID != 6 || wakes != 2 {
+		t.Fatalf("Take = %+v, wakes %d; want batch 6, 2", mail, wakes)
+	}
+}

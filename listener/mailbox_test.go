@@ -206,3 +206,66 @@ func TestMailboxIdleAt(t *testing.T) {
 		t.Fatalf("second Take = %+v, want nothing", mail)
 	}
 }
+
+// A quiet mailbox (its tracker said an idle event changes nothing for it)
+// stamps an idle event, or a progress older than the one taken, with
+// notify(true) and keeps nothing for Take; every other event still calls
+// notify(false), and Take makes it not quiet again.
+func TestMailboxQuietStampsIdleEvents(t *testing.T) {
+	m := listener.NewMailbox()
+	var wakes, stamps int
+	m.SetNotify(func(stampOnly bool) {
+		if stampOnly {
+			stamps++
+		} else {
+			wakes++
+		}
+	})
+	m.Offer(prog(5, t0))
+	if mail := m.Take(); mail.Progress == nil || wakes != 1 {
+		t.Fatalf("Take = %+v, wakes %d; want batch 5, 1", mail, wakes)
+	}
+	// Not quiet: an idle event wakes, and Take says so.
+	m.Offer(ofKind(progress.KindIdle))
+	if mail := m.Take(); !mail.Idle || wakes != 2 || stamps != 0 {
+		t.Fatalf("not quiet: Take = %+v, wakes %d, stamps %d; want idle, 2, 0", mail, wakes, stamps)
+	}
+	m.SetQuiet(true)
+	m.Offer(&progress.Event{Kind: progress.KindIdle, BatchID: -1, Timestamp: t0.Add(time.Minute)})
+	m.Offer(prog(4, t0)) // older than the one taken
+	m.Offer(prog(5, t0)) // the one taken again
+	if mail := m.Take(); mail.Idle || mail.NotNewer || !mail.IdleAt.IsZero() || wakes != 2 || stamps != 3 {
+		t.Fatalf("quiet: Take = %+v, wakes %d, stamps %d; want empty, 2, 3", mail, wakes, stamps)
+	}
+	// Take ended the quiet: the next idle event wakes.
+	m.Offer(ofKind(progress.KindIdle))
+	if wakes != 3 || stamps != 3 {
+		t.Fatalf("after Take: wakes %d, stamps %d; want 3, 3", wakes, stamps)
+	}
+	m.Take()
+	// Quiet or not, a newer progress, a started event and the
+	// termination wake.
+	for _, ev := range []*progress.Event{prog(6, t0), ofKind(progress.KindStarted), ofKind(progress.KindTerminated)} {
+		m.SetQuiet(true)
+		before := wakes
+		m.Offer(ev)
+		if wakes != before+1 {
+			t.Fatalf("quiet: %v woke nobody", ev.Kind)
+		}
+	}
+	if mail := m.Take(); mail.Progress == nil || mail.Started == nil || mail.Terminated == nil {
+		t.Fatalf("Take = %+v, want the progress, the start and the termination", mail)
+	}
+	// Without notify, quiet has no effect: the wake channel gets the signal.
+	m.SetNotify(nil)
+	m.SetQuiet(true)
+	m.Offer(ofKind(progress.KindIdle))
+	select {
+	case <-m.Wake():
+	default:
+		t.Fatal("an idle event without notify sent no signal")
+	}
+	if mail := m.Take(); !mail.Idle {
+		t.Fatalf("Take = %+v, want idle", mail)
+	}
+}
