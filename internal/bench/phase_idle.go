@@ -23,8 +23,12 @@ const DefaultIdleRounds = 3
 type idleLoad int
 
 const (
-	// loadBaseline: the generator alone, to a subject without interest.
+	// loadBaseline: the generator alone, a progress with new data to a
+	// subject without interest.
 	loadBaseline idleLoad = iota
+	// loadBaselineIdle: the generator alone, an idle event to a subject
+	// without interest.
+	loadBaselineIdle
 	// loadProgress: a new batch with new data (its time moves on; one in
 	// per-period crosses a period and commits).
 	loadProgress
@@ -39,6 +43,8 @@ func (l idleLoad) String() string {
 		return "progress"
 	case loadIdleEvent:
 		return "events"
+	case loadBaselineIdle:
+		return "baseline-events"
 	}
 	return "baseline"
 }
@@ -60,14 +66,15 @@ type idleWindowResult struct {
 // progress with new data (a run that trickles) in the other; the process's
 // CPU time (getrusage) over each window is divided by its wall time. The
 // process also holds the load generator (the publisher) and the embedded
-// NATS server; the generator's share is measured publishing at the same
-// rate to a subject nobody subscribes to and no stream stores, in a
-// baseline window (cfg.Idle/2) before and after every measured window, and
-// the mean of the two is subtracted from it. What is left is the service
-// plus what the NATS server spends storing and delivering its events (its
-// reading of the published messages is in the baseline too, and is
-// subtracted). The pair of windows is measured IdleRounds times,
-// interleaved (baseline, idle events, baseline, progress, baseline, ...),
+// NATS server; the generator's share is measured publishing the same
+// documents at the same rate to a subject nobody subscribes to and no
+// stream stores (idle events for the idle events' window: a progress
+// document is about 2 KB, an idle event a few hundred bytes), in a
+// baseline window (cfg.Idle/2) right before and right after every measured
+// window, and the mean of the two is subtracted from it. What is left is
+// the service plus what the NATS server spends storing and delivering its
+// events (its reading of the published messages is in the baseline too,
+// and is subtracted). The pair of windows is measured IdleRounds times,
 // and the median of the rounds is the result, every round's figure beside
 // it: one window's figure moves with a collection landing in it or not,
 // and with the machine's other tenants.
@@ -79,16 +86,17 @@ func (r *runner) idle(ctx context.Context, svc underTest) error {
 	}
 	base := max(r.cfg.Idle/2, 2*time.Second)
 	res := &Idle{Seconds: r.cfg.Idle.Seconds(), EventsPerSec: rate, Rounds: rounds}
-	prev, err := r.idleWindow(ctx, rate, base, loadBaseline, 0)
-	if err != nil {
-		return err
-	}
-	res.GeneratorRounds = append(res.GeneratorRounds, prev.share)
 	var quietTotals, totals []float64
 	// With a service process: its own CPU per round, and the bench
 	// process's less the generator's (the NATS server's).
 	var svcQuiet, svcTotal, natsQuiet, natsTotal []float64
 	for round := 1; round <= rounds; round++ {
+		// Each measured window between two baselines of the same
+		// documents: idle events, then progress documents.
+		prevI, err := r.idleWindow(ctx, rate, base, loadBaselineIdle, round)
+		if err != nil {
+			return err
+		}
 		idles0 := svc.idles()
 		quiet, err := r.idleWindow(ctx, rate, r.cfg.Idle, loadIdleEvent, round)
 		if err != nil {
@@ -102,7 +110,11 @@ func (r *runner) idle(ctx context.Context, svc underTest) error {
 		}
 		res.IdleEventsSent += quiet.sent
 		res.IdleEventsAccepted += svc.idles() - idles0
-		mid, err := r.idleWindow(ctx, rate, base, loadBaseline, round)
+		nextI, err := r.idleWindow(ctx, rate, base, loadBaselineIdle, round)
+		if err != nil {
+			return err
+		}
+		prev, err := r.idleWindow(ctx, rate, base, loadBaseline, round)
 		if err != nil {
 			return err
 		}
@@ -114,9 +126,10 @@ func (r *runner) idle(ctx context.Context, svc underTest) error {
 		if err != nil {
 			return err
 		}
-		res.GeneratorRounds = append(res.GeneratorRounds, mid.share, next.share)
+		qgen, gen := (prevI.share+nextI.share)/2, (prev.share+next.share)/2
+		res.IdleEventsGeneratorRounds, res.GeneratorRounds = append(res.IdleEventsGeneratorRounds, qgen), append(res.GeneratorRounds, gen)
 		quietTotals, totals = append(quietTotals, quiet.share), append(totals, total.share)
-		quietLess, totalLess := max(quiet.share-(prev.share+mid.share)/2, 0), max(total.share-(mid.share+next.share)/2, 0)
+		quietLess, totalLess := max(quiet.share-qgen, 0), max(total.share-gen, 0)
 		if r.child != nil {
 			svcQuiet, svcTotal = append(svcQuiet, quiet.svcShare), append(svcTotal, total.svcShare)
 			natsQuiet, natsTotal = append(natsQuiet, quietLess), append(natsTotal, totalLess)
@@ -128,27 +141,26 @@ func (r *runner) idle(ctx context.Context, svc underTest) error {
 		res.ServiceRounds = append(res.ServiceRounds, totalLess)
 		res.IdleEventsGCCycles += quiet.cycles
 		res.IdleEventsGCMarkCPUSeconds += quiet.markS
-		r.say("idle: round %d of %d: idle events %.1f%% of one core (process %.1f%%, %d collections), a progress with new data %.1f%% (process %.1f%%), generator %.1f%%, %.1f%%, %.1f%%",
-			round, rounds, 100*res.IdleEventsServiceRounds[round-1], 100*quiet.share, quiet.cycles,
-			100*res.ServiceRounds[round-1], 100*total.share, 100*prev.share, 100*mid.share, 100*next.share)
-		prev = next
+		r.say("idle: round %d of %d: idle events %.1f%% of one core (process %.1f%%, generator %.1f%%, %d collections), a progress with new data %.1f%% (process %.1f%%, generator %.1f%%)",
+			round, rounds, 100*res.IdleEventsServiceRounds[round-1], 100*quiet.share, 100*qgen, quiet.cycles,
+			100*res.ServiceRounds[round-1], 100*total.share, 100*gen)
 	}
 	res.IdleEventsServiceCoreShare, res.IdleEventsTotalCoreShare = median(res.IdleEventsServiceRounds), median(quietTotals)
 	res.ServiceCoreShare, res.TotalCoreShare = median(res.ServiceRounds), median(totals)
-	res.GeneratorCoreShare = median(res.GeneratorRounds)
+	res.IdleEventsGeneratorCoreShare, res.GeneratorCoreShare = median(res.IdleEventsGeneratorRounds), median(res.GeneratorRounds)
 	r.res.Idle = res
 	if r.child != nil {
 		res.IdleEventsNATSCoreShare, res.NATSCoreShare = median(natsQuiet), median(natsTotal)
 		r.say("idle: %d runs posting one idle event every %s (%.0f events/s), %d rounds of %s: the service process %.1f%% of one core, median (rounds %s), the NATS server %.1f%% (rounds %s; generator %.1f%%)",
-			len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.IdleEventsServiceCoreShare, percents(svcQuiet), 100*res.IdleEventsNATSCoreShare, percents(natsQuiet), 100*res.GeneratorCoreShare)
+			len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.IdleEventsServiceCoreShare, percents(svcQuiet), 100*res.IdleEventsNATSCoreShare, percents(natsQuiet), 100*res.IdleEventsGeneratorCoreShare)
 		r.say("idle: %d runs posting one progress with new data every %s (%.0f events/s), %d rounds of %s: the service process %.1f%% of one core, median (rounds %s), the NATS server %.1f%% (rounds %s)",
 			len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.ServiceCoreShare, percents(svcTotal), 100*res.NATSCoreShare, percents(natsTotal))
 		return nil
 	}
 	r.say("idle: %d runs posting one idle event every %s (%.0f events/s), %d rounds of %s: the service %.1f%% of one core, median (rounds %s; process %.1f%%, generator %.1f%%)",
-		len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.IdleEventsServiceCoreShare, percents(res.IdleEventsServiceRounds), 100*res.IdleEventsTotalCoreShare, 100*res.GeneratorCoreShare)
-	r.say("idle: %d runs posting one progress with new data every %s (%.0f events/s), %d rounds of %s: the service %.1f%% of one core, median (rounds %s; process %.1f%%)",
-		len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.ServiceCoreShare, percents(res.ServiceRounds), 100*res.TotalCoreShare)
+		len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.IdleEventsServiceCoreShare, percents(res.IdleEventsServiceRounds), 100*res.IdleEventsTotalCoreShare, 100*res.IdleEventsGeneratorCoreShare)
+	r.say("idle: %d runs posting one progress with new data every %s (%.0f events/s), %d rounds of %s: the service %.1f%% of one core, median (rounds %s; process %.1f%%, generator %.1f%%)",
+		len(r.sims), IdleInterval, rate, rounds, r.cfg.Idle, 100*res.ServiceCoreShare, percents(res.ServiceRounds), 100*res.TotalCoreShare, 100*res.GeneratorCoreShare)
 	return nil
 }
 
@@ -216,6 +228,12 @@ func (r *runner) idleWindow(ctx context.Context, rate float64, d time.Duration, 
 			switch load {
 			case loadBaseline:
 				r.buf = s.progress(r.buf, s.last+1, r.clk.at(s, s.last+1))
+				if err := r.pub.Publish("bench-idle-baseline."+s.queryID, r.buf); err != nil {
+					return res, fmt.Errorf("publish: %w", err)
+				}
+				continue
+			case loadBaselineIdle:
+				r.buf = s.idleEvent(r.buf, time.Now())
 				if err := r.pub.Publish("bench-idle-baseline."+s.queryID, r.buf); err != nil {
 					return res, fmt.Errorf("publish: %w", err)
 				}

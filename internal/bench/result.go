@@ -235,7 +235,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 			fmt.Sprintf("%.3f%s", i.IdleEventsServiceCoreShare, spread(i.IdleEventsServiceRounds)), "", "< 0.05")
 		row(fmt.Sprintf("  a progress with new data each per %s instead: service", IdleInterval),
 			fmt.Sprintf("%.3f%s", i.ServiceCoreShare, spread(i.ServiceRounds)), "", "")
-		row("  process, idle events / new data / load generator", fmt.Sprintf("%.3f / %.3f / %.3f", i.IdleEventsTotalCoreShare, i.TotalCoreShare, i.GeneratorCoreShare), "", "")
+		row("  process, idle events / new data; load generator, idle events / new data", fmt.Sprintf("%.3f / %.3f; %.3f / %.3f", i.IdleEventsTotalCoreShare, i.TotalCoreShare, i.IdleEventsGeneratorCoreShare, i.GeneratorCoreShare), "", "")
 		if r.Mode == ModeServiceProcess {
 			row("  the NATS server (bench process - generator), idle events / new data", fmt.Sprintf("%.3f / %.3f", i.IdleEventsNATSCoreShare, i.NATSCoreShare), "", "")
 		}
@@ -290,12 +290,17 @@ type Idle struct {
 	// above are the medians of the rounds (the generator's of every
 	// baseline window).
 	Rounds int `json:"rounds"`
+	// IdleEventsGeneratorCoreShare is the generator's share publishing
+	// idle events (GeneratorCoreShare: progress documents).
+	IdleEventsGeneratorCoreShare float64 `json:"idle_events_generator_core_share"`
 	// IdleEventsServiceRounds and ServiceRounds are every round's service
-	// share (the spread of the medians above), GeneratorRounds every
-	// baseline window's.
-	IdleEventsServiceRounds []float64 `json:"idle_events_service_rounds"`
-	ServiceRounds           []float64 `json:"service_rounds"`
-	GeneratorRounds         []float64 `json:"generator_rounds"`
+	// share (the spread of the medians above), IdleEventsGeneratorRounds
+	// and GeneratorRounds every round's generator share (the mean of the
+	// baselines right before and after its window).
+	IdleEventsServiceRounds   []float64 `json:"idle_events_service_rounds"`
+	ServiceRounds             []float64 `json:"service_rounds"`
+	IdleEventsGeneratorRounds []float64 `json:"idle_events_generator_rounds"`
+	GeneratorRounds           []float64 `json:"generator_rounds"`
 	// IdleEventsGCCycles and IdleEventsGCMarkCPUSeconds are the
 	// collections that ended in the idle events' windows, and the CPU
 	// their marking took, over every round.
