@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -110,7 +113,7 @@ func inUseBySite() map[string]int64 {
 // the registry (to Close) and the live heap objects it holds per run.
 // With sites, it also logs the heap profile's objects per run by
 // allocation site.
-func trackRuns(t *testing.T, n int, sites bool) (*Registry, float64) {
+func trackRuns(t testing.TB, n int, sites bool) (*Registry, float64) {
 	t.Helper()
 	store := &objectsStore{}
 	m := NewMetrics(nil, nil)
@@ -202,4 +205,32 @@ func TestHeapObjectsPerRun(t *testing.T) {
 	if per > 5.2 {
 		t.Errorf("a tracked run holds %.2f heap objects in the registry: want at most 5 (entry with its tracker and mailbox, the last advance, its end offset, its sources and their string)", per)
 	}
+}
+
+// BenchmarkMarkTrackedRuns measures what a full collection costs per
+// tracked run: 100,000 runs (FINALIZER_MARK_RUNS overrides) tracked
+// through the registry as in TestHeapObjectsPerRun, then a forced
+// collection per iteration; it reports the collector's CPU (runtime
+// metrics, /cpu/classes/gc/total) per run and per collection. The heap
+// holds little else, so this is the marking of the runs' own objects.
+func BenchmarkMarkTrackedRuns(b *testing.B) {
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("FINALIZER_MARK_RUNS")); err == nil && v > 0 {
+		n = v
+	}
+	r, per := trackRuns(b, n, false)
+	defer func() { _ = r.Close(context.Background()) }()
+	sample := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(sample)
+	before := sample[0].Value.Float64()
+	b.ResetTimer()
+	for b.Loop() {
+		runtime.GC()
+	}
+	b.StopTimer()
+	metrics.Read(sample)
+	gc := sample[0].Value.Float64() - before
+	b.ReportMetric(per, "objects/run")
+	b.ReportMetric(gc/float64(b.N)/float64(n)*1e9, "gc-cpu-ns/run")
+	b.ReportMetric(gc/float64(b.N)*1e3, "gc-cpu-ms/op")
 }
