@@ -86,6 +86,16 @@ func (r *runner) idle(ctx context.Context, svc underTest) error {
 	}
 	base := max(r.cfg.Idle/2, 2*time.Second)
 	res := &Idle{Seconds: r.cfg.Idle.Seconds(), EventsPerSec: rate, Rounds: rounds}
+	// At rest first: nothing published for a baseline window, what the
+	// service costs with N runs tracked and no event at all (its timers,
+	// the collector, the status page's refreshes in a service process).
+	rest, err := r.restWindow(ctx, base)
+	if err != nil {
+		return err
+	}
+	res.RestCoreShare = rest
+	r.say("idle: at rest (nothing published for %s): %.1f%% of one core (%s)", base, 100*rest,
+		map[bool]string{true: "the service process", false: "this process: the service, the NATS server, the observer"}[r.child != nil])
 	var quietTotals, totals []float64
 	// With a service process: its own CPU per round, and the bench
 	// process's less the generator's (the NATS server's).
@@ -187,6 +197,25 @@ func percents(xs []float64) string {
 		b = fmt.Appendf(b, "%.1f%%", 100*x)
 	}
 	return string(b)
+}
+
+// restWindow publishes nothing for d and returns the CPU over it as a
+// share of one core: the service process's, or this process's in
+// process.
+func (r *runner) restWindow(ctx context.Context, d time.Duration) (float64, error) {
+	cpu := processCPU
+	if r.child != nil {
+		cpu = r.child.cpu
+	}
+	cpu0, start := cpu(), time.Now()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-t.C:
+	}
+	return (cpu() - cpu0).Seconds() / time.Since(start).Seconds(), nil
 }
 
 // idleWindow publishes load at rate for d (the baseline to a subject

@@ -235,6 +235,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 			fmt.Sprintf("%.3f%s", i.IdleEventsServiceCoreShare, spread(i.IdleEventsServiceRounds)), "", "< 0.05")
 		row(fmt.Sprintf("  a progress with new data each per %s instead: service", IdleInterval),
 			fmt.Sprintf("%.3f%s", i.ServiceCoreShare, spread(i.ServiceRounds)), "", "")
+		row("  at rest, nothing published (the service process's, or this process's)", fmt.Sprintf("%.3f", i.RestCoreShare), "", "")
 		row("  process, idle events / new data; load generator, idle events / new data", fmt.Sprintf("%.3f / %.3f; %.3f / %.3f", i.IdleEventsTotalCoreShare, i.TotalCoreShare, i.IdleEventsGeneratorCoreShare, i.GeneratorCoreShare), "", "")
 		if r.Mode == ModeServiceProcess {
 			row("  the NATS server (bench process - generator), idle events / new data", fmt.Sprintf("%.3f / %.3f", i.IdleEventsNATSCoreShare, i.NATSCoreShare), "", "")
@@ -282,6 +283,11 @@ type Idle struct {
 	// of both processes.
 	NATSCoreShare           float64 `json:"nats_core_share,omitempty"`
 	IdleEventsNATSCoreShare float64 `json:"idle_events_nats_core_share,omitempty"`
+	// RestCoreShare is the CPU with nothing published, over a baseline
+	// window before the rounds: the service process's (ModeServiceProcess)
+	// or this whole process's (the service, the NATS server, the
+	// observer).
+	RestCoreShare float64 `json:"rest_core_share"`
 	// IdleEventsSent and IdleEventsAccepted count the idle events of
 	// that window: published, and taken in by the runs' subscriptions.
 	IdleEventsSent     int   `json:"idle_events_sent"`
