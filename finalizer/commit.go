@@ -38,9 +38,13 @@ var errCommitterClosed = errors.New("group commit stopped")
 // caller: done is called once with the result, on another goroutine (or
 // on the caller's, when the advance cannot be queued). The committer
 // implements it, so that a tracker's step need not hold its worker while
-// its advance waits for its group (ADR 0008, addendum).
+// its advance waits for its group (ADR 0008, addendum). lead applies an
+// advance at once on the caller's goroutine when no group waits for a
+// committer and one may be sent, and reports false, having done nothing,
+// otherwise (ADR 0008, addendum "the first advancer leads").
 type asyncStore interface {
 	advanceAsync(ctx context.Context, a control.Advance, done func(control.AdvanceResult))
+	lead(ctx context.Context, a control.Advance) (control.AdvanceResult, bool)
 }
 
 // pendingAdvance is one tracker's advance waiting for its group.
@@ -62,18 +66,31 @@ type pendingAdvance struct {
 // The queue is not bounded: it holds at most one advance per tracker
 // (a tracker waits for its advance's result before it makes another), so
 // the tracked runs bound it. Nothing ever blocks on a send to it.
+//
+// An advance that finds nothing queued and fewer than n groups being sent
+// need not wake a committer goroutine at all: its caller (a tracker's step
+// on a pool worker) sends it itself, as a group of one (lead), and the
+// advances that arrive while that statement runs queue for the committer
+// goroutines as before. That removes one goroutine hand-off from a quiet
+// service's crossing (BENCHMARKS.md, "The latency tail (fifth pass)").
+// Leaders and committer goroutines share the n slots (sending), so at
+// most n groups are in flight, as before.
 type committer struct {
 	store    BatchStore
 	metrics  *Metrics
 	maxBatch int
+	n        int // most groups in flight at once
 	timeout  time.Duration
 	ctx      context.Context // bounds every statement; canceled at shutdown
 
-	mu     sync.Mutex
-	cond   *sync.Cond        // signalled when an advance is queued or closed is set
-	queue  []*pendingAdvance // queue[head:] waits, oldest first
-	head   int
-	closed bool
+	mu   sync.Mutex
+	cond *sync.Cond // signalled when an advance is queued, a slot frees or closed is set
+	// sending is how many groups are being sent (by committer goroutines
+	// and leaders); at most n.
+	sending int
+	queue   []*pendingAdvance // queue[head:] waits, oldest first
+	head    int
+	closed  bool
 	// busy are the tables whose last advance failed with control.ErrBusy
 	// (another session holds them locked), until when they count as
 	// busy; alone are the advances of busy tables, each sent in a group
@@ -104,6 +121,7 @@ func newCommitter(ctx context.Context, store BatchStore, m *Metrics, maxBatch, n
 		store:    store,
 		metrics:  m,
 		maxBatch: maxBatch,
+		n:        n,
 		timeout:  timeout,
 		ctx:      ctx,
 	}
@@ -175,9 +193,50 @@ func (c *committer) growQueue() {
 	}
 }
 
-// Advance queues a for the next group and waits for its result, or for
-// ctx (then the advance may still be applied: it is idempotent).
+// lead applies a as a group of its own on the caller's goroutine when
+// nothing waits for a group (no advance queued, none of a busy table
+// waiting to be sent alone), fewer than n groups are being sent, a's
+// table is not one sent alone (busy) and the committer is open; it then
+// returns a's result and true. Otherwise it does nothing and returns
+// false: the caller queues a (advanceAsync) as before. Advances that
+// arrive while the leader's statement runs queue behind it and go in the
+// committer goroutines' next groups, so a leader never gathers and never
+// waits for anything but its own statement.
+//
+// The statement is the group commit's (commit): bounded by the
+// committer's timeout and context, not sent when ctx has ended, busy
+// tables noted. A leader holds one of the n slots while it sends, so that
+// groups in flight stay at most n.
+func (c *committer) lead(ctx context.Context, a control.Advance) (control.AdvanceResult, bool) {
+	c.mu.Lock()
+	if c.closed || c.sending >= c.n || c.head < len(c.queue) || len(c.alone) > 0 {
+		c.mu.Unlock()
+		return control.AdvanceResult{}, false
+	}
+	if until, ok := c.busy[a.Table]; ok {
+		if time.Now().Before(until) {
+			c.mu.Unlock()
+			return control.AdvanceResult{}, false
+		}
+		delete(c.busy, a.Table)
+	}
+	c.sending++
+	c.mu.Unlock()
+	var res control.AdvanceResult
+	p := pendingAdvance{ctx: ctx, a: a, done: func(r control.AdvanceResult) { res = r }}
+	batch := [1]*pendingAdvance{&p}
+	c.commit(batch[:])
+	c.sent(false)
+	return res, true
+}
+
+// Advance applies a at once when it may lead (lead), and otherwise queues
+// it for the next group and waits for its result, or for ctx (then the
+// advance may still be applied: it is idempotent).
 func (c *committer) Advance(ctx context.Context, a control.Advance) (control.Verdict, bool, error) {
+	if r, ok := c.lead(ctx, a); ok {
+		return r.Verdict, r.Moved, r.Err
+	}
 	ch := make(chan control.AdvanceResult, 1)
 	c.advanceAsync(ctx, a, func(r control.AdvanceResult) { ch <- r })
 	select {
@@ -205,7 +264,10 @@ func (c *committer) queued() int {
 // is applied.
 func (c *committer) take(batch []*pendingAdvance) (_ []*pendingAdvance, ok, alone bool) {
 	c.mu.Lock()
-	for c.head == len(c.queue) && !c.canTakeAlone() && !c.closed {
+	// A slot is taken by a leader at most until its statement returns
+	// (sent signals then); once closed, no leader runs (close is called
+	// after every tracker exited).
+	for !c.closed && (c.sending >= c.n || (c.head == len(c.queue) && !c.canTakeAlone())) {
 		c.cond.Wait()
 	}
 	if c.canTakeAlone() && (c.head == len(c.queue) || !c.lastAlone) {
@@ -216,6 +278,7 @@ func (c *committer) take(batch []*pendingAdvance) (_ []*pendingAdvance, ok, alon
 			c.alone = nil
 		}
 		c.aloneSending, c.lastAlone = true, true
+		c.sending++
 		more := c.head < len(c.queue)
 		c.mu.Unlock()
 		if more {
@@ -230,6 +293,7 @@ func (c *committer) take(batch []*pendingAdvance) (_ []*pendingAdvance, ok, alon
 		return batch, false, false
 	}
 	c.lastAlone = false
+	c.sending++
 	n := min(c.maxBatch, len(c.queue)-c.head)
 	batch = append(batch[:0], c.queue[c.head:c.head+n]...)
 	clear(c.queue[c.head : c.head+n])
@@ -251,15 +315,21 @@ func (c *committer) take(batch []*pendingAdvance) (_ []*pendingAdvance, ok, alon
 // being sent. c.mu is held.
 func (c *committer) canTakeAlone() bool { return len(c.alone) > 0 && !c.aloneSending }
 
-// aloneSent ends the sending of an advance of alone: the next one may be
-// taken, by any committer.
-func (c *committer) aloneSent() {
+// sent ends the sending of a group: its slot is free, and when it was an
+// advance of alone, the next one of alone may be taken, by any committer.
+// A committer goroutine that called it takes the next group itself; a
+// leader's slot (or the end of an advance of alone) may be what another
+// committer waits for, so it is woken when something waits to be sent.
+func (c *committer) sent(alone bool) {
 	c.mu.Lock()
-	c.aloneSending = false
-	next := len(c.alone) > 0
+	c.sending--
+	if alone {
+		c.aloneSending = false
+	}
+	next := c.head < len(c.queue) || len(c.alone) > 0 || c.closed
 	c.mu.Unlock()
 	if next {
-		c.cond.Signal()
+		c.cond.Broadcast()
 	}
 }
 
@@ -273,9 +343,7 @@ func (c *committer) loop() {
 		}
 		c.commit(batch)
 		clear(batch)
-		if alone {
-			c.aloneSent()
-		}
+		c.sent(alone)
 	}
 }
 
@@ -357,9 +425,10 @@ func (c *committer) noteBusy(live []*pendingAdvance, res []control.AdvanceResult
 	}
 }
 
-// close stops the goroutines once every advance queued has its result.
-// Call it after every tracker has exited. It blocks and is safe to call
-// twice.
+// close stops the goroutines once every advance queued has its result,
+// and returns once no leader is sending either. Call it after every
+// tracker has exited (then no leader runs, nor starts: lead refuses once
+// closed). It blocks and is safe to call twice.
 func (c *committer) close() {
 	c.once.Do(func() {
 		c.mu.Lock()
@@ -368,4 +437,9 @@ func (c *committer) close() {
 		c.cond.Broadcast()
 	})
 	c.wg.Wait()
+	c.mu.Lock()
+	for c.sending > 0 {
+		c.cond.Wait()
+	}
+	c.mu.Unlock()
 }

@@ -166,58 +166,104 @@ func TestBurstDoesNotHoldWorkers(t *testing.T) {
 	}
 }
 
-// Stop while a step's advance is parked: the advance lands, then the
-// progress that came meanwhile, and the tracker exits (Stop applies what
-// is pending). A Stop whose wake-up was taken by the step that resumed
-// the parked advance was lost, and Close waited for its deadline.
+// Stop while a step's advance is parked (or, on a quiet committer, while
+// the step sends it itself: ADR 0008, addendum "the first advancer
+// leads"): the advance lands, then the progress that came meanwhile, and
+// the tracker exits (Stop applies what is pending). A Stop whose wake-up
+// was taken by the step that resumed the parked advance was lost, and
+// Close waited for its deadline.
 func TestStopWhileParkedAppliesWhatCameMeanwhile(t *testing.T) {
-	store, bus, reg := parkOne(t)
-	bus.Publish(cdcProgress(runA, "2026-09-28T15:05:00"))
-	closed := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		closed <- reg.Close(ctx)
-	}()
-	time.Sleep(20 * time.Millisecond) // Stop while parked
-	store.open()
-	if err := <-closed; err != nil {
-		t.Fatal(err)
-	}
-	if got := untils(store.Calls()); len(got) != 2 || !got[0].Equal(utc("2026-09-28T14:00:00Z")) || !got[1].Equal(utc("2026-09-28T15:00:00Z")) {
-		t.Fatalf("advances %v, want 14:00 then 15:00", got)
+	for _, lead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lead=%v", lead), func(t *testing.T) {
+			store, bus, reg := parkOne(t, lead)
+			bus.Publish(cdcProgress(runA, "2026-09-28T15:05:00"))
+			closed := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				closed <- reg.Close(ctx)
+			}()
+			time.Sleep(20 * time.Millisecond) // Stop while parked
+			store.open()
+			if err := <-closed; err != nil {
+				t.Fatal(err)
+			}
+			if got := untils(callsOf(store, "t")); len(got) != 2 || !got[0].Equal(utc("2026-09-28T14:00:00Z")) || !got[1].Equal(utc("2026-09-28T15:00:00Z")) {
+				t.Fatalf("advances %v, want 14:00 then 15:00", got)
+			}
+		})
 	}
 }
 
 // A shutdown whose deadline passes while a parked advance's statement
-// hangs: the statement is cancelled, the tracker takes the error and
-// exits, and Close returns (goleak checks that nothing is left).
+// hangs (or a leading step's: shutdown while leading): the statement is
+// cancelled, the tracker takes the error and exits, and Close returns
+// (goleak checks that nothing is left).
 func TestShutdownCancelsAParkedAdvance(t *testing.T) {
-	store, _, reg := parkOne(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	if err := reg.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("close: %v, want the deadline", err)
-	}
-	if n := len(store.Calls()); n != 0 {
-		t.Fatalf("%d advances applied after their statement was cancelled", n)
+	for _, lead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lead=%v", lead), func(t *testing.T) {
+			store, _, reg := parkOne(t, lead)
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			if err := reg.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("close: %v, want the deadline", err)
+			}
+			if n := len(store.Calls()); n != 0 {
+				t.Fatalf("%d advances applied after their statement was cancelled", n)
+			}
+		})
 	}
 }
 
+// callsOf returns the advances store applied to table.
+func callsOf(store *gatedBatch, table string) []control.Advance {
+	var out []control.Advance
+	for _, c := range store.Calls() {
+		if c.Table == table {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // parkOne tracks runA into table t on a registry over a gated store and
-// publishes a crossing progress: it returns once that advance's group has
-// reached the store and waits at the gate (the step's advance is parked).
-func parkOne(t *testing.T) (*gatedBatch, *fakeBus, *finalizer.Registry) {
+// publishes a crossing progress. With lead, the committer is quiet and
+// the step sends that advance itself (ADR 0008, addendum "the first
+// advancer leads"); it returns once the statement has reached the store
+// and waits at the gate. Without, the registry's one committer slot is
+// first taken by another table's advance (a leader held at the gate), so
+// that runA's step parks its advance in the queue; it returns once runA's
+// step has taken its progress.
+func parkOne(t *testing.T, lead bool) (*gatedBatch, *fakeBus, *finalizer.Registry) {
 	t.Helper()
 	store := newGatedBatch()
 	bus := newFakeBus()
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store,
-		Clock: newFakeClock(utc("2026-09-29T00:00:00Z"))})
+	clock := newFakeClock(utc("2026-09-29T00:00:00Z"))
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Clock: clock, Committers: 1})
+	if !lead {
+		if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runB, Table: "other", Spec: hourSpec(t)}); err != nil {
+			t.Fatal(err)
+		}
+		bus.Publish(cdcProgress(runB, "2026-09-28T14:05:00"))
+		<-store.entered
+	}
 	if _, err := reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t)}); err != nil {
 		t.Fatal(err)
 	}
+	clock.Advance(time.Second) // a step that takes mail stamps LastEvent with the new time
 	bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
-	<-store.entered
+	if lead {
+		<-store.entered
+		return store, bus, reg
+	}
+	eventually(t, "runA's progress taken", func() bool {
+		for _, s := range reg.Status() {
+			if s.RunID == runA && !s.LastEvent.Equal(clock.Now()) {
+				return false
+			}
+		}
+		return true
+	})
 	return store, bus, reg
 }
 

@@ -968,6 +968,15 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 	adv = adv.DetachedLike(like)
 	if t.mayPark {
 		if as, ok := t.cfg.Store.(asyncStore); ok {
+			// Nothing waits for a group and a slot is free: this step
+			// sends its advance itself instead of waking a committer
+			// (ADR 0008, addendum "the first advancer leads"), and
+			// finishes as the blocking call does.
+			began := time.Now()
+			if r, led := as.lead(ctx, adv); led {
+				t.cfg.Metrics.AdvanceSeconds.Observe(time.Since(began).Seconds())
+				return t.wrote(ctx, adv, cand, ev, r.Verdict, r.Moved, r.Err)
+			}
 			t.park(ctx, as, adv, cand, ev)
 			return false
 		}
