@@ -51,7 +51,24 @@ type asyncStore interface {
 type pendingAdvance struct {
 	ctx  context.Context
 	a    control.Advance
-	done func(control.AdvanceResult) // called once
+	done func(control.AdvanceResult) // called once; nil for a leader's, whose result goes to *out
+	out  *control.AdvanceResult
+}
+
+// finish hands p its result: done, or *out for a leader's advance (no
+// callback to allocate).
+func (p *pendingAdvance) finish(r control.AdvanceResult) {
+	if p.done == nil {
+		*p.out = r
+		return
+	}
+	p.done(r)
+}
+
+// ledAdvance is a leader's advance and its result, in one allocation.
+type ledAdvance struct {
+	p   pendingAdvance
+	res control.AdvanceResult
 }
 
 // committer is the group commit of advances. Trackers hand it their
@@ -222,12 +239,12 @@ func (c *committer) lead(ctx context.Context, a control.Advance) (control.Advanc
 	}
 	c.sending++
 	c.mu.Unlock()
-	var res control.AdvanceResult
-	p := pendingAdvance{ctx: ctx, a: a, done: func(r control.AdvanceResult) { res = r }}
-	batch := [1]*pendingAdvance{&p}
+	l := &ledAdvance{p: pendingAdvance{ctx: ctx, a: a}}
+	l.p.out = &l.res
+	batch := [1]*pendingAdvance{&l.p}
 	c.commit(batch[:])
 	c.sent(false)
-	return res, true
+	return l.res, true
 }
 
 // Advance applies a at once when it may lead (lead), and otherwise queues
@@ -353,7 +370,7 @@ func (c *committer) commit(batch []*pendingAdvance) {
 	as := make([]control.Advance, 0, len(batch))
 	for _, p := range batch {
 		if err := p.ctx.Err(); err != nil {
-			p.done(control.AdvanceResult{Err: fmt.Errorf("advance %s: %w", p.a.Table, err)}) // its caller has gone
+			p.finish(control.AdvanceResult{Err: fmt.Errorf("advance %s: %w", p.a.Table, err)}) // its caller has gone
 			continue
 		}
 		live = append(live, p)
@@ -377,7 +394,7 @@ func (c *committer) commit(batch []*pendingAdvance) {
 	}
 	c.noteBusy(live, res)
 	for i, p := range live {
-		p.done(res[i])
+		p.finish(res[i])
 	}
 }
 
