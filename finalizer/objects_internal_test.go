@@ -126,7 +126,7 @@ func trackRuns(t testing.TB, n int, sites bool) (*Registry, float64) {
 		reqs[i] = Request{QueryID: fmt.Sprintf("8d268dc2-bc9c-4be8-97a9-%012d", i), RunID: fmt.Sprintf("e225d92f-2545-48f8-87a2-%012d", i),
 			Table: fmt.Sprintf("bronze.table_%06d", i), Spec: spec, Explicit: true}
 	}
-	r := NewRegistry(RegistryConfig{Bus: objectsBus{}, Store: store, Metrics: m, MaxBatch: -1, MaxTrackBatch: -1})
+	r := NewRegistry(RegistryConfig{Bus: objectsBus{}, Store: store, Metrics: m, MaxBatch: -1, MaxTrackBatch: -1, MaxTrackers: n + 1})
 	// The registry's first tracker makes what every tracker shares.
 	if _, err := r.Track(context.Background(), Request{QueryID: "warm", RunID: "warm", Table: "bronze.warm", Spec: spec}); err != nil {
 		t.Fatal(err)
