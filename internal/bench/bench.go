@@ -288,6 +288,10 @@ type runner struct {
 	rrLatency int    // rr when the service's latency phase began
 	stored    uint64 // the stream's last sequence, as waitStored last saw it
 	res       Result
+
+	// feedersPeriod, when set (tests), runs before each measured period
+	// of the feeders phase, with the phase's control table.
+	feedersPeriod func(ctx context.Context, table string, period int)
 }
 
 // Run runs every phase and returns the results. It blocks for the whole
