@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,8 +53,28 @@ func testServiceProcessBench(t *testing.T, bin string) {
 		ServiceBinary:  bin,
 		Log:            &log,
 	}
+	// The PostgreSQL URL's password reaches the child through its config
+	// file only (0600): never its argv or environment, which other users
+	// of the machine read in /proc, nor the bench's output or the
+	// service's log.
+	cfg.WorkDir = t.TempDir()
+	password := ""
+	if u, err := neturl.Parse(cfg.PostgresURL); err == nil {
+		password, _ = u.User.Password()
+	}
 	var pids []int
-	cfg.OnServiceProcess = func(pid int) { pids = append(pids, pid) }
+	var exposed []string
+	cfg.OnServiceProcess = func(pid int) {
+		pids = append(pids, pid)
+		for _, f := range []string{"cmdline", "environ"} {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f))
+			if err != nil {
+				exposed = append(exposed, fmt.Sprintf("%s unread: %v", f, err))
+			} else if password != "" && strings.Contains(string(b), password) {
+				exposed = append(exposed, f)
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, cfg)
@@ -93,6 +115,26 @@ func testServiceProcessBench(t *testing.T, bin string) {
 	if res.NATSSlowConsumer != 0 || res.NATSDropped != 0 || res.NATSDisconnects != 0 || res.AdvanceRetries != 0 || res.AdvanceFailures != 0 {
 		t.Errorf("slow consumer %d, dropped %d, disconnects %d, retries %d, failures %d; want none",
 			res.NATSSlowConsumer, res.NATSDropped, res.NATSDisconnects, res.AdvanceRetries, res.AdvanceFailures)
+	}
+	if password == "" {
+		t.Log("the test's PostgreSQL URL has no password: its exposure is not checked")
+	}
+	if len(exposed) > 0 {
+		t.Errorf("the PostgreSQL password in the service process's %v", exposed)
+	}
+	if fi, err := os.Stat(filepath.Join(cfg.WorkDir, "service.yaml")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("service.yaml: %v, %v; want mode 0600", fi, err)
+	}
+	svcLog, err := os.ReadFile(filepath.Join(cfg.WorkDir, "service.log"))
+	if err != nil || len(svcLog) == 0 {
+		t.Errorf("service.log: %d bytes, %v", len(svcLog), err)
+	}
+	if password != "" {
+		for what, text := range map[string]string{"the bench's output": log.String(), "the JSON": string(res.JSON()), "service.log": string(svcLog)} {
+			if strings.Contains(text, password) {
+				t.Errorf("the PostgreSQL password in %s", what)
+			}
+		}
 	}
 	if len(pids) != 2 {
 		t.Errorf("service processes started: %v, want 2", pids)
