@@ -21,13 +21,54 @@ type replicaCost struct {
 	mode             string // ownership: off, on (one owner), balanced
 	events, periods  int
 	writes           int64 // rows inserted or updated in the control table
-	advanceStmts     int64 // advance statements (single and group commit)
+	advanceStmts     int64 // advance statements (single and group commit), not the statements the table's triggers run
 	allStmts         int64 // every statement the replicas ran on the database
 	lockStmts        int64 // of which the ownership's polls of the advisory locks
 	xacts            int64 // committed transactions of the database
 	writesPerPeriod  float64
 	advancesPerEvent float64
 	stmtsPerEvent    float64
+	// From each replica's /metrics: the advances its trackers made, its
+	// group commits, the advances of tables it does not own that it held
+	// (answered without a statement) and the held advances it wrote (a
+	// flush or a fallback).
+	advances, groups, held, heldWritten []float64
+}
+
+// checkOneWriter checks, for a run with ownership on, that one replica
+// (the owner of every bucket) held nothing and every other replica held
+// every advance it made and wrote none of them: a replica that does not
+// own a table makes no statement for its advances. It also bounds the
+// database's advance statements by the owner's group commits, each at
+// most three statements (the sole upsert, then for a table's first or
+// shared verdict the promotion and the feeders' advance), and the held
+// advances written. The bound counts statements, not group commits: a
+// bound relative to one replica's statements, which the grouping (so the
+// machine's load) moves by 2x, failed on a loaded machine with a correct
+// service (15 against 8).
+func (c replicaCost) checkOneWriter(t *testing.T) {
+	t.Helper()
+	t.Logf("ownership on, %d replicas: advances %v, group commits %v, held %v, held written %v: %d advance statements",
+		c.replicas, c.advances, c.groups, c.held, c.heldWritten, c.advanceStmts)
+	owners, bound := 0, 2.0
+	for i := range c.groups {
+		bound += 3 * c.heldWritten[i]
+		switch {
+		case c.held[i] == 0:
+			owners++
+			bound += 3 * c.groups[i]
+		case c.held[i] != c.advances[i] || c.heldWritten[i] != 0:
+			t.Errorf("ownership on, %d replicas: replica %d held %v of its %v advances and wrote %v of them: a replica that does not own a table must not write it",
+				c.replicas, i, c.held[i], c.advances[i], c.heldWritten[i])
+		}
+	}
+	if owners != 1 {
+		t.Errorf("ownership on, %d replicas: %d replicas held no advance, want 1 (the owner of every bucket)", c.replicas, owners)
+	}
+	if float64(c.advanceStmts) > bound {
+		t.Errorf("ownership on, %d replicas: %d advance statements, more than the owner's group commits allow (%v): a replica that does not own a table must not write it",
+			c.replicas, c.advanceStmts, bound)
+	}
 }
 
 // TestReplicaCost measures what a second and a third replica cost the
@@ -72,12 +113,9 @@ func TestReplicaCost(t *testing.T) {
 				c.replicas, c.mode, c.writesPerPeriod)
 		}
 	}
-	// With ownership (one owner), the advance statements of 3 replicas
-	// stay within half again of one replica's: a table has one writer.
-	one, three := costs[3], costs[5]
-	if float64(three.advanceStmts) > 1.5*float64(one.advanceStmts)+2 {
-		t.Errorf("ownership: %d advance statements with 3 replicas against %d with 1: a replica that does not own a table must not write it",
-			three.advanceStmts, one.advanceStmts)
+	// With ownership (one owner), a table has one writer.
+	for _, c := range costs[3:6] {
+		c.checkOneWriter(t)
 	}
 }
 
@@ -149,6 +187,13 @@ tables:
 		waitVerdict(t, url, "cost."+x.name, final)
 	}
 	time.Sleep(200 * time.Millisecond) // the slower replicas' last reads
+	c := replicaCost{replicas: n, mode: mode, events: nRuns * batches, periods: nRuns * 3}
+	for _, p := range procs {
+		c.advances = append(c.advances, metric(t, p.httpURL, "finalizer_advance_seconds_count"))
+		c.groups = append(c.groups, metric(t, p.httpURL, "finalizer_advance_batch_size_count"))
+		c.held = append(c.held, metric(t, p.httpURL, "finalizer_ownership_advances_held_total"))
+		c.heldWritten = append(c.heldWritten, metric(t, p.httpURL, "finalizer_ownership_held_written_total"))
+	}
 	for _, p := range procs {
 		p.stop() // a backend flushes its statistics when it exits
 	}
@@ -157,11 +202,10 @@ tables:
 		after = dbCounters(t, ctx, conn, db)
 		return after[0] > before[0]
 	})
-	c := replicaCost{replicas: n, mode: mode, events: nRuns * batches, periods: nRuns * 3}
 	c.writes = after[0] - before[0]
 	c.xacts = after[1] - before[1]
 	if err := conn.QueryRow(ctx, `SELECT
-		coalesce(sum(calls) FILTER (WHERE query ILIKE '%INSERT INTO%table_finalization%'), 0),
+		coalesce(sum(calls) FILTER (WHERE toplevel AND query ILIKE '%INSERT INTO%table_finalization%'), 0),
 		coalesce(sum(calls) FILTER (WHERE query NOT ILIKE '%pg_stat%' AND query NOT ILIKE '%/* test */%'), 0),
 		coalesce(sum(calls) FILTER (WHERE query ILIKE '%pg_locks%' OR query ILIKE '%advisory%'), 0)
 		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)`, db).Scan(&c.advanceStmts, &c.allStmts, &c.lockStmts); err != nil {
