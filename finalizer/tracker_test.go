@@ -224,11 +224,17 @@ func TestFailureStreakLoggingAndRecovery(t *testing.T) {
 	r.store.setFailing(1_000_000, nil)
 	r.reg.Close(context.Background()) // use a tracker without retries, directly
 	box := newBox()
+	// The first progress waits in the mailbox for the tracker's first
+	// step: offered after the start, it could meet that step (which takes
+	// nothing) and wake a second one, which retries the failed advance
+	// still pending, as any wake does: two failures for one progress.
+	box.Offer(cdcProgress(runA, "2026-09-28T13:05:00"))
 	tr := finalizer.StartTracker(context.Background(), finalizer.TrackerConfig{
 		QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t), Box: box, Store: r.store,
 		Clock: r.clock, Logger: zap.New(observerCore(r)), Retries: -1,
 	})
 	defer func() { tr.Stop(); <-tr.Done() }()
+	eventually(t, "failure counted", func() bool { f, _ := tr.Failures(); return f == 1 })
 
 	step := func(ts string, advance time.Duration, want int) {
 		t.Helper()
@@ -236,7 +242,6 @@ func TestFailureStreakLoggingAndRecovery(t *testing.T) {
 		box.Offer(cdcProgress(runA, ts))
 		eventually(t, "failure counted", func() bool { f, _ := tr.Failures(); return f == want })
 	}
-	step("2026-09-28T13:05:00", 0, 1)
 	step("2026-09-28T14:05:00", time.Minute, 2)
 	step("2026-09-28T15:05:00", time.Minute, 3)
 	step("2026-09-28T16:05:00", 10*time.Minute, 4) // 12 min after the first: one warning
