@@ -202,7 +202,9 @@ func TestHeapObjectsPerRun(t *testing.T) {
 	r, per := trackRuns(t, n, testing.Verbose())
 	defer func() { _ = r.Close(context.Background()) }()
 	t.Logf("%.2f live heap objects per tracked run", per)
-	if per > 5.2 {
+	// 5.10-5.28 measured across runs (other objects of the process come
+	// and go during the count); one more object per run would be 6.1.
+	if per > 5.75 {
 		t.Errorf("a tracked run holds %.2f heap objects in the registry: want at most 5 (entry with its tracker and mailbox, the last advance, its end offset, its sources and their string)", per)
 	}
 }
