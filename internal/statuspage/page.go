@@ -24,16 +24,23 @@ const (
 	// DefaultHistoryMoves caps the moves kept per table (16 bytes each):
 	// a table that moves every minute shows its last two hours.
 	DefaultHistoryMoves = 120
-	// DefaultRunsEvery is how often the tracked runs are read again (they
-	// live in memory; a run turns stale without any announcement).
+	// DefaultRunsEvery is how often the tracked runs are read again while
+	// a browser watches (they live in memory; a run turns stale without
+	// any announcement), and how old a model a request without a stream
+	// may be served.
 	DefaultRunsEvery = 2 * time.Second
 	// DefaultTablesEvery is how often the verdicts are read again without
-	// an announcement, in case one was lost.
+	// an announcement while a browser watches, and how old a read of them
+	// the first request after nobody watched may be served.
 	DefaultTablesEvery = 30 * time.Second
 	// DefaultMinRefresh is the shortest time between two reads of the
-	// verdicts: a burst of announcements (every table crossing an hour)
-	// costs one read.
+	// verdicts while a browser watches: a burst of announcements (every
+	// table crossing an hour) costs one read.
 	DefaultMinRefresh = 250 * time.Millisecond
+	// DefaultReconcileEvery is the shortest time between two reads of the
+	// verdicts for the lag timeline while nobody watches, after the LISTEN
+	// connection said announcements may have been lost.
+	DefaultReconcileEvery = time.Minute
 	// DefaultMaxStreams caps the browsers watching at once.
 	DefaultMaxStreams = 64
 	// streamBuffer is how many updates a browser may fall behind before
@@ -63,15 +70,17 @@ type Runs interface {
 type Options struct {
 	Verdicts     Verdicts
 	Runs         Runs
-	StaleAfter   time.Duration    // shown in the page's legend; 0 = finalizer.DefaultStaleAfter
-	History      time.Duration    // 0 = DefaultHistory
-	HistoryMoves int              // 0 = DefaultHistoryMoves
-	RunsEvery    time.Duration    // 0 = DefaultRunsEvery
-	TablesEvery  time.Duration    // 0 = DefaultTablesEvery
-	MinRefresh   time.Duration    // 0 = DefaultMinRefresh
-	MaxStreams   int              // 0 = DefaultMaxStreams
-	Now          func() time.Time // nil = time.Now
-	Logger       *zap.Logger      // nil = no logs
+	StaleAfter   time.Duration // shown in the page's legend; 0 = finalizer.DefaultStaleAfter
+	History      time.Duration // 0 = DefaultHistory
+	HistoryMoves int           // 0 = DefaultHistoryMoves
+	RunsEvery    time.Duration // 0 = DefaultRunsEvery
+	TablesEvery  time.Duration // 0 = DefaultTablesEvery
+	MinRefresh   time.Duration // 0 = DefaultMinRefresh
+	// ReconcileEvery: 0 = DefaultReconcileEvery.
+	ReconcileEvery time.Duration
+	MaxStreams     int              // 0 = DefaultMaxStreams
+	Now            func() time.Time // nil = time.Now
+	Logger         *zap.Logger      // nil = no logs
 }
 
 //go:embed assets
@@ -90,7 +99,8 @@ type Page struct {
 	assets  http.Handler
 	unwatch func()
 
-	wake    chan struct{} // capacity 1: announcements are waiting
+	wake    chan struct{}      // capacity 1: announcements are waiting
+	need    chan chan struct{} // a request wants a fresh model (see fresh)
 	closing chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -105,14 +115,18 @@ type Page struct {
 	hist        *history
 	verdicts    []control.Verdict // the last successful read
 	feeders     map[string][]control.Feeder
-	verdictsErr error // the last read's error
+	verdictsErr error     // the last read's error
+	lastRead    time.Time // of the verdicts and feeders (zero: never)
+	lastRecon   time.Time // of the verdicts for the timeline alone
+	lost        bool      // announcements may have been lost since the last read
 
 	mu        sync.RWMutex
 	ver       uint64
 	tables    []tableRow // sorted by table
 	runs      []runRow   // sorted by table, then run
 	moves     map[string][]move
-	banner    string // what is wrong with the page's sources, "" when nothing
+	banner    string    // what is wrong with the page's sources, "" when nothing
+	builtAt   time.Time // when the model was last built (zero: never)
 	streams   map[*stream]struct{}
 	noStreams bool // CloseStreams was called
 }
@@ -120,10 +134,9 @@ type Page struct {
 // maxPending bounds the announcements waiting for the loop.
 const maxPending = 10000
 
-// New starts the page: it watches the verdicts' announcements and reads
-// the verdicts and runs once before it returns (a failed read is shown on
-// the page, not returned). It fails only when the announcements cannot be
-// watched.
+// New starts the page: it watches the verdicts' announcements. It reads
+// nothing until someone looks (see loop). It fails only when the
+// announcements cannot be watched.
 func New(o Options) (*Page, error) {
 	if o.StaleAfter == 0 {
 		o.StaleAfter = finalizer.DefaultStaleAfter
@@ -143,6 +156,9 @@ func New(o Options) (*Page, error) {
 	if o.MinRefresh == 0 {
 		o.MinRefresh = DefaultMinRefresh
 	}
+	if o.ReconcileEvery == 0 {
+		o.ReconcileEvery = DefaultReconcileEvery
+	}
 	if o.MaxStreams == 0 {
 		o.MaxStreams = DefaultMaxStreams
 	}
@@ -158,7 +174,7 @@ func New(o Options) (*Page, error) {
 	p := &Page{
 		o: o, log: o.Logger, epoch: hex.EncodeToString(b),
 		assets: http.StripPrefix("/status/assets/", http.FileServerFS(sub)),
-		wake:   make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
+		wake:   make(chan struct{}, 1), need: make(chan chan struct{}), closing: make(chan struct{}), done: make(chan struct{}),
 		hist: newHistory(o.History, o.HistoryMoves), moves: map[string][]move{}, streams: map[*stream]struct{}{},
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -168,7 +184,6 @@ func New(o Options) (*Page, error) {
 		return nil, err
 	}
 	p.unwatch = unwatch
-	p.refresh(true)
 	go p.loop()
 	return p, nil
 }
@@ -211,6 +226,20 @@ func (p *Page) announce(n control.Notification) {
 	}
 }
 
+// loop owns the model. What it costs depends on whether anyone looks:
+//
+//   - While a browser's stream is open, it rebuilds the model every
+//     RunsEvery, reads the verdicts on announcements (at most every
+//     MinRefresh) and every TablesEvery, and sends what changed.
+//   - While nobody watches, an announcement only records the move in the
+//     timeline (a few bytes, no read, no rebuild). The verdicts are read
+//     for the timeline alone only after the LISTEN connection said moves
+//     may have been lost (a reconnect, an unreadable announcement), and at
+//     most every ReconcileEvery. Nothing else runs.
+//   - A request (the page, or a stream's first event) asks for a fresh
+//     model (fresh): the loop rebuilds it unless it is younger than
+//     RunsEvery, reading the verdicts first if anything was announced or
+//     lost since the last read or that read is older than TablesEvery.
 func (p *Page) loop() {
 	defer close(p.done)
 	runsT := time.NewTicker(p.o.RunsEvery)
@@ -220,7 +249,10 @@ func (p *Page) loop() {
 	soon := time.NewTimer(time.Hour)
 	soon.Stop()
 	defer soon.Stop()
-	dirty, armed, last := false, false, time.Now()
+	recon := time.NewTimer(time.Hour)
+	recon.Stop()
+	defer recon.Stop()
+	dirty, armed, reconArmed := false, false, false
 	for {
 		select {
 		case <-p.closing:
@@ -232,26 +264,87 @@ func (p *Page) loop() {
 		case <-runsT.C:
 			dirty = dirty || p.verdictsErr != nil // retry a failed read with the runs' rhythm
 		case <-tablesT.C:
-			dirty = true
+			dirty = dirty || p.watched()
 		case <-soon.C:
 			armed = false
+		case <-recon.C:
+			reconArmed = false
+		case done := <-p.need:
+			if p.stale() {
+				read := dirty || p.lost || p.verdictsErr != nil || time.Since(p.lastRead) >= p.o.TablesEvery
+				if read {
+					dirty = false
+				}
+				p.refresh(read)
+			}
+			close(done)
+			continue
+		}
+		if !p.watched() {
+			if p.lost && !reconArmed {
+				if wait := p.o.ReconcileEvery - min(time.Since(p.lastRecon), time.Since(p.lastRead)); wait > 0 {
+					recon.Reset(wait)
+					reconArmed = true
+				} else {
+					p.reconcile()
+				}
+			}
+			continue
 		}
 		read := false
 		if dirty && !armed {
-			if wait := p.o.MinRefresh - time.Since(last); wait > 0 {
+			if wait := p.o.MinRefresh - time.Since(p.lastRead); wait > 0 {
 				soon.Reset(wait)
 				armed = true
 			} else {
-				read, dirty, last = true, false, time.Now()
+				read, dirty = true, false
 			}
 		}
 		p.refresh(read)
 	}
 }
 
+// watched reports whether a browser's stream is open.
+func (p *Page) watched() bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.streams) > 0
+}
+
+// stale reports whether the model is older than RunsEvery.
+func (p *Page) stale() bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.builtAt.IsZero() || time.Since(p.builtAt) >= p.o.RunsEvery
+}
+
+// fresh makes the model at most RunsEvery old before a request is served
+// from it: while a stream is open the loop keeps it so; otherwise the loop
+// rebuilds it now. It gives up (serving what there is) when ctx ends or
+// the page closes.
+func (p *Page) fresh(ctx context.Context) {
+	if !p.stale() {
+		return
+	}
+	done := make(chan struct{})
+	select {
+	case p.need <- done:
+	case <-ctx.Done():
+		return
+	case <-p.done:
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-p.done:
+	}
+}
+
 // takeAnnouncements records the waiting announcements in the history. It
 // reports whether the verdicts must be read again (always, when there
-// was one: the announcement carries no provenance).
+// was one: the announcement carries no provenance). An announcement
+// without a table, or too many waiting, means moves may have been lost.
 func (p *Page) takeAnnouncements() bool {
 	p.pendMu.Lock()
 	ns, overflow := p.pending, p.overflow
@@ -261,7 +354,10 @@ func (p *Page) takeAnnouncements() bool {
 	for _, n := range ns {
 		if n.Table != "" {
 			p.hist.record(n.Table, now, n.FinalizedUntil, now, n.Rewound)
+		} else {
+			p.lost = true
 		}
 	}
+	p.lost = p.lost || overflow
 	return len(ns) > 0 || overflow
 }

@@ -30,7 +30,23 @@ type fakeSource struct {
 	feeders  []control.Feeder
 	err      error
 	watch    func(control.Notification)
-	lists    int
+	lists    int // calls of List
+	statuses int // calls of Status
+}
+
+// calls returns the counts of List and Status calls.
+func (f *fakeSource) calls() (lists, statuses int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists, f.statuses
+}
+
+// announce sends n as the LISTEN connection would.
+func (f *fakeSource) announce(n control.Notification) {
+	f.mu.Lock()
+	fn := f.watch
+	f.mu.Unlock()
+	fn(n)
 }
 
 func (f *fakeSource) List(context.Context) ([]control.Verdict, error) {
@@ -60,6 +76,7 @@ func (f *fakeSource) Watch(fn func(control.Notification)) (func(), error) {
 func (f *fakeSource) Status() []finalizer.TrackerStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.statuses++
 	return append([]finalizer.TrackerStatus(nil), f.runs...)
 }
 
@@ -414,5 +431,119 @@ func TestLongNameWraps(t *testing.T) {
 	_, _, css := get(t, srv.URL+"/status/assets/page.css")
 	if !regexp.MustCompile(`tbody \.name \{[^}]*overflow-wrap: anywhere;[^}]*max-width:`).MatchString(css) {
 		t.Error("page.css does not wrap and bound name cells")
+	}
+}
+
+// settle gives the page's loop time to act on what it was sent.
+func settle(o Options) { time.Sleep(10 * max(o.RunsEvery, o.MinRefresh, 20*time.Millisecond)) }
+
+// Nobody watching: announcements are recorded in the timeline, nothing is
+// read and nothing rebuilt, however many there are; a reconnect's "moves
+// may be lost" costs one read of the verdicts, at most every
+// ReconcileEvery.
+func TestUnwatchedPageReadsNothing(t *testing.T) {
+	src := &fakeSource{runs: []finalizer.TrackerStatus{{RunID: runA, QueryID: queryA, Table: "t0", LastEvent: time.Now()}}}
+	o := Options{RunsEvery: 10 * time.Millisecond, MinRefresh: time.Millisecond, TablesEvery: 20 * time.Millisecond}
+	_, srv := newPage(t, src, o)
+	for i := range 2000 {
+		src.move(fmt.Sprintf("t%d", i%50), utc("2026-09-28T00:00:00Z").Add(time.Duration(i)*time.Minute))
+	}
+	settle(o)
+	if lists, statuses := src.calls(); lists != 0 || statuses != 0 {
+		t.Fatalf("unwatched: %d reads of the verdicts, %d of the runs; want none", lists, statuses)
+	}
+	src.announce(control.Notification{Reconnected: true})
+	settle(o)
+	if lists, statuses := src.calls(); lists != 1 || statuses != 0 {
+		t.Fatalf("after a reconnect: %d reads of the verdicts, %d of the runs; want 1, 0", lists, statuses)
+	}
+	src.announce(control.Notification{Reconnected: true})
+	settle(o)
+	if lists, _ := src.calls(); lists != 1 {
+		t.Fatalf("a second reconnect within ReconcileEvery read the verdicts again (%d reads)", lists)
+	}
+	// The first viewer sees every table and the moves made meanwhile.
+	_, _, body := get(t, srv.URL+"/")
+	if !strings.Contains(body, `data-key="t49"`) || !strings.Contains(body, "2026-09-29 09:19:00Z") {
+		t.Error("the first request lacks the tables or the last move")
+	}
+	if m := regexp.MustCompile(`data-key="t7" data-until="\d+" data-moves="([^"]*)"`).FindStringSubmatch(body); m == nil || strings.Count(m[1], ",") < 30 {
+		t.Errorf("the timeline of t7 lost the moves made while nobody watched: %v", m)
+	}
+}
+
+// The first request after nobody watched reads the verdicts and the runs
+// as they are now; requests within RunsEvery of it are served the same
+// model; an announced move is read by the next request after that.
+func TestFirstRequestSeesFreshData(t *testing.T) {
+	src := &fakeSource{}
+	o := Options{RunsEvery: 300 * time.Millisecond, MinRefresh: time.Millisecond}
+	_, srv := newPage(t, src, o)
+	time.Sleep(50 * time.Millisecond)
+	src.mu.Lock()
+	src.verdicts = []control.Verdict{{Table: "bronze.orders", FinalizedUntil: utc("2026-09-28T13:00:00Z"), UpdatedAt: time.Now()}}
+	src.runs = []finalizer.TrackerStatus{{RunID: runA, QueryID: queryA, Table: "bronze.orders", LastEvent: time.Now()}}
+	src.mu.Unlock()
+	_, _, body := get(t, srv.URL+"/")
+	if !strings.Contains(body, "2026-09-28 13:00:00Z") || !strings.Contains(body, "e225d92f") {
+		t.Fatal("the first request did not see the verdicts and runs as they are")
+	}
+	lists, statuses := src.calls()
+	if lists != 1 || statuses != 1 {
+		t.Fatalf("first request: %d reads of the verdicts, %d of the runs; want 1, 1", lists, statuses)
+	}
+	for range 20 {
+		get(t, srv.URL+"/")
+	}
+	if l, s := src.calls(); l != lists || s != statuses {
+		t.Fatalf("requests within RunsEvery rebuilt the model: %d, %d reads", l-lists, s-statuses)
+	}
+	src.move("bronze.orders", utc("2026-09-28T14:00:00Z"))
+	time.Sleep(o.RunsEvery)
+	if _, _, body := get(t, srv.URL+"/"); !strings.Contains(body, "2026-09-28 14:00:00Z") {
+		t.Fatal("a move announced while nobody watched is not on the next page")
+	}
+	if l, s := src.calls(); l != lists+1 || s != statuses+1 {
+		t.Fatalf("the request after RunsEvery: %d, %d reads; want 1, 1", l-lists, s-statuses)
+	}
+	// Not read again without an announcement, until TablesEvery.
+	time.Sleep(o.RunsEvery)
+	get(t, srv.URL+"/")
+	if l, s := src.calls(); l != lists+1 || s != statuses+2 {
+		t.Fatalf("a request with nothing announced: %d, %d reads; want the runs alone", l-lists-1, s-statuses-1)
+	}
+}
+
+// A stream's viewer keeps the page live (the runs every RunsEvery, a flood
+// of announcements debounced to a read every MinRefresh at most); once it
+// leaves, the page goes quiet.
+func TestStreamKeepsPageLiveThenQuiet(t *testing.T) {
+	src := &fakeSource{}
+	o := Options{RunsEvery: 20 * time.Millisecond, MinRefresh: 50 * time.Millisecond}
+	_, srv := newPage(t, src, o)
+	ch, stop := events(t, srv.URL+"/status/events", "")
+	next(t, ch, "the first event", func(update) bool { return true })
+	src.mu.Lock()
+	src.runs = []finalizer.TrackerStatus{{RunID: runB, QueryID: queryA, Table: "silver.other", LastEvent: time.Now()}}
+	src.mu.Unlock()
+	next(t, ch, "the new run, unannounced", func(u update) bool { return rowsContain(u.Runs, "0f5b2b7c") })
+
+	l0, _ := src.calls()
+	start := time.Now()
+	for i := range 5000 {
+		src.move("t", utc("2026-09-28T00:00:00Z").Add(time.Duration(i+1)*time.Minute))
+	}
+	next(t, ch, "the flood's last move", func(u update) bool { return rowsContain(u.Tables, "2026-10-01 11:20:00Z") })
+	l1, _ := src.calls()
+	if bound := int(time.Since(start)/o.MinRefresh) + 2; l1-l0 > bound {
+		t.Errorf("a flood of 5000 announcements cost %d reads of the verdicts in %v (MinRefresh %v)", l1-l0, time.Since(start), o.MinRefresh)
+	}
+	stop()
+	time.Sleep(5 * o.RunsEvery) // the loop notices the stream is gone
+	l2, s2 := src.calls()
+	src.move("t", utc("2026-10-02T00:00:00Z"))
+	settle(o)
+	if l3, s3 := src.calls(); l3 != l2 || s3 != s2 {
+		t.Fatalf("after the viewer left: %d reads of the verdicts, %d of the runs; want none", l3-l2, s3-s2)
 	}
 }

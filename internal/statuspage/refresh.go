@@ -20,6 +20,7 @@ const readTimeout = 5 * time.Second
 func (p *Page) refresh(read bool) {
 	now := p.o.Now()
 	if read {
+		p.lastRead = time.Now()
 		ctx, cancel := context.WithTimeout(p.ctx, readTimeout)
 		vs, err := p.o.Verdicts.List(ctx)
 		var fs []control.Feeder
@@ -35,6 +36,7 @@ func (p *Page) refresh(read bool) {
 		}
 		p.verdictsErr = err
 		if err == nil {
+			p.lost = false
 			p.verdicts = vs
 			p.feeders = make(map[string][]control.Feeder)
 			for _, f := range fs {
@@ -78,6 +80,7 @@ func (p *Page) refresh(read bool) {
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.builtAt = time.Now()
 	ver := p.ver + 1
 	tablesChanged, tablesOrder := diff(p.tables, tables, ver, func(r *tableRow) (string, *uint64) { return r.Table, &r.ver })
 	runsChanged, runsOrder := diff(p.runs, runs, ver, func(r *runRow) (string, *uint64) { return r.Key, &r.ver })
@@ -110,6 +113,30 @@ func (p *Page) refresh(read bool) {
 			p.dropLocked(st)
 		}
 	}
+}
+
+// reconcile reads the verdicts for the timeline alone, while nobody
+// watches, after announcements may have been lost: a move found here is
+// dated by its row, as in refresh. The model is left alone (the next
+// request rebuilds it). Only the loop calls it.
+func (p *Page) reconcile() {
+	p.lastRecon = time.Now()
+	ctx, cancel := context.WithTimeout(p.ctx, readTimeout)
+	vs, err := p.o.Verdicts.List(ctx)
+	cancel()
+	if err != nil {
+		// The page is not watched; the next viewer's read says it.
+		p.log.Debug("status page: cannot read the verdicts for the timeline", zap.Error(err))
+		return
+	}
+	p.lost = false
+	now := p.o.Now()
+	live := make(map[string]bool, len(vs))
+	for _, v := range vs {
+		live[v.Table] = true
+		p.hist.record(v.Table, v.UpdatedAt, v.FinalizedUntil, now, true)
+	}
+	p.hist.keep(live)
 }
 
 // diff compares the new rows with the old ones by key. It stamps changed

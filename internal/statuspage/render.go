@@ -196,7 +196,8 @@ var runStates = []stateDoc{
 // and nothing else.
 const contentSecurity = "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-func (p *Page) servePage(w http.ResponseWriter, _ *http.Request) {
+func (p *Page) servePage(w http.ResponseWriter, r *http.Request) {
+	p.fresh(r.Context())
 	now := p.o.Now()
 	p.mu.RLock()
 	d := pageData{

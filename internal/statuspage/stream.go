@@ -71,6 +71,7 @@ func (p *Page) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if since == "" {
 		since = r.URL.Query().Get("since")
 	}
+	p.fresh(r.Context())
 	st, first := p.subscribe(since)
 	if st == nil {
 		w.Header().Set("Retry-After", "10")
