@@ -20,6 +20,7 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	touched := make(map[string]time.Time)
 	rt := newRuntimeStats()
 	rt0 := rt.read()
+	svc0, svcOK := r.childRuntime()
 	start := time.Now()
 	for {
 		elapsed := time.Since(start)
@@ -58,6 +59,11 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	out.SchedP99Ms = schedQuantile(rt0, rt1, 0.99) * 1000
 	out.SchedP999Ms = schedQuantile(rt0, rt1, 0.999) * 1000
 	out.AllocKiBPerEvent = float64(rt1.allocs-rt0.allocs) / 1024 / float64(max(sent, 1))
+	if svc1, ok := r.childRuntime(); ok && svcOK {
+		out.ServiceAllocKiBPerEvent = (svc1.alloc - svc0.alloc) / 1024 / float64(max(sent, 1))
+		out.ServiceGCCycles = int(svc1.gcs - svc0.gcs)
+		r.say("latency: the service process allocated %.1f KiB per event, %d collections", out.ServiceAllocKiBPerEvent, out.ServiceGCCycles)
+	}
 	heard, missing := r.obs.takeLatencies()
 	if r.cfg.ProfileDir != "" {
 		if err := writeProbes(filepath.Join(r.cfg.ProfileDir, "latency-probes.csv"), heard); err != nil {
@@ -83,6 +89,21 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 		r.cfg.Rate, r.cfg.Duration, out.Probes, out.P50Ms, out.P99Ms, out.MaxMs, out.WritesPerPeriod,
 		out.GCCycles, out.GCMarkCPUS, out.AllocKiBPerEvent, out.SchedP99Ms, out.SchedP999Ms)
 	return nil
+}
+
+// childRuntime reads the service process's allocated bytes and
+// collections from its /metrics (false without --service-process).
+func (r *runner) childRuntime() (struct{ alloc, gcs float64 }, bool) {
+	var out struct{ alloc, gcs float64 }
+	if r.child == nil {
+		return out, false
+	}
+	m, err := r.child.scrape([]string{"go_memstats_alloc_bytes_total", "go_gc_duration_seconds"})
+	if err != nil || len(m["go_memstats_alloc_bytes_total"]) == 0 || len(m["go_gc_duration_seconds_count"]) == 0 {
+		return out, false
+	}
+	out.alloc, out.gcs = m["go_memstats_alloc_bytes_total"][0].value, m["go_gc_duration_seconds_count"][0].value
+	return out, true
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

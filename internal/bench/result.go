@@ -41,6 +41,12 @@ type Latency struct {
 	// the phase (/gc/heap/allocs:bytes) over the events published: the
 	// allocation rate that paces the collections, per event.
 	AllocKiBPerEvent float64 `json:"alloc_kib_per_event"`
+	// With --service-process, the service process's own: the heap it
+	// allocated (go_memstats_alloc_bytes_total) over the events
+	// published, and its collections (go_gc_duration_seconds' count),
+	// from its /metrics at the phase's start and end.
+	ServiceAllocKiBPerEvent float64 `json:"service_alloc_kib_per_event,omitempty"`
+	ServiceGCCycles         int     `json:"service_gc_cycles,omitempty"`
 }
 
 // Baseline is the naive consumer's figures, measured on the same messages.

@@ -115,10 +115,12 @@ type Page struct {
 	hist        *history
 	verdicts    []control.Verdict // the last successful read
 	feeders     map[string][]control.Feeder
-	verdictsErr error     // the last read's error
-	lastRead    time.Time // of the verdicts and feeders (zero: never)
-	lastRecon   time.Time // of the verdicts for the timeline alone
-	lost        bool      // announcements may have been lost since the last read
+	verdictsErr error         // the last read's error
+	lastRead    time.Time     // of the verdicts and feeders (zero: never)
+	lastRecon   time.Time     // of the verdicts for the timeline alone
+	lost        bool          // announcements may have been lost since the last read
+	cost        time.Duration // the last refresh's, with or without a read
+	readCost    time.Duration // the last refresh's with a read
 
 	mu        sync.RWMutex
 	ver       uint64
@@ -252,7 +254,7 @@ func (p *Page) loop() {
 	recon := time.NewTimer(time.Hour)
 	recon.Stop()
 	defer recon.Stop()
-	dirty, armed, reconArmed := false, false, false
+	dirty, armed, reconArmed, ticked := false, false, false, false
 	for {
 		select {
 		case <-p.closing:
@@ -262,6 +264,7 @@ func (p *Page) loop() {
 		case <-p.wake:
 			dirty = p.takeAnnouncements() || dirty
 		case <-runsT.C:
+			ticked = true
 			dirty = dirty || p.verdictsErr != nil // retry a failed read with the runs' rhythm
 		case <-tablesT.C:
 			dirty = dirty || p.watched()
@@ -270,7 +273,7 @@ func (p *Page) loop() {
 		case <-recon.C:
 			reconArmed = false
 		case done := <-p.need:
-			if p.stale() {
+			if since := time.Since(p.builtAt0()); p.builtAt0().IsZero() || since >= max(p.o.RunsEvery, idleShare*p.cost) {
 				read := dirty || p.lost || p.verdictsErr != nil || time.Since(p.lastRead) >= p.o.TablesEvery
 				if read {
 					dirty = false
@@ -291,17 +294,36 @@ func (p *Page) loop() {
 			}
 			continue
 		}
+		// Watched, the page spends at most about a tenth of its time
+		// rebuilding, however large the registry and the control table
+		// and however many announcements: the gap after a refresh is
+		// at least idleShare times what it took.
 		read := false
 		if dirty && !armed {
-			if wait := p.o.MinRefresh - time.Since(p.lastRead); wait > 0 {
+			if wait := max(p.o.MinRefresh, idleShare*p.readCost) - time.Since(p.lastRead); wait > 0 {
 				soon.Reset(wait)
 				armed = true
 			} else {
 				read, dirty = true, false
 			}
 		}
+		if !read && (!ticked || time.Since(p.builtAt0()) < idleShare*p.cost) {
+			continue // the runs are read on their tick alone
+		}
+		ticked = false
 		p.refresh(read)
 	}
+}
+
+// idleShare is how many times a refresh's duration the watched page
+// waits before the next one (see loop).
+const idleShare = 9
+
+// builtAt0 returns when the model was last built.
+func (p *Page) builtAt0() time.Time {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.builtAt
 }
 
 // watched reports whether a browser's stream is open.

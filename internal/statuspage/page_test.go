@@ -30,8 +30,9 @@ type fakeSource struct {
 	feeders  []control.Feeder
 	err      error
 	watch    func(control.Notification)
-	lists    int // calls of List
-	statuses int // calls of Status
+	lists    int           // calls of List
+	delay    time.Duration // each List takes this long
+	statuses int           // calls of Status
 }
 
 // calls returns the counts of List and Status calls.
@@ -50,6 +51,10 @@ func (f *fakeSource) announce(n control.Notification) {
 }
 
 func (f *fakeSource) List(context.Context) ([]control.Verdict, error) {
+	f.mu.Lock()
+	d := f.delay
+	f.mu.Unlock()
+	time.Sleep(d)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lists++
@@ -545,5 +550,30 @@ func TestStreamKeepsPageLiveThenQuiet(t *testing.T) {
 	settle(o)
 	if l3, s3 := src.calls(); l3 != l2 || s3 != s2 {
 		t.Fatalf("after the viewer left: %d reads of the verdicts, %d of the runs; want none", l3-l2, s3-s2)
+	}
+}
+
+// Watched, the page spends at most about a tenth of its time refreshing:
+// with reads that take 20 ms, a flood of announcements for a second costs
+// a read every 200 ms, not every MinRefresh.
+func TestWatchedPageBoundsItsShare(t *testing.T) {
+	src := &fakeSource{delay: 20 * time.Millisecond}
+	o := Options{RunsEvery: 5 * time.Millisecond, MinRefresh: time.Millisecond}
+	_, srv := newPage(t, src, o)
+	ch, stop := events(t, srv.URL+"/status/events", "")
+	defer stop()
+	next(t, ch, "the first event", func(update) bool { return true })
+	l0, _ := src.calls()
+	start := time.Now()
+	for i := 0; time.Since(start) < time.Second; i++ {
+		src.move("t", utc("2026-09-28T00:00:00Z").Add(time.Duration(i+1)*time.Minute))
+		time.Sleep(time.Millisecond)
+	}
+	l1, _ := src.calls()
+	if reads, bound := l1-l0, int(time.Since(start)/(10*src.delay))+2; reads > bound {
+		t.Errorf("%d reads of 20 ms in %v; want at most %d", reads, time.Since(start), bound)
+	}
+	if l1-l0 < 2 {
+		t.Errorf("%d reads in a second of moves; the page stopped following them", l1-l0)
 	}
 }

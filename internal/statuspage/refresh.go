@@ -19,8 +19,15 @@ const readTimeout = 5 * time.Second
 // before the loop starts) calls it.
 func (p *Page) refresh(read bool) {
 	now := p.o.Now()
+	start := time.Now()
+	defer func() {
+		p.cost = time.Since(start)
+		if read {
+			p.readCost = p.cost
+		}
+	}()
 	if read {
-		p.lastRead = time.Now()
+		p.lastRead = start
 		ctx, cancel := context.WithTimeout(p.ctx, readTimeout)
 		vs, err := p.o.Verdicts.List(ctx)
 		var fs []control.Feeder
