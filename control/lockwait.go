@@ -77,19 +77,25 @@ func (s *Store) busyTables(ctx context.Context, tables []string) (map[string]boo
 	return busy, err
 }
 
-// isolateBusy is applyBatch's answer to a statement that waited too long
-// for a lock: it finds the tables of order another session holds locked,
-// fails their feeders with ErrBusy, and applies the others. It returns
-// false when it found none (the lock went meanwhile): the caller goes on
-// as for any other error.
-func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, cause error) (bool, error) {
+// orderTables returns the tables of order (sorted by table, then feeder),
+// each once.
+func orderTables(order []feederKey) []string {
 	tables := make([]string, 0, len(order))
 	for _, k := range order {
 		if len(tables) == 0 || tables[len(tables)-1] != k.table {
 			tables = append(tables, k.table)
 		}
 	}
-	busy, err := s.busyTables(ctx, tables)
+	return tables
+}
+
+// isolateBusy is applyBatch's answer to a statement that waited too long
+// for a lock: it finds the tables of order another session holds locked,
+// fails their feeders with ErrBusy, and applies the others. It returns
+// false when it found none (the lock went meanwhile): the caller goes on
+// as for any other error.
+func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, cause error) (bool, error) {
+	busy, err := s.busyTables(ctx, orderTables(order))
 	switch {
 	case err == nil:
 	case batchWide(ctx, err):
@@ -140,13 +146,7 @@ func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, ca
 // is a row the probe cannot see): the caller goes on as for any other
 // error.
 func (s *Store) isolateBusyJoins(ctx context.Context, order []feederKey, names map[feederKey]string, out map[feederKey]JoinedResult, cause error) bool {
-	tables := make([]string, 0, len(order))
-	for _, k := range order {
-		if len(tables) == 0 || tables[len(tables)-1] != k.table {
-			tables = append(tables, k.table)
-		}
-	}
-	busy, err := s.busyTables(ctx, tables)
+	busy, err := s.busyTables(ctx, orderTables(order))
 	switch {
 	case err == nil:
 	case batchWide(ctx, err):
