@@ -89,6 +89,24 @@ func orderTables(order []feederKey) []string {
 	return tables
 }
 
+// splitBusy calls held for each key of order (sorted by table) whose
+// table is in busy and returns the others, in order, and the first five
+// busy tables for a log line.
+func splitBusy(order []feederKey, busy map[string]bool, held func(feederKey)) (rest []feederKey, named []string) {
+	rest = make([]feederKey, 0, len(order))
+	for _, k := range order {
+		if !busy[k.table] {
+			rest = append(rest, k)
+			continue
+		}
+		held(k)
+		if len(named) < 5 && (len(named) == 0 || named[len(named)-1] != k.table) {
+			named = append(named, k.table)
+		}
+	}
+	return rest, named
+}
+
 // isolateBusy is applyBatch's answer to a statement that waited too long
 // for a lock: it finds the tables of order another session holds locked,
 // fails their feeders with ErrBusy, and applies the others. It returns
@@ -115,19 +133,10 @@ func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, ca
 	if len(busy) == 0 {
 		return false, nil
 	}
-	rest := make([]feederKey, 0, len(order))
-	var named []string
-	for _, k := range order {
-		if !busy[k.table] {
-			rest = append(rest, k)
-			continue
-		}
+	rest, named := splitBusy(order, busy, func(k feederKey) {
 		b.failed[k] = fmt.Errorf("advance %s: %w (waited more than lock_timeout %s; an open transaction holding its row? see pg_stat_activity, state 'idle in transaction'): %w",
 			k.table, ErrBusy, s.lockWait, cause)
-		if len(named) < 5 && (len(named) == 0 || named[len(named)-1] != k.table) {
-			named = append(named, k.table)
-		}
-	}
+	})
 	s.log.Warn("another session holds tables of the control table locked; the group commit applies the other tables without them and their advances are retried",
 		zap.Int("busy_tables", len(busy)), zap.Strings("tables", named), zap.Int("others", len(rest)),
 		zap.String("lock_wait", s.lockWait))
@@ -169,19 +178,10 @@ func (s *Store) isolateBusyJoins(ctx context.Context, order []feederKey, names m
 	if len(busy) == 0 {
 		return false
 	}
-	rest := make([]feederKey, 0, len(order))
-	var named []string
-	for _, k := range order {
-		if !busy[k.table] {
-			rest = append(rest, k)
-			continue
-		}
+	rest, named := splitBusy(order, busy, func(k feederKey) {
 		out[k] = JoinedResult{Err: fmt.Errorf("join feeder %s of %s: %w (waited more than lock_timeout %s; an open transaction holding its row? see pg_stat_activity, state 'idle in transaction'): %w",
 			k.feeder, k.table, ErrBusy, s.lockWait, cause)}
-		if len(named) < 5 && (len(named) == 0 || named[len(named)-1] != k.table) {
-			named = append(named, k.table)
-		}
-	}
+	})
 	if ok, n := s.warn.Allow("join-busy"); ok {
 		s.log.Warn("another session holds tables of the control table locked; the feeders of the other tables join without them and theirs are retried (see pg_stat_activity for the session, state 'idle in transaction')",
 			zap.Int("busy_tables", len(busy)), zap.Strings("tables", named), zap.Int("others", len(rest)),
