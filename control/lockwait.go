@@ -21,9 +21,12 @@ import (
 // frozen connection of a peer replica, a LOCK TABLE or a migration.
 const DefaultLockWait = time.Second
 
-// busyWarnEvery is how often the store warns, at most, of joins failed by
-// another session's lock: the runs retry them every few seconds while it
-// holds.
+// busyWarnEvery is how often the store warns, at most, of advances or
+// joins failed by another session's lock (one class each): the runs retry
+// them every few seconds while it holds, and a burst meets it in every
+// group of its statement. Each line counts the ones held back since the
+// last ("suppressed"); every failed advance or join still carries its own
+// error, and the retries' metrics count each.
 const busyWarnEvery = 30 * time.Second
 
 // ErrBusy is the error of an advance whose table another session keeps
@@ -121,8 +124,10 @@ func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, ca
 	case lockTimedOut(err):
 		// A lock on a whole table holds every advance: fail the group
 		// now (each is retried) rather than wait a lock wait per half.
-		s.log.Warn("another session holds the control table (or its feeders table) locked as a whole; no advance can be applied until it lets go",
-			zap.Int("feeders", len(order)), zap.String("lock_wait", s.lockWait), zap.Error(err))
+		if ok, n := s.warn.Allow("advance-table-locked"); ok {
+			s.log.Warn("another session holds the control table (or its feeders table) locked as a whole; no advance can be applied until it lets go",
+				zap.Int("feeders", len(order)), zap.String("lock_wait", s.lockWait), zap.Error(err), zap.Int("suppressed", n))
+		}
 		for _, k := range order {
 			b.failed[k] = fmt.Errorf("advance %s: the control table is locked by another session (LOCK TABLE, a migration, VACUUM FULL?): %w", k.table, cause)
 		}
@@ -137,9 +142,11 @@ func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, ca
 		b.failed[k] = fmt.Errorf("advance %s: %w (waited more than lock_timeout %s; an open transaction holding its row? see pg_stat_activity, state 'idle in transaction'): %w",
 			k.table, ErrBusy, s.lockWait, cause)
 	})
-	s.log.Warn("another session holds tables of the control table locked; the group commit applies the other tables without them and their advances are retried",
-		zap.Int("busy_tables", len(busy)), zap.Strings("tables", named), zap.Int("others", len(rest)),
-		zap.String("lock_wait", s.lockWait))
+	if ok, n := s.warn.Allow("advance-busy"); ok {
+		s.log.Warn("another session holds tables of the control table locked; the group commit applies the other tables without them and their advances are retried (see pg_stat_activity for the session, state 'idle in transaction')",
+			zap.Int("busy_tables", len(busy)), zap.Strings("tables", named), zap.Int("others", len(rest)),
+			zap.String("lock_wait", s.lockWait), zap.Int("suppressed", n))
+	}
 	if len(rest) == 0 {
 		return true, nil
 	}

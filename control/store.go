@@ -64,8 +64,9 @@ type Store struct {
 	sql  statements
 
 	lockWait string // lock_timeout of an advance's transaction, e.g. "1000ms"
-	// warn rate-limits the warnings a join retried every few seconds
-	// repeats while a lock is held (isolateBusyJoins).
+	// warn rate-limits the warnings an advance or a join retried every
+	// few seconds repeats while a lock is held (isolateBusy,
+	// isolateBusyJoins).
 	warn *lograte.Limiter
 	lis  *listener
 	// direct: the pool's connections prepare statements (pgx's default
