@@ -263,7 +263,7 @@ func TestMigrateSolo(t *testing.T) {
 		WHERE f.table_name = c.table_name AND c.solo;
 		UPDATE `+s.n.table+` SET solo = false;
 		ALTER TABLE `+s.n.table+` DROP COLUMN solo;
-		DELETE FROM `+s.n.schema+` WHERE version = 5`); err != nil {
+		DELETE FROM `+s.n.schema+` WHERE version >= 5`); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
