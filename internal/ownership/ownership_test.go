@@ -253,3 +253,52 @@ func TestReconnectedRewrites(t *testing.T) {
 	a.Owner().Reconnected()
 	eventually(t, "the lost write written again", func() bool { return verdict(t, store, "bronze.lost").Equal(hour) })
 }
+
+// TestGateBatchResultsAtTheirIndexes: a group of tables the replica owns
+// and tables it does not, in any order (the held ones first, between and
+// last), and a group of owned tables only (sent as they are): every
+// result is its own advance's, at its index, and only the owned tables
+// are written.
+func TestGateBatchResultsAtTheirIndexes(t *testing.T) {
+	store, url := setup(t)
+	a := owner(t, store, url, time.Hour, true)
+	b := owner(t, store, url, time.Hour, true)
+	eventually(t, "the buckets split", func() bool { return a.Owner().Owned() == buckets/2 && b.Owner().Owned() == buckets/2 })
+	var owned, other []string
+	for i := 0; len(owned) < 4 || len(other) < 3; i++ {
+		name := fmt.Sprintf("bronze.mixed%d", i)
+		if b.Owner().Owns(name) {
+			owned = append(owned, name)
+		} else {
+			other = append(other, name)
+		}
+	}
+	check := func(what string, tables []string, until time.Time) {
+		t.Helper()
+		as := make([]control.Advance, len(tables))
+		for i, table := range tables {
+			as[i] = adv(table, until)
+		}
+		res, err := b.AdvanceBatch(context.Background(), as)
+		if err != nil || len(res) != len(as) {
+			t.Fatalf("%s: %d results, %v", what, len(res), err)
+		}
+		for i, r := range res {
+			own := b.Owner().Owns(tables[i])
+			switch {
+			case r.Err != nil:
+				t.Errorf("%s: %s: %v", what, tables[i], r.Err)
+			case own && (!r.Moved || r.Verdict.Table != tables[i] || !r.Verdict.FinalizedUntil.Equal(until)):
+				t.Errorf("%s: owned %s at %d: %+v, want moved to %v", what, tables[i], i, r, until)
+			case !own && (r.Moved || r.Verdict.Table != tables[i] || !r.Verdict.FinalizedUntil.IsZero()):
+				t.Errorf("%s: held %s at %d: %+v, want no verdict, not moved", what, tables[i], i, r)
+			}
+			if got := verdict(t, store, tables[i]); own != got.Equal(until) {
+				t.Errorf("%s: %s stands at %v (owned %v)", what, tables[i], got, own)
+			}
+		}
+	}
+	check("mixed", []string{other[0], owned[0], other[1], owned[1], owned[2], other[2]}, hour)
+	check("held first", []string{other[0], other[1], owned[0], owned[3]}, hour.Add(time.Hour))
+	check("owned only", []string{owned[0], owned[1], owned[2], owned[3]}, hour.Add(2*time.Hour))
+}

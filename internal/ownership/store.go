@@ -45,11 +45,12 @@ func (s *Store) Advance(ctx context.Context, a control.Advance) (control.Verdict
 // holds the others; the results are at the indexes of as.
 func (s *Store) AdvanceBatch(ctx context.Context, as []control.Advance) ([]control.AdvanceResult, error) {
 	now := time.Now()
-	res := make([]control.AdvanceResult, len(as))
 	var (
-		send  []control.Advance
-		at    []int
+		res   []control.AdvanceResult
+		send  []control.Advance // as itself until one is held (the usual group: every table owned)
+		at    []int             // send's indexes into as, once one is held
 		epoch uint64
+		held  bool
 	)
 	for i, a := range as {
 		write, e := s.o.holdSend(a, now, true)
@@ -57,18 +58,50 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []control.Advance) ([]contr
 			epoch = e // the oldest: a doubt since any of them counts
 		}
 		if write {
-			send, at = append(send, a), append(at, i)
+			if held {
+				send, at = append(send, a), append(at, i)
+			}
 			continue
+		}
+		if !held {
+			// The first held: from here the advances sent are a copy,
+			// and the results are gathered at as's indexes.
+			held = true
+			res = make([]control.AdvanceResult, len(as))
+			send = append(make([]control.Advance, 0, len(as)), as[:i]...)
+			at = make([]int, i, len(as))
+			for j := range at {
+				at[j] = j
+			}
 		}
 		s.o.m.held.Inc()
 		res[i] = control.AdvanceResult{Verdict: heldVerdict(a, now)}
+	}
+	if !held {
+		send = as
 	}
 	if len(send) == 0 {
 		return res, nil
 	}
 	got, err := s.Store.AdvanceBatch(ctx, send)
 	defer s.o.sent(send...)
-	for j, i := range at {
+	if !held && len(got) == len(as) {
+		// Every advance sent: the store's results are at as's indexes.
+		for i, r := range got {
+			if r.Err == nil {
+				s.o.reached(as[i], r.Verdict, epoch)
+			}
+		}
+		return got, err
+	}
+	if res == nil {
+		res = make([]control.AdvanceResult, len(as))
+	}
+	for j := range send {
+		i := j
+		if held {
+			i = at[j]
+		}
 		if j < len(got) {
 			res[i] = got[j]
 			if got[j].Err == nil {
