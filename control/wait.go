@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 )
 
@@ -222,25 +223,51 @@ func (l *listener) session(ctx context.Context) (listened bool, err error) {
 	// Anything announced before LISTEN took effect was missed: every waiter
 	// looks at the table again.
 	l.wakeAll(true)
+	// The wait for notifications is bounded by the connection's read
+	// deadline (the ping interval after the last message heard) and ended
+	// by ctx through that deadline: a context per notification (a timer,
+	// and pgconn's watch of it for every message) was about a third of
+	// this connection's CPU when every table of a burst moved (issue 12,
+	// sixth pass). A read that times out leaves the connection usable
+	// (pgconn closes it on any other read error).
+	nc := conn.PgConn().Conn()
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Now()) })
+	defer stop()
+	heard := time.Now()
 	for {
-		waitCtx, cancel := context.WithTimeout(ctx, l.ping)
-		n, err := conn.WaitForNotification(waitCtx)
-		cancel()
-		switch {
-		case err == nil:
+		if err := nc.SetReadDeadline(heard.Add(l.ping)); err != nil {
+			return true, err
+		}
+		if ctx.Err() != nil { // checked after the deadline is set: a cancel before it is not undone
+			return true, ctx.Err()
+		}
+		var err error
+		for {
+			var n *pgconn.Notification
+			if n, err = conn.WaitForNotification(context.Background()); err != nil {
+				break
+			}
 			l.dispatch(n.Payload)
+			heard = time.Now()
+		}
+		switch {
 		case ctx.Err() != nil:
 			return true, ctx.Err()
-		case waitCtx.Err() != nil:
-			// Silent for a while: make sure the connection is alive.
+		case !pgconn.Timeout(err):
+			return true, err
+		case time.Since(heard) >= l.ping:
+			// Silent for a while: make sure the connection is alive,
+			// without the deadline that has passed.
+			if err := nc.SetReadDeadline(time.Time{}); err != nil {
+				return true, err
+			}
 			pingCtx, cancel := context.WithTimeout(ctx, l.ping)
 			err := conn.Ping(pingCtx)
 			cancel()
 			if err != nil {
 				return true, fmt.Errorf("ping: %w", err)
 			}
-		default:
-			return true, err
+			heard = time.Now()
 		}
 	}
 }

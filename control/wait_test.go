@@ -383,3 +383,37 @@ func watchAll(t *testing.T, s *Store) (seen func() []Notification, stop func()) 
 		return append([]Notification(nil), got...)
 	}, stop
 }
+
+// TestListenerKeepsALiveConnectionAcrossPings: the LISTEN connection's
+// wait is bounded by a read deadline the ping interval after the last
+// message, not by a context per notification. Through silences longer
+// than the interval (each a ping) and notifications arriving faster than
+// it, the live connection is kept (no reconnect, no re-read) and every
+// move is heard, in order.
+func TestListenerKeepsALiveConnectionAcrossPings(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	s.lis.ping = 40 * time.Millisecond
+	seen, stop := watchAll(t, s)
+	defer stop()
+	eventually(t, "the first connect's re-read", func() bool { return len(seen()) == 1 })
+	pid := s.lis.backendPID()
+	want := []Notification{{Reconnected: true}}
+	for i := range 4 {
+		time.Sleep(130 * time.Millisecond) // silent: about three pings
+		for j := range 10 {                // faster than the interval
+			until := at(12, 0).Add(time.Duration(i*10+j+1) * time.Minute)
+			advance(t, s, "t", until)
+			want = append(want, Notification{Table: "t", FinalizedUntil: until})
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	eventually(t, "every move", func() bool { return len(seen()) == len(want) })
+	for i, n := range seen() {
+		if n.Reconnected != want[i].Reconnected || n.Table != want[i].Table || !n.FinalizedUntil.Equal(want[i].FinalizedUntil) {
+			t.Errorf("notification %d = %+v, want %+v", i, n, want[i])
+		}
+	}
+	if got := s.lis.backendPID(); got != pid {
+		t.Errorf("LISTEN backend %d, was %d: a live connection was replaced", got, pid)
+	}
+}
