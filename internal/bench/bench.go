@@ -100,6 +100,11 @@ type Config struct {
 	// other), the restart and the naive baseline: to measure the burst
 	// alone, e.g. to iterate on the group commit.
 	BurstOnly bool
+	// LatencyOnly skips the raw delivery and every phase after the first
+	// verdicts but the latency phase (no ingest, burst, feeders, idle,
+	// restart or naive baseline): to measure the latency tail alone, a
+	// round in a short run.
+	LatencyOnly bool
 	// Bursts is how many bursts the burst phase runs, each crossing the
 	// next boundary (0: 1). The result's burst is the first one's; every
 	// one's is in BurstRounds.
@@ -256,8 +261,8 @@ func (c Config) Validate() error {
 			return errors.New("service-process: not with actions, no-group-commit, max-batch or workers (serve has no setting for them)")
 		}
 	}
-	if c.BurstOnly && c.RestartOnly || c.IdleOnly && (c.BurstOnly || c.RestartOnly) {
-		return errors.New("burst-only, restart-only and idle-only: choose one")
+	if only := btoi(c.BurstOnly) + btoi(c.RestartOnly) + btoi(c.IdleOnly) + btoi(c.LatencyOnly); only > 1 {
+		return errors.New("burst-only, restart-only, idle-only and latency-only: choose one")
 	}
 	if c.IdleOnly && c.Idle <= 0 {
 		return errors.New("idle-only needs the idle windows' length (idle)")
@@ -344,7 +349,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := r.runService(ctx); err != nil {
 		return nil, err
 	}
-	if cfg.Naive && !cfg.BurstOnly && !cfg.IdleOnly {
+	if cfg.Naive && !cfg.BurstOnly && !cfg.IdleOnly && !cfg.LatencyOnly {
 		if err := r.runNaive(ctx); err != nil {
 			return nil, err
 		}
@@ -592,4 +597,11 @@ func (r *runner) writeProfile(name, file string) {
 		_ = pprof.Lookup(name).WriteTo(pf, 0)
 		_ = pf.Close()
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -188,6 +188,36 @@ func TestIdleOnly(t *testing.T) {
 	}
 }
 
+// TestLatencyOnly runs tracking, the first verdicts and the latency phase
+// alone: every crossing heard, one write per (table, period).
+func TestLatencyOnly(t *testing.T) {
+	var log strings.Builder
+	cfg := Config{
+		Runs:        50,
+		LatencyOnly: true,
+		Duration:    2 * time.Second,
+		Rate:        200,
+		PostgresURL: pgtest.URL(t),
+		WaitTimeout: time.Minute,
+		Log:         &log,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	t.Log("\n" + log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := res.Latency
+	if l.Events == 0 || l.Probes == 0 || l.Missing != 0 || l.WritesPerPeriod != 1 {
+		t.Errorf("latency phase: %d events, %d crossings heard, %d missing, %.2f writes per (table, period); want every crossing heard, 1.00", l.Events, l.Probes, l.Missing, l.WritesPerPeriod)
+	}
+	if len(res.RawRounds) != 0 || res.IngestEventsPerSec != 0 || len(res.Feeders) != 0 || res.BurstSeconds != 0 || res.RecoverySeconds != 0 || res.Naive != nil || res.Idle != nil {
+		t.Errorf("a phase besides the latency one ran: raw %v, ingest %.0f/s, feeders %v, burst %.3f s, recovery %.3f s, naive %v, idle %v",
+			res.RawRounds, res.IngestEventsPerSec, res.Feeders, res.BurstSeconds, res.RecoverySeconds, res.Naive, res.Idle)
+	}
+}
+
 // TestConfigValidate rejects what cannot run.
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
@@ -205,6 +235,8 @@ func TestConfigValidate(t *testing.T) {
 		{"idle only without idle", Config{IdleOnly: true}, false},
 		{"idle and burst only", Config{IdleOnly: true, Idle: time.Second, BurstOnly: true}, false},
 		{"negative idle rounds", Config{IdleRounds: -1}, false},
+		{"latency only", Config{LatencyOnly: true}, true},
+		{"latency and burst only", Config{LatencyOnly: true, BurstOnly: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.cfg.Validate(); (err == nil) != tc.ok {

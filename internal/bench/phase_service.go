@@ -16,7 +16,7 @@ import (
 
 // runService runs the service's phases.
 func (r *runner) runService(ctx context.Context) error {
-	if !r.cfg.BurstOnly && !r.cfg.IdleOnly {
+	if !r.cfg.BurstOnly && !r.cfg.IdleOnly && !r.cfg.LatencyOnly {
 		if err := r.rawDelivery(ctx); err != nil {
 			return fmt.Errorf("raw delivery: %w", err)
 		}
@@ -98,6 +98,9 @@ func (r *runner) runService(ctx context.Context) error {
 	if r.cfg.IdleOnly {
 		return r.idle(ctx, svc)
 	}
+	if r.cfg.LatencyOnly {
+		return r.latencyPhase(ctx, svc)
+	}
 	if !r.cfg.RestartOnly {
 		if err := r.steady(ctx, svc); err != nil {
 			return err
@@ -151,16 +154,21 @@ func (r *runner) burstPhase(ctx context.Context, svc underTest) error {
 	})
 }
 
+// latencyPhase runs the service's latency phase under its profile.
+func (r *runner) latencyPhase(ctx context.Context, svc underTest) error {
+	r.rrLatency = r.rr
+	return r.profile("latency", func() error {
+		return r.latency(ctx, func() float64 { return svc.metric("finalizer_control_writes_total") }, &r.res.Latency)
+	})
+}
+
 // steady runs the phases of a running service: ingest, latency, burst,
 // feeders and idle.
 func (r *runner) steady(ctx context.Context, svc underTest) error {
 	if err := r.serviceIngest(ctx, svc); err != nil {
 		return err
 	}
-	r.rrLatency = r.rr
-	if err := r.profile("latency", func() error {
-		return r.latency(ctx, func() float64 { return svc.metric("finalizer_control_writes_total") }, &r.res.Latency)
-	}); err != nil {
+	if err := r.latencyPhase(ctx, svc); err != nil {
 		return err
 	}
 	if err := r.burstPhase(ctx, svc); err != nil {
