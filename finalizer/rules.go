@@ -87,7 +87,41 @@ func (r Rule) Match(queryID, name string) (string, bool) {
 	if name == "" && strings.Contains(r.Table, "{name}") {
 		return "", false
 	}
-	return strings.NewReplacer("{name}", name, "{id}", queryID).Replace(r.Table), true
+	return expandTable(r.Table, name, queryID), true
+}
+
+// expandTable writes template with every {name} replaced by name and every
+// {id} by id, in one pass from the left (what is put in is not read
+// again), as strings.NewReplacer("{name}", name, "{id}", id).Replace did;
+// without building a replacer per call, which a restart of 100,000 runs
+// did 100,000 times (issue 12, sixth pass). A template without a
+// placeholder is returned as it is.
+func expandTable(template, name, id string) string {
+	i := strings.IndexByte(template, '{')
+	if i < 0 {
+		return template
+	}
+	var b strings.Builder
+	b.Grow(len(template) + len(name) + len(id))
+	for {
+		b.WriteString(template[:i])
+		rest := template[i:]
+		switch {
+		case strings.HasPrefix(rest, "{name}"):
+			b.WriteString(name)
+			template = rest[len("{name}"):]
+		case strings.HasPrefix(rest, "{id}"):
+			b.WriteString(id)
+			template = rest[len("{id}"):]
+		default:
+			b.WriteByte('{')
+			template = rest[1:]
+		}
+		if i = strings.IndexByte(template, '{'); i < 0 {
+			b.WriteString(template)
+			return b.String()
+		}
+	}
 }
 
 // MatchQuery reports whether pattern, a rule's query, matches s, a query's
