@@ -24,6 +24,7 @@ type statements struct {
 	settle     string
 	get        string
 	list       string
+	untils     string
 	feeders    string
 	allFeeders string
 	join       string
@@ -363,6 +364,7 @@ WITH input AS (
 )` + moveToLowest(n, "0"),
 		get:        `SELECT ` + readColumns + ` FROM ` + n.table + ` WHERE table_name = $1`,
 		list:       `SELECT ` + readColumns + ` FROM ` + n.table + ` ORDER BY table_name`,
+		untils:     `SELECT table_name, finalized_until FROM ` + n.table + ` WHERE finalized_until IS NOT NULL`,
 		feeders:    `SELECT ` + feederColumns + ` FROM ` + feedersView(n) + ` WHERE table_name = $1 ORDER BY joined_at, feeder`,
 		allFeeders: `SELECT ` + feederColumns + ` FROM ` + feedersView(n) + ` ORDER BY table_name, joined_at, feeder`,
 		// join adds the feeders of a group of joins (JoinFeeders, after
@@ -545,6 +547,37 @@ func (s *Store) List(ctx context.Context) ([]Verdict, error) {
 		return nil, wrap(ctx, "list verdicts", err)
 	}
 	return verdicts, nil
+}
+
+// EachFinalizedUntil calls fn with every table's finalized_until (UTC),
+// for the tables that have one, in no order, as the rows are read: a
+// start's seeding of the per-table lag gauges reads two columns and keeps
+// no list, where List reads every column of every verdict into one
+// (100,000 verdicts: 250 MB allocated and 0.8 s of CPU in a restart,
+// issue 12, sixth pass). fn must not call the store.
+func (s *Store) EachFinalizedUntil(ctx context.Context, fn func(table string, until time.Time)) error {
+	if s.closed.Load() {
+		return fmt.Errorf("list verdicts: %w", ErrClosed)
+	}
+	rows, err := s.pool.Query(ctx, s.sql.untils)
+	if err != nil {
+		return wrap(ctx, "list verdicts", err)
+	}
+	defer rows.Close()
+	var (
+		table string
+		until time.Time
+	)
+	for rows.Next() {
+		if err := rows.Scan(&table, &until); err != nil {
+			return wrap(ctx, "list verdicts", err)
+		}
+		fn(table, until.UTC())
+	}
+	if err := rows.Err(); err != nil {
+		return wrap(ctx, "list verdicts", err)
+	}
+	return nil
 }
 
 // IsFinal reports whether the period of table ending at periodEnd is

@@ -614,3 +614,53 @@ func pgtestURLVia(t *testing.T) urls {
 	u.Host = p.Addr()
 	return urls{direct: direct, viaProxy: u.String(), proxy: p}
 }
+
+// EachFinalizedUntil gives what List gives of finalized_until, for the
+// tables that have one (a row without one, as a mark may leave, is not
+// given), in UTC.
+func TestEachFinalizedUntilIsListsUntils(t *testing.T) {
+	s, url := newStore(t, Options{})
+	ctx := context.Background()
+	for i, table := range []string{"silver.a", "silver.b", "silver.c"} {
+		if _, _, err := s.Advance(ctx, Advance{Table: table, FinalizedUntil: at(10+i, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := connect(t, url).Exec(ctx, "INSERT INTO "+s.Table()+" (table_name) VALUES ('silver.none')"); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Time{}
+	for _, v := range vs {
+		if !v.FinalizedUntil.IsZero() {
+			want[v.Table] = v.FinalizedUntil
+		}
+	}
+	if len(vs) != 4 || len(want) != 3 {
+		t.Fatalf("List gave %d verdicts, %d with finalized_until; want 4 and 3", len(vs), len(want))
+	}
+	got := map[string]time.Time{}
+	if err := s.EachFinalizedUntil(ctx, func(table string, until time.Time) {
+		if until.Location() != time.UTC {
+			t.Errorf("%s: %v not in UTC", table, until)
+		}
+		got[table] = until
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Errorf("EachFinalizedUntil gave %v, want %v", got, want)
+	}
+	for table, w := range want {
+		if !got[table].Equal(w) {
+			t.Errorf("%s: %v, want %v", table, got[table], w)
+		}
+	}
+	s.Close()
+	if err := s.EachFinalizedUntil(ctx, func(string, time.Time) {}); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}

@@ -188,10 +188,10 @@ func (s *Service) openStore(ctx context.Context) error {
 	if err := s.prepareSchema(ctx); err != nil {
 		return err
 	}
-	if vs, err := store.List(ctx); err == nil {
-		for _, v := range vs {
-			s.metrics.ObserveVerdict(v.Table, v.FinalizedUntil)
-		}
+	// The lag gauges start from the verdicts as they stand (two columns,
+	// read as they come: no list of every verdict).
+	if err := store.EachFinalizedUntil(ctx, s.metrics.ObserveVerdict); err != nil {
+		s.log.Debug("could not read the verdicts for the lag gauges; each table's gauge starts at its first verdict", zap.Error(err))
 	}
 	if err := s.prom.Register(newFeederCollector(store, time.Now)); err != nil {
 		return fmt.Errorf("feeder metrics: %w", err)
