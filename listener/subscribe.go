@@ -145,8 +145,12 @@ func register[S comparable](l *Listener, set map[S]struct{}, s S) error {
 // it before the caller reads the stream. Every run subscription and
 // discovery is served by it (ADR 0009). A flush that fails while the
 // connection is reconnecting is no error: the subscription is sent again
-// with the reconnect, after which every run is caught up.
-func (l *Listener) ensureRouter(ctx context.Context) error {
+// with the reconnect, after which every run is caught up. The flush is
+// bounded by Options.RequestTimeout; its context is made only when there
+// is a flush to make (once, not per run: a context with a deadline under
+// l.ctx costs a timer and a child registration under l.ctx's lock, which
+// 1,000 subscriptions at once of a restart queued on, issue 12).
+func (l *Listener) ensureRouter() error {
 	l.routerMu.Lock()
 	defer l.routerMu.Unlock()
 	if l.router == nil {
@@ -165,6 +169,8 @@ func (l *Listener) ensureRouter(ctx context.Context) error {
 	if l.routerFlushed {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
+	defer cancel()
 	if err := l.nc.FlushWithContext(ctx); err != nil {
 		if l.nc.IsReconnecting() {
 			return nil
@@ -303,9 +309,7 @@ func (l *Listener) SubscribeInto(s *RunSubscription, queryID, runID string, box 
 	if l.isClosed() {
 		return ErrClosed
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
-	defer cancel()
-	if err := l.ensureRouter(ctx); err != nil {
+	if err := l.ensureRouter(); err != nil {
 		return fmt.Errorf("subscribe run %s: %w", runID, err)
 	}
 	s.l, s.queryID, s.runID, s.box = l, queryID, runID, box
@@ -326,6 +330,8 @@ func (l *Listener) SubscribeInto(s *RunSubscription, queryID, runID string, box 
 		// HoldCatchUps' release catches this run up with the others.
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
+	defer cancel()
 	if err := l.catchUp(ctx, s); err != nil && !l.nc.IsReconnecting() {
 		// JetStream did not answer (a clustered stream electing its
 		// leader): the live subscription stands, the catch-up is retried.
@@ -550,9 +556,7 @@ func (l *Listener) Discover(known func(runID string) bool, found func(Run)) (*Di
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, l.opts.RequestTimeout)
-	defer cancel()
-	if err := l.ensureRouter(ctx); err != nil {
+	if err := l.ensureRouter(); err != nil {
 		return nil, fmt.Errorf("discover: %w", err)
 	}
 	s := &DiscoverySubscription{subscription: subscription{l: l}, known: known, found: found}
