@@ -255,10 +255,9 @@ func (o Options) withDefaults() Options {
 
 // natsOptions returns the nats.go options for o's authentication and TLS.
 func (o Options) natsOptions() ([]nats.Option, error) {
-	var opts []nats.Option
-	if o.Dialer != nil {
-		opts = append(opts, nats.SetCustomDialer(o.Dialer))
-	}
+	// Every TCP connection through quietReadDialer (reads that do not
+	// wake the runtime's monitor thread; o.Dialer, when set, dials).
+	opts := []nats.Option{nats.SetCustomDialer(quietReadDialer{inner: o.Dialer})}
 	if o.User != "" || o.Password != "" {
 		opts = append(opts, nats.UserInfo(o.User, o.Password))
 	}
