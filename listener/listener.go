@@ -324,7 +324,7 @@ type Listener struct {
 	api        map[*APISubscription]struct{}
 	retry      map[*RunSubscription]struct{} // run subscriptions whose catch-up failed
 	holds      int                           // HoldCatchUps not released yet
-	held       map[*RunSubscription]struct{} // run subscriptions whose catch-up waits for the release
+	held       map[*RunSubscription]uint64   // run subscriptions whose catch-up waits for the release; not 0: offered the snapshot's started and progress when held (holdCatchUp), from the snapshot of streamGen value-1
 	snap       *retainedSnapshot             // what a Retained under the hold read, for the release
 	streamGen  uint64                        // bumped when what the stream held may be gone (streamChanged)
 	// rescanCancel cancels the rescan in flight (rescanLoop), nil when
@@ -411,7 +411,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 		rescanKick:  make(chan struct{}, 1),
 		rescanNow:   make(chan struct{}, 1),
 		retry:       make(map[*RunSubscription]struct{}),
-		held:        make(map[*RunSubscription]struct{}),
+		held:        make(map[*RunSubscription]uint64),
 		connClosed:  make(chan struct{}),
 		runs:        make(map[*RunSubscription]struct{}),
 		discover:    make(map[*DiscoverySubscription]struct{}),
@@ -618,7 +618,7 @@ func (l *Listener) retryCatchUps() {
 	l.mu.Unlock()
 	if len(subs) >= BatchCatchUpMin && !l.nc.IsReconnecting() {
 		// Many (every run, once more, after a reconnect): one scan.
-		if err := l.scanCatchUp(l.ctx, subs, nil); err != nil {
+		if err := l.scanCatchUp(l.ctx, subs, nil, nil); err != nil {
 			l.log.Warn("retried catch-up from the stream failed; retrying", zap.Int("runs", len(subs)), zap.Error(err))
 			return
 		}
@@ -758,7 +758,7 @@ func (l *Listener) afterReconnect() {
 // It returns the first failure's text, "" without.
 func (l *Listener) catchUpAll(runs []*RunSubscription, disc []*DiscoverySubscription) string {
 	failed := ""
-	if err := l.catchUpMany(l.ctx, runs, nil); err != nil {
+	if err := l.catchUpMany(l.ctx, runs, nil, nil); err != nil {
 		failed = err.Error()
 	}
 	// Once more, shortly: on a cluster, the replica that answered may lag

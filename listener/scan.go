@@ -154,38 +154,72 @@ func (l *Listener) HoldCatchUps() (release func(context.Context) error) {
 		l.mu.Lock()
 		l.holds--
 		var (
-			held []*RunSubscription
-			snap *retainedSnapshot
+			held  []*RunSubscription
+			early map[*RunSubscription]bool
+			snap  *retainedSnapshot
 		)
 		if l.holds == 0 {
-			for s := range l.held {
-				if _, live := l.runs[s]; live {
-					held = append(held, s)
-				}
-			}
-			clear(l.held)
 			if l.snap != nil && l.snap.gen == l.streamGen {
 				snap = l.snap
 			}
+			for s, offered := range l.held {
+				if _, live := l.runs[s]; live {
+					held = append(held, s)
+					// Offered from this very snapshot: one read
+					// before the stream changed is not this one.
+					if snap != nil && offered == snap.gen+1 {
+						if early == nil {
+							early = make(map[*RunSubscription]bool)
+						}
+						early[s] = true
+					}
+				}
+			}
+			clear(l.held)
 			l.snap = nil
 		}
 		l.mu.Unlock()
 		if len(held) == 0 || l.nc.IsReconnecting() {
 			return nil // the reconnect catches every run up
 		}
-		return l.catchUpMany(ctx, held, snap)
+		return l.catchUpMany(ctx, held, snap, early)
 	}
 }
 
 // holdCatchUp defers s's catch-up to the release of HoldCatchUps, and
 // reports whether it did (false: no hold, catch up now).
+//
+// Under a hold with a snapshot (a Retained made under it: a restart), s
+// is offered the snapshot's started event and progress of its run at
+// once, before holdCatchUp returns, and the release offers it only the
+// termination and what the stream stored after the snapshot: its tracker
+// can step and write its first advance while the restart still starts
+// the other runs, instead of every tracker waiting for the last start
+// (issue 12, sixth pass; ADR 0023 addendum). What is offered is what the
+// release would have offered first (the same messages, already checked);
+// a newer progress, live or from the scan after the snapshot, replaces
+// it in the mailbox, an older one never does. The termination still
+// waits for the release, after the stream's newer progress, as before.
 func (l *Listener) holdCatchUp(s *RunSubscription) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.holds == 0 {
+		l.mu.Unlock()
 		return false
 	}
-	l.held[s] = struct{}{}
+	var (
+		now     []retainedMsg
+		offered uint64
+	)
+	if l.snap != nil && l.snap.gen == l.streamGen {
+		now, offered = l.snap.runs[s.runID], l.snap.gen+1
+	}
+	l.held[s] = offered
+	l.mu.Unlock()
+	for _, m := range now {
+		if m.kind != progress.KindTerminated {
+			s.deliverRetained(m)
+		}
+	}
 	return true
 }
 
@@ -282,7 +316,7 @@ func (l *Listener) streamChanged() {
 // few, one scan of the stream for BatchCatchUpMin or more (from snap and
 // the stream after it, when snap is not nil). A run whose catch-up failed
 // is retried on its own in the background; the first error is returned.
-func (l *Listener) catchUpMany(ctx context.Context, subs []*RunSubscription, snap *retainedSnapshot) error {
+func (l *Listener) catchUpMany(ctx context.Context, subs []*RunSubscription, snap *retainedSnapshot, early map[*RunSubscription]bool) error {
 	if len(subs) < BatchCatchUpMin && snap == nil {
 		var first error
 		for _, s := range subs {
@@ -296,7 +330,7 @@ func (l *Listener) catchUpMany(ctx context.Context, subs []*RunSubscription, sna
 		}
 		return first
 	}
-	err := l.scanCatchUp(ctx, subs, snap)
+	err := l.scanCatchUp(ctx, subs, snap, early)
 	if err != nil {
 		for _, s := range subs {
 			l.catchUpLater(s, err)
@@ -309,9 +343,11 @@ func (l *Listener) catchUpMany(ctx context.Context, subs []*RunSubscription, sna
 // scanCatchUp catches subs up with one scan of the stream, offering each
 // run's retained started event and progress as they come and its
 // termination after the scan. With snap, it offers the snapshot's
-// messages first and scans only the stream after it. Without a stream it
-// returns nil.
-func (l *Listener) scanCatchUp(ctx context.Context, subs []*RunSubscription, snap *retainedSnapshot) error {
+// messages first and scans only the stream after it; a subscription in
+// early was offered the snapshot's started event and progress when it
+// was held (holdCatchUp), and is offered only its termination from it.
+// Without a stream it returns nil.
+func (l *Listener) scanCatchUp(ctx context.Context, subs []*RunSubscription, snap *retainedSnapshot, early map[*RunSubscription]bool) error {
 	byRun := make(map[string][]*RunSubscription, len(subs))
 	for _, s := range subs {
 		byRun[s.runID] = append(byRun[s.runID], s)
@@ -335,7 +371,9 @@ func (l *Listener) scanCatchUp(ctx context.Context, subs []*RunSubscription, sna
 					continue
 				}
 				for _, s := range held {
-					s.deliverRetained(m)
+					if !early[s] {
+						s.deliverRetained(m)
+					}
 				}
 			}
 		}

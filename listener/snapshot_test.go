@@ -57,8 +57,20 @@ func TestHoldCatchUpsFromRetained(t *testing.T) {
 	store(progress.KindProgress, uuid(n, 0), uuid(n, 1), progressJSON(uuid(n, 0), uuid(n, 1), "held", 5))
 
 	boxes := subscribeRuns(t, l, n+1)
-	if m := boxes[3].Take(); m.Progress != nil || m.Started != nil {
-		t.Fatalf("caught up before the release: %+v", m)
+	// Issue 12, sixth pass: a run subscribed under the hold is offered its
+	// snapshot's started event and progress at once (its tracker steps
+	// while the others are started), not its termination, which waits for
+	// the stream's newer progress at the release; a run the snapshot does
+	// not hold gets nothing before the release.
+	early := map[int]bool{3: true, 0: true}
+	for i := range early {
+		m := boxes[i].Take()
+		if m.Progress == nil || m.Progress.BatchID != 7 || m.Started == nil || m.Terminated != nil {
+			t.Fatalf("run %d before the release: took %+v, want its snapshot's started event and batch 7, no termination", i, m)
+		}
+	}
+	if m := boxes[n].Take(); m.Progress != nil || m.Started != nil {
+		t.Fatalf("run %d, not in the snapshot, caught up before the release: %+v", n, m)
 	}
 	if err := release(ctx); err != nil {
 		t.Fatalf("release: %v", err)
@@ -78,7 +90,14 @@ func TestHoldCatchUpsFromRetained(t *testing.T) {
 		if m.Progress != nil {
 			got = m.Progress.BatchID
 		}
-		if got != want || m.Started == nil {
+		switch {
+		case early[i]:
+			// Taken before the release; the release offers the
+			// snapshot's termination only, not its progress again.
+			if m.Progress != nil || m.Started != nil {
+				t.Fatalf("run %d: offered the snapshot again at the release: %+v", i, m)
+			}
+		case got != want || m.Started == nil:
 			t.Fatalf("run %d: took %+v, want its started event and batch %d", i, m, want)
 		}
 		if (m.Terminated != nil) != (i == 0) {
@@ -156,6 +175,75 @@ func TestHoldCatchUpsSnapshotAfterPurge(t *testing.T) {
 	for i, b := range boxes[1:] {
 		if m := b.Take(); m.Progress != nil || m.Started != nil {
 			t.Fatalf("run %d: took %+v from before the purge", i+1, m)
+		}
+	}
+}
+
+// Issue 12, sixth pass: runs offered their snapshot's events when
+// subscribed, then a purge before the release: the release does not use
+// the snapshot (it reads the stream, which holds only what was stored
+// after the purge) and offers nothing from before the purge again.
+func TestHoldCatchUpsEarlyOfferThenPurge(t *testing.T) {
+	n := 2 * listener.BatchCatchUpMin
+	srv := startNATS(t)
+	var (
+		mu     sync.Mutex
+		purged int
+	)
+	l := dial(t, srv.ClientURL(), listener.Options{OnStreamIncident: func(kind string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if kind == listener.StreamPurged {
+			purged++
+		}
+	}})
+	ctx := ctxT(t)
+	if err := l.EnsureStream(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StreamReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	publishRuns(t, srv.ClientURL(), n)
+	release := l.HoldCatchUps()
+	if _, err := l.Retained(ctx); err != nil {
+		t.Fatal(err)
+	}
+	boxes := subscribeRuns(t, l, n)
+	for i, b := range boxes {
+		if m := b.Take(); m.Progress == nil || m.Progress.BatchID != 7 {
+			t.Fatalf("run %d: took %+v when subscribed, want its snapshot's batch 7", i, m)
+		}
+	}
+	js, err := jetstream.New(rawConn(t, srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, listener.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the purge noticed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return purged == 1
+	})
+	// Stored after the purge (and routed live to the subscribed run).
+	if _, err := js.Publish(ctx, "spark.progress."+uuid(0, 0)+"."+uuid(0, 1), progressJSON(uuid(0, 0), uuid(0, 1), "held", 9)); err != nil {
+		t.Fatal(err)
+	}
+	if err := release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if m := boxes[0].Take(); m.Progress == nil || m.Progress.BatchID != 9 {
+		t.Fatalf("run 0: took %+v, want batch 9, stored after the purge", m)
+	}
+	for i, b := range boxes[1:] {
+		if m := b.Take(); m.Progress != nil || m.Started != nil {
+			t.Fatalf("run %d: took %+v at the release, from before the purge", i+1, m)
 		}
 	}
 }
