@@ -37,6 +37,28 @@ func TestLimitFollowsTheLiveHeapWithAFloor(t *testing.T) {
 	}
 }
 
+// TestDefaultHeadroom: with the defaults, a live heap of 10,000 runs
+// (about 60 MiB) may grow by 64 MiB before the limit binds (GOGC=100's
+// own goal, twice what is live, is then about the same: the collector
+// paces as without a limit), and one of 100,000 runs (about 400 MiB) by
+// half of it, as before.
+func TestDefaultHeadroom(t *testing.T) {
+	var o Options
+	for _, c := range []struct {
+		name string
+		s    Sample
+		want int64
+	}{
+		{"10,000 runs", Sample{Live: 60 * mib, Other: 10 * mib, Tracked: 10_000}, 134 * mib},
+		{"100,000 runs", Sample{Live: 400 * mib, Other: 20 * mib, Tracked: 100_000}, 620 * mib},
+		{"idle, one run", Sample{Live: 8 * mib, Other: 4 * mib, Tracked: 1}, 76 * mib},
+	} {
+		if got := o.Limit(c.s); got != c.want {
+			t.Errorf("%s: Limit(%+v) = %d MiB, want %d MiB", c.name, c.s, got/mib, c.want/mib)
+		}
+	}
+}
+
 func TestLimitNeverBelowWhatIsLive(t *testing.T) {
 	// Below the live heap the collector would run on every allocation.
 	var o Options
