@@ -47,10 +47,10 @@ const (
 	// binds below 128 MiB live (about 30,000 runs), where GOGC=100's own
 	// goal (twice what is live) is the nearer one up to 64 MiB live: from
 	// there to 128 MiB the limit lets the heap grow by 64 MiB, not half of
-	// what is live. 32 MiB collected about twice as often as GOGC alone at
-	// 10,000 runs, and the collections' marks are the latency tail
-	// (BENCHMARKS.md, "The latency tail (sixth pass)"; ADR 0022, addendum
-	// 8); at 100,000 runs half the live heap is the larger, as before.
+	// what is live. 32 MiB collected about twice as often at 10,000 runs,
+	// and the collections' marks are the latency tail (BENCHMARKS.md, "The
+	// latency tail (sixth pass)"; ADR 0022, addendum 9); at 100,000 runs
+	// half the live heap is the larger, as before.
 	DefaultMinHeadroom = 64 << 20
 	// DefaultPerRun is the least live heap assumed per tracked run, so
 	// that the limit grows at once when many runs are tracked between two
