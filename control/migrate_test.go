@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -225,5 +226,78 @@ func TestTracksRoundTrip(t *testing.T) {
 				t.Errorf("err = %v, want ErrInvalidTrack", err)
 			}
 		})
+	}
+}
+
+// TestMigration6OnAnExistingTable: a control table of version 5 with
+// verdicts (pages packed full) is brought to version 6 in place: the
+// fillfactor set, every verdict as it was, advances applied after it. A
+// version-6 table rolled back by deleting migration 6's row (README,
+// Upgrades: what lets an older binary start) migrates again without error.
+func TestMigration6OnAnExistingTable(t *testing.T) {
+	s, url := newStore(t, Options{})
+	conn := connect(t, url)
+	ctx := context.Background()
+	as := make([]Advance, 50)
+	for i := range as {
+		as[i] = Advance{Table: fmt.Sprintf("m6.t%02d", i), QueryID: "q", RunID: "r", FinalizedUntil: at(12, 0), EndTime: at(12, 1), BatchID: 1}
+	}
+	if _, err := s.AdvanceBatch(ctx, as); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.List(ctx)
+	if err != nil || len(before) != len(as) {
+		t.Fatalf("List: %d verdicts, %v", len(before), err)
+	}
+	fillfactor := func() []string {
+		t.Helper()
+		var opts []string
+		if err := conn.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = $1::regclass`, s.n.table).Scan(&opts); err != nil {
+			t.Fatal(err)
+		}
+		return opts
+	}
+	for _, c := range []struct{ name, undo string }{
+		{"version 5", `ALTER TABLE ` + s.n.table + ` RESET (fillfactor); DELETE FROM ` + s.n.schema + ` WHERE version >= 6`},
+		{"rolled back", `DELETE FROM ` + s.n.schema + ` WHERE version >= 6`},
+	} {
+		if _, err := conn.Exec(ctx, c.undo); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		s = openStore(t, url, Options{})
+		if err := s.CheckSchema(ctx); !errors.Is(err, ErrNotMigrated) {
+			t.Fatalf("%s: CheckSchema: %v, want ErrNotMigrated", c.name, err)
+		}
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatalf("%s: Migrate: %v", c.name, err)
+		}
+		if err := s.CheckSchema(ctx); err != nil {
+			t.Fatalf("%s: CheckSchema after Migrate: %v", c.name, err)
+		}
+		if opts := fillfactor(); len(opts) != 1 || opts[0] != "fillfactor=50" {
+			t.Fatalf("%s: control table's options %q, want [fillfactor=50]", c.name, opts)
+		}
+		after, err := s.List(ctx)
+		if err != nil || len(after) != len(before) {
+			t.Fatalf("%s: List: %d verdicts, %v", c.name, len(after), err)
+		}
+		for i := range after {
+			if after[i].Table != before[i].Table || !after[i].FinalizedUntil.Equal(before[i].FinalizedUntil) {
+				t.Fatalf("%s: verdict %d: %+v, was %+v", c.name, i, after[i], before[i])
+			}
+		}
+	}
+	for i := range as {
+		as[i].FinalizedUntil, as[i].EndTime, as[i].BatchID = at(13, 0), at(13, 1), 2
+	}
+	res, err := s.AdvanceBatch(ctx, as)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil || !r.Moved || !r.Verdict.FinalizedUntil.Equal(at(13, 0)) {
+			t.Fatalf("%s after the migration: %+v", as[i].Table, r)
+		}
 	}
 }

@@ -32,3 +32,27 @@ func TestExpandTableAllocatesOnlyItsResult(t *testing.T) {
 		t.Errorf("a template with placeholders: %v allocations, want 1 (the result)", n)
 	}
 }
+
+// FuzzExpandTableIsTheReplacer: for any template and any values (braces,
+// placeholders and invalid UTF-8 in each), expandTable writes what the
+// replacer it replaced wrote. The seeds run with every go test; go test
+// -fuzz=FuzzExpandTableIsTheReplacer ./finalizer/ searches further.
+func FuzzExpandTableIsTheReplacer(f *testing.F) {
+	for _, s := range [][3]string{
+		{"t_{id}_{name}", "orders", "8d268dc2"},
+		{"{name}{id}{name}", "{id}", "{name}"},
+		{"{{name}}{{id}}", "}{", "{"},
+		{"{na{name}me}{i{id}d}", "na", "i"},
+		{"\xff{name}\xfe{id", "\xff{", "}\xfe"},
+		{"{nam{e}{id}}", "{name}", ""},
+		{"{{{{", "", ""},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, tpl, name, id string) {
+		want := strings.NewReplacer("{name}", name, "{id}", id).Replace(tpl)
+		if got := expandTable(tpl, name, id); got != want {
+			t.Errorf("expandTable(%q, %q, %q) = %q, want %q", tpl, name, id, got, want)
+		}
+	})
+}
