@@ -1019,3 +1019,70 @@ func TestDialAuthentication(t *testing.T) {
 		t.Fatal("a client certificate without a key was accepted")
 	}
 }
+
+// restartDialer dials TCP and counts; every second connection it returns
+// wrapped in a type of its own (which the raw read leaves as it is).
+type restartDialer struct{ n atomic.Int32 }
+
+type ownConn struct{ net.Conn }
+
+func (d *restartDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, 2*time.Second)
+	if err != nil || d.n.Add(1)%2 == 1 {
+		return c, err
+	}
+	return ownConn{c}, nil
+}
+
+// TestServerRestartThroughCustomDialer: with Options.Dialer, the first
+// connection and every reconnect after the NATS server restarted are
+// dialed by it (through the raw-read wrapper, rawread.go), a plain TCP
+// connection and one of the dialer's own type alike, and events flow on
+// each.
+func TestServerRestartThroughCustomDialer(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := embeddednats.Start(embeddednats.Options{Port: embeddednats.RandomPort, StoreDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := srv.ClientURL()
+	_, portStr, _ := net.SplitHostPort(strings.TrimPrefix(url, "nats://"))
+	var port int
+	fmt.Sscan(portStr, &port)
+	defer func() { srv.Shutdown() }()
+
+	d := &restartDialer{}
+	l := dial(t, url, listener.Options{Dialer: d})
+	ctx := ctxT(t)
+	if err := l.EnsureStream(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q, run := uuid(15, 0), uuid(15, 1)
+	box := listener.NewMailbox()
+	sub, err := l.Subscribe(q, run, box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	c := newCollector(box)
+	for i := int64(1); i <= 3; i++ {
+		publish(t, l, progress.KindProgress, q, run, "dialer", 2*i-1)
+		c.waitFor(t, fmt.Sprintf("batch %d", 2*i-1), func(c *collector) bool { return c.last() == 2*i-1 })
+		// Then the server gone under the client's read in flight (EOF
+		// or a reset from the raw read, a reconnect).
+		publish(t, l, progress.KindProgress, q, run, "dialer", 2*i)
+		c.waitFor(t, fmt.Sprintf("batch %d", 2*i), func(c *collector) bool { return c.last() == 2*i })
+		dialed := d.n.Load()
+		srv.Shutdown()
+		if srv, err = embeddednats.Start(embeddednats.Options{Port: port, StoreDir: dir}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "reconnected through the dialer", func() bool {
+			rctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			return d.n.Load() > dialed && l.Ready(rctx) == nil
+		})
+	}
+	publish(t, l, progress.KindProgress, q, run, "dialer", 7)
+	c.waitFor(t, "batch 7 after three restarts", func(c *collector) bool { return c.last() == 7 })
+}
