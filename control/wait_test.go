@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -411,6 +412,57 @@ func TestListenerKeepsALiveConnectionAcrossPings(t *testing.T) {
 	for i, n := range seen() {
 		if n.Reconnected != want[i].Reconnected || n.Table != want[i].Table || !n.FinalizedUntil.Equal(want[i].FinalizedUntil) {
 			t.Errorf("notification %d = %+v, want %+v", i, n, want[i])
+		}
+	}
+	if got := s.lis.backendPID(); got != pid {
+		t.Errorf("LISTEN backend %d, was %d: a live connection was replaced", got, pid)
+	}
+}
+
+// TestListenerHearsBurstsAcrossDeadlines: bursts of notifications of long
+// table names (a group of 1,000 tables per statement, more than a read's
+// buffer) arriving while the read deadline of a short ping interval
+// passes, some straight after a silence of a ping or more: a deadline
+// that cuts a message in two leaves the connection usable, and every
+// move is heard once, on the same connection.
+func TestListenerHearsBurstsAcrossDeadlines(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	s.lis.ping = 40 * time.Millisecond
+	seen, stop := watchAll(t, s)
+	defer stop()
+	eventually(t, "the first connect's re-read", func() bool { return len(seen()) == 1 })
+	pid := s.lis.backendPID()
+	const tables, rounds = 1000, 8
+	want := make(map[string]int)
+	for i := range rounds {
+		until := at(12, 0).Add(time.Duration(i+1) * time.Hour)
+		as := make([]Advance, tables)
+		for k := range as {
+			as[k] = Advance{Table: fmt.Sprintf("deadline.%s_%04d", strings.Repeat("x", 40), k), FinalizedUntil: until}
+			want[fmt.Sprintf("%s@%s", as[k].Table, until.Format(time.RFC3339))]++
+		}
+		res, err := s.AdvanceBatch(context.Background(), as)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, r := range res {
+			if r.Err != nil || !r.Moved {
+				t.Fatalf("round %d, %s: %+v", i, as[k].Table, r)
+			}
+		}
+		time.Sleep(time.Duration(i%3) * 30 * time.Millisecond) // none, most of a ping, more than one
+	}
+	eventually(t, "every move", func() bool { return len(seen()) == 1+tables*rounds })
+	got := make(map[string]int)
+	for _, n := range seen()[1:] {
+		if n.Reconnected {
+			t.Fatalf("reconnected: %+v", n)
+		}
+		got[fmt.Sprintf("%s@%s", n.Table, n.FinalizedUntil.UTC().Format(time.RFC3339))]++
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("%s heard %d times, want %d", k, got[k], n)
 		}
 	}
 	if got := s.lis.backendPID(); got != pid {
