@@ -32,6 +32,15 @@ type CatchUpHolder interface {
 	HoldCatchUps() (release func(context.Context) error)
 }
 
+// LateOfferer is optional on a CatchUpHolder whose hold offers a run
+// subscribed under it some of its retained events at once (the listener's
+// early offer): OfferLate makes the runs of runIDs (every run, when all)
+// wait for the release instead. Recover names the runs whose table
+// another query of the same recovery also feeds.
+type LateOfferer interface {
+	OfferLate(runIDs []string)
+}
+
 // ListenerBus adapts a *listener.Listener to Bus, Namer and CatchUpHolder: its
 // Subscribe returns the concrete *listener.RunSubscription.
 type ListenerBus struct{ L *listener.Listener }
@@ -40,6 +49,7 @@ var (
 	_ Bus            = ListenerBus{}
 	_ Namer          = ListenerBus{}
 	_ CatchUpHolder  = ListenerBus{}
+	_ LateOfferer    = ListenerBus{}
 	_ intoSubscriber = ListenerBus{}
 )
 
@@ -68,6 +78,9 @@ type intoSubscriber interface {
 
 // HoldCatchUps defers the runs' catch-ups (see listener.HoldCatchUps).
 func (b ListenerBus) HoldCatchUps() func(context.Context) error { return b.L.HoldCatchUps() }
+
+// OfferLate makes runs wait for the hold's release (listener.OfferLate).
+func (b ListenerBus) OfferLate(runIDs []string) { b.L.OfferLate(runIDs) }
 
 // RunName looks the run's query name up in what JetStream retained.
 func (b ListenerBus) RunName(ctx context.Context, queryID, runID string) (string, error) {

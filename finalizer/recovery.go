@@ -32,6 +32,9 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 			}
 		}()
 	}
+	if lo, ok := r.cfg.Bus.(LateOfferer); ok {
+		lo.OfferLate(r.sharedTableRuns(tracks, runs))
+	}
 	var (
 		mu    sync.Mutex
 		first error
@@ -124,4 +127,54 @@ func (r *Registry) recoverPending(run listener.Run) bool {
 	p.merge(run)
 	r.pending[run.RunID] = p
 	return true
+}
+
+// sharedTableRuns returns the runs of a recovery that must not step before
+// every run of it is started: those mapped (by an explicit track or a
+// rule) to a table that another query of the same recovery is mapped to
+// too. Under the listener's hold a run is offered its retained started
+// event and progress as soon as it is subscribed, and its tracker steps
+// while Recover starts the others; a table's verdict is the minimum over
+// the feeders that joined it (ADR 0015), so a query seen for the first
+// time while the service was down, whose join came later in the
+// recovery, would find the table already moved by another feeder's first
+// advance, past data it was still writing. Their runs are offered
+// everything at the release, after every join, as before the early offer.
+// Two runs of one query are one feeder. A run's tables are matched as its
+// start will match them: with the name the listing found in the stream
+// ("" when the stream holds none, and the start's look-up finds none
+// either).
+func (r *Registry) sharedTableRuns(tracks []control.Track, runs []listener.Run) (late []string) {
+	type feeder struct{ query, run string }
+	byTable := make(map[string][]feeder)
+	shared := make(map[string]bool)
+	add := func(table, query, run string) {
+		fs := byTable[table]
+		for _, f := range fs {
+			if f.query != query {
+				shared[table] = true
+				break
+			}
+		}
+		byTable[table] = append(fs, feeder{query, run})
+	}
+	for _, t := range tracks {
+		if t.DoneAt.IsZero() {
+			add(t.Table, t.QueryID, t.RunID)
+		}
+	}
+	for i := range runs {
+		run := &runs[i]
+		for _, rule := range r.cfg.Rules {
+			if table, ok := rule.Match(run.QueryID, run.Name); ok {
+				add(table, run.QueryID, run.RunID)
+			}
+		}
+	}
+	for table := range shared {
+		for _, f := range byTable[table] {
+			late = append(late, f.run)
+		}
+	}
+	return late
 }

@@ -145,7 +145,7 @@ type RegistryConfig struct {
 	ExpireAfter        time.Duration // 0 = DefaultExpireAfter; negative = never
 	Remember           int           // 0 = DefaultRemember
 	MaxTrackers        int           // 0 = DefaultMaxTrackers; negative = no cap
-	RecoverParallelism int           // 0 = DefaultRecoverParallelism
+	RecoverParallelism int           // 0 or less = DefaultRecoverParallelism
 }
 
 // Request asks for one run to be tracked into one table.
@@ -342,7 +342,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 	if cfg.Remember == 0 {
 		cfg.Remember = DefaultRemember
 	}
-	if cfg.RecoverParallelism == 0 {
+	if cfg.RecoverParallelism <= 0 {
 		cfg.RecoverParallelism = DefaultRecoverParallelism
 	}
 	if cfg.MaxBatch == 0 {

@@ -326,6 +326,7 @@ type Listener struct {
 	holds      int                           // HoldCatchUps not released yet
 	held       map[*RunSubscription]uint64   // run subscriptions whose catch-up waits for the release; not 0: offered the snapshot's started and progress when held (holdCatchUp), from the snapshot of streamGen value-1
 	snap       *retainedSnapshot             // what a Retained under the hold read, for the release
+	late       map[string]bool               // run ids not offered early under the hold (OfferLate); cleared at the release
 	streamGen  uint64                        // bumped when what the stream held may be gone (streamChanged)
 	// rescanCancel cancels the rescan in flight (rescanLoop), nil when
 	// none: a reconnect ends it, its reads being the old connection's.

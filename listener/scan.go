@@ -177,6 +177,7 @@ func (l *Listener) HoldCatchUps() (release func(context.Context) error) {
 			}
 			clear(l.held)
 			l.snap = nil
+			l.late = nil
 		}
 		l.mu.Unlock()
 		if len(held) == 0 || l.nc.IsReconnecting() {
@@ -210,7 +211,7 @@ func (l *Listener) holdCatchUp(s *RunSubscription) bool {
 		now     []retainedMsg
 		offered uint64
 	)
-	if l.snap != nil && l.snap.gen == l.streamGen {
+	if l.snap != nil && l.snap.gen == l.streamGen && !l.late[s.runID] {
 		now, offered = l.snap.runs[s.runID], l.snap.gen+1
 	}
 	l.held[s] = offered
@@ -221,6 +222,27 @@ func (l *Listener) holdCatchUp(s *RunSubscription) bool {
 		}
 	}
 	return true
+}
+
+// OfferLate makes the runs of runIDs wait for the
+// release of the current hold of catch-ups for everything, as before the
+// early offer of holdCatchUp: a restart's recovery names the runs whose
+// table another query of the same recovery also feeds, so that no run's
+// first advance moves a table before every one of its feeders being
+// recovered has joined it (ADR 0023, sixth-pass addendum). Without a hold
+// it does nothing; the release forgets it.
+func (l *Listener) OfferLate(runIDs []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holds == 0 || len(runIDs) == 0 {
+		return
+	}
+	if l.late == nil {
+		l.late = make(map[string]bool, len(runIDs))
+	}
+	for _, id := range runIDs {
+		l.late[id] = true
+	}
 }
 
 // retainedSnapshot is what a Retained made under a hold of catch-ups read

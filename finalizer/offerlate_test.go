@@ -1,0 +1,94 @@
+package finalizer_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// lateBus is a fakeBus that holds catch-ups and records the runs Recover
+// asks to be offered late.
+type lateBus struct {
+	*fakeBus
+	mu   sync.Mutex
+	late []string
+	held bool
+}
+
+func (b *lateBus) HoldCatchUps() func(context.Context) error {
+	b.mu.Lock()
+	b.held = true
+	b.mu.Unlock()
+	return func(context.Context) error {
+		b.mu.Lock()
+		b.held = false
+		b.mu.Unlock()
+		return nil
+	}
+}
+
+func (b *lateBus) OfferLate(runIDs []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.held {
+		panic("OfferLate outside the hold")
+	}
+	b.late = append(b.late, runIDs...)
+}
+
+// A restart's recovery offers a run its retained events at once (its
+// tracker steps while the others start), except the runs of a table that
+// another query of the same recovery also feeds: those wait for the
+// release, after every run's feeder join, so that a query first seen
+// while the service was down holds its table before any other feeder's
+// first advance can move it (ADR 0015, ADR 0023 sixth-pass addendum).
+// Two runs of one query are one feeder; explicit tracks count as rules do.
+func TestRecoverOffersLateTheRunsOfASharedTable(t *testing.T) {
+	q := func(i int) string { return fmt.Sprintf("aaaaaaaa-0000-4000-8000-%012d", i) }
+	r := func(i int) string { return fmt.Sprintf("bbbbbbbb-0000-4000-8000-%012d", i) }
+	bus := &lateBus{fakeBus: newFakeBus()}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{
+		Bus: bus, Store: newFakeStore(), Tracks: &fakeTracks{}, Clock: newFakeClock(utc("2026-09-29T00:00:00Z")),
+		Rules: []finalizer.Rule{
+			{Table: "silver.all", Query: "region-*", Spec: hourSpec(t)},
+			{Table: "t_{name}", Query: "solo-*", Spec: hourSpec(t)},
+		},
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = reg.Close(ctx)
+	})
+	run := func(i int, query, name string) listener.Run {
+		return listener.Run{QueryID: query, RunID: r(i), Name: name, Kind: progress.KindProgress}
+	}
+	runs := []listener.Run{
+		run(0, q(0), "region-us"), // silver.all, with query 1: late
+		run(1, q(1), "region-eu"),
+		run(2, q(2), "solo-a"), // t_solo-a alone: early
+		run(3, q(3), "solo-b"), // t_solo-b, twice by query 3 (one feeder): early
+		run(4, q(3), "solo-b"),
+		run(5, q(5), "solo-c"), // t_solo-c, with the explicit track of query 6: late
+	}
+	spec := []byte(`{}`)
+	tracks := []control.Track{
+		{QueryID: q(6), RunID: r(6), Table: "t_solo-c", Spec: spec},
+		{QueryID: q(7), RunID: r(7), Table: "silver.all", Spec: spec, DoneAt: utc("2026-09-28T00:00:00Z")}, // done: not recovered
+	}
+	_ = reg.Recover(context.Background(), tracks, runs)
+	bus.mu.Lock()
+	got := slices.Sorted(slices.Values(bus.late))
+	bus.mu.Unlock()
+	want := []string{r(0), r(1), r(5), r(6)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("offered late %v, want %v", got, want)
+	}
+}
