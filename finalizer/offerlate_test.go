@@ -92,3 +92,61 @@ func TestRecoverOffersLateTheRunsOfASharedTable(t *testing.T) {
 		t.Fatalf("offered late %v, want %v", got, want)
 	}
 }
+
+// logBus is a fakeBus that notes each subscription in a joinGateStore's
+// log, with the joins and advances.
+type logBus struct {
+	*fakeBus
+	store *joinGateStore
+}
+
+func (b logBus) Subscribe(queryID, runID string, box *listener.Mailbox) (finalizer.RunSubscription, error) {
+	b.store.note("subscribe " + queryID)
+	return b.fakeBus.Subscribe(queryID, runID, box)
+}
+
+// Offered late, a run of a shared table still gets its live events as
+// soon as it is subscribed: a feeder whose query runs during the recovery
+// would move the table on its next progress before a query first seen
+// while the service was down, started later in the recovery, joined it.
+// So every query of a shared table joins it before any run is
+// subscribed; a table one query feeds is joined by its run's start only.
+func TestRecoverJoinsTheFeedersOfASharedTableFirst(t *testing.T) {
+	q := func(i int) string { return fmt.Sprintf("aaaaaaaa-0000-4000-8000-%012d", i) }
+	r := func(i int) string { return fmt.Sprintf("bbbbbbbb-0000-4000-8000-%012d", i) }
+	store := &joinGateStore{fakeStore: newFakeStore()}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{
+		Bus: logBus{newFakeBus(), store}, Store: store, Clock: newFakeClock(utc("2026-09-29T00:00:00Z")),
+		RecoverParallelism: 1, // one start after the other: the first subscribes before the second joins
+		Rules: []finalizer.Rule{
+			{Table: "silver.all", Query: "region-*", Spec: hourSpec(t)},
+			{Table: "t_{name}", Query: "solo-*", Spec: hourSpec(t)},
+		},
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = reg.Close(ctx)
+	})
+	runs := []listener.Run{
+		{QueryID: q(0), RunID: r(0), Name: "region-us", Kind: progress.KindProgress},
+		{QueryID: q(1), RunID: r(1), Name: "region-eu", Kind: progress.KindProgress},
+		{QueryID: q(2), RunID: r(2), Name: "solo-a", Kind: progress.KindProgress},
+	}
+	if err := reg.Recover(context.Background(), nil, runs); err != nil {
+		t.Fatal(err)
+	}
+	log := store.events()
+	first := slices.IndexFunc(log, func(s string) bool { return len(s) > 10 && s[:10] == "subscribe " })
+	if first < 0 {
+		t.Fatalf("no subscription: %v", log)
+	}
+	for _, want := range []string{"join " + q(0), "join " + q(1)} {
+		if i := slices.Index(log, want); i < 0 || i > first {
+			t.Fatalf("%q not before the first subscription: %v", want, log)
+		}
+	}
+	if i := slices.Index(log, "join "+q(2)); i < first {
+		t.Fatalf("the solo table's query joined before the first subscription (%v): only shared tables are joined first", log)
+	}
+}

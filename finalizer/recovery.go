@@ -32,9 +32,16 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 			}
 		}()
 	}
+	late, joins := r.sharedTableRuns(tracks, runs)
 	if lo, ok := r.cfg.Bus.(LateOfferer); ok {
-		lo.OfferLate(r.sharedTableRuns(tracks, runs))
+		lo.OfferLate(late)
 	}
+	// A run's live events reach its tracker as soon as it is subscribed,
+	// hold or not: a late run of a shared table whose query emits a
+	// progress during the recovery would still move the table before a
+	// query first seen while the service was down, started later in the
+	// recovery, joined it. Every query of a shared table joins it first.
+	r.prejoin(ctx, joins)
 	var (
 		mu    sync.Mutex
 		first error
@@ -143,38 +150,95 @@ func (r *Registry) recoverPending(run listener.Run) bool {
 // Two runs of one query are one feeder. A run's tables are matched as its
 // start will match them: with the name the listing found in the stream
 // ("" when the stream holds none, and the start's look-up finds none
-// either).
-func (r *Registry) sharedTableRuns(tracks []control.Track, runs []listener.Run) (late []string) {
-	type feeder struct{ query, run string }
-	byTable := make(map[string][]feeder)
-	shared := make(map[string]bool)
-	add := func(table, query, run string) {
-		fs := byTable[table]
-		for _, f := range fs {
-			if f.query != query {
-				shared[table] = true
-				break
+// either). It also returns the feeder joins of those tables, one per
+// table and query, for prejoin: offered late, a run still gets its live
+// events as soon as it is subscribed.
+func (r *Registry) sharedTableRuns(tracks []control.Track, runs []listener.Run) (late []string, joins []control.FeederJoin) {
+	// Two passes: the first finds each table's first query and whether
+	// another query maps to it, the second collects the runs and feeder
+	// joins of the shared tables (no list of runs per table kept, no
+	// quadratic scan of a table's runs of one query).
+	type mapped struct {
+		query  string
+		shared bool
+	}
+	tables := make(map[string]*mapped)
+	add := func(table, query string) {
+		m := tables[table]
+		switch {
+		case m == nil:
+			tables[table] = &mapped{query: query}
+		case m.query != query:
+			m.shared = true
+		}
+	}
+	each := func(fn func(table, query, name, run string)) {
+		for _, t := range tracks {
+			if t.DoneAt.IsZero() {
+				fn(t.Table, t.QueryID, "", t.RunID)
 			}
 		}
-		byTable[table] = append(fs, feeder{query, run})
-	}
-	for _, t := range tracks {
-		if t.DoneAt.IsZero() {
-			add(t.Table, t.QueryID, t.RunID)
-		}
-	}
-	for i := range runs {
-		run := &runs[i]
-		for _, rule := range r.cfg.Rules {
-			if table, ok := rule.Match(run.QueryID, run.Name); ok {
-				add(table, run.QueryID, run.RunID)
+		for i := range runs {
+			run := &runs[i]
+			for _, rule := range r.cfg.Rules {
+				if table, ok := rule.Match(run.QueryID, run.Name); ok {
+					fn(table, run.QueryID, run.Name, run.RunID)
+				}
 			}
 		}
 	}
-	for table := range shared {
-		for _, f := range byTable[table] {
-			late = append(late, f.run)
+	each(func(table, query, _, _ string) { add(table, query) })
+	type tq struct{ table, query string }
+	joined := make(map[tq]int) // index in joins
+	each(func(table, query, name, run string) {
+		if m := tables[table]; !m.shared {
+			return
 		}
+		late = append(late, run)
+		if i, ok := joined[tq{table, query}]; !ok {
+			joined[tq{table, query}] = len(joins)
+			joins = append(joins, control.FeederJoin{Table: table, Query: query, Name: name})
+		} else if joins[i].Name == "" {
+			joins[i].Name = name // a rule's name over an explicit track's none
+		}
+	})
+	return late, joins
+}
+
+// prejoin joins the queries of the shared tables of a recovery
+// (sharedTableRuns) to their tables' feeders before any run of the
+// recovery is started, up to RecoverParallelism at once (in the groups of
+// the store's group commit, when it has one): their runs' starts join
+// them again, which changes nothing for a feeder the table knows. A join
+// that fails (the table locked by another session, the database) is left
+// to the run's start, which waits for a lock and logs a failure. A table
+// or name the start refuses is not joined.
+func (r *Registry) prejoin(ctx context.Context, joins []control.FeederJoin) {
+	fj, ok := r.cfg.Store.(FeederJoiner)
+	if !ok || len(joins) == 0 {
+		return
 	}
-	return late
+	next := make(chan control.FeederJoin)
+	var wg sync.WaitGroup
+	for range min(len(joins), r.cfg.RecoverParallelism) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				req := Request{QueryID: j.Query, Table: j.Table, QueryName: j.Name}
+				if _, err := r.joinFeeder(ctx, fj, req); err != nil {
+					r.log.Debug("could not join a feeder of a shared table before the recovery's starts; its run's start joins it",
+						zap.String("table", j.Table), zap.String("query_id", j.Query), zap.Error(err))
+				}
+			}
+		}()
+	}
+	for _, j := range joins {
+		if control.CheckTableName(j.Table) != nil || len(j.Name) > MaxQueryNameLen {
+			continue
+		}
+		next <- j
+	}
+	close(next)
+	wg.Wait()
 }
