@@ -218,6 +218,34 @@ func (r *Registry) Discovered(run listener.Run) {
 	}
 }
 
+// HoldDiscovery makes discovery's decisions on the runs it queues wait
+// for the release (their events are merged meanwhile, as for any run
+// waiting for a decision): a restart takes it before it lists the runs
+// the stream retains and releases it after Recover. Started by discovery
+// while the listing or Recover runs, a run's tracker stepped on its live
+// events and could move a table before a query first seen while the
+// service was down, listed and started later by Recover, joined it
+// (Recover joins the feeders of a shared table before it starts any run,
+// but discovery's starts came before). Holds do not nest; release is
+// safe to call twice.
+func (r *Registry) HoldDiscovery() (release func()) {
+	held := make(chan struct{})
+	r.mu.Lock()
+	r.discoHeld = held
+	r.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			if r.discoHeld == held {
+				r.discoHeld = nil
+			}
+			r.mu.Unlock()
+			close(held)
+		})
+	}
+}
+
 // discoverLoop decides on the queued runs, one at a time and in their
 // order (so the cap of trackers lets in the runs that came first), and
 // starts their trackers, up to DefaultDiscoverParallelism at once: a start
@@ -295,6 +323,16 @@ func (r *Registry) discoverLoop() {
 		}
 		for {
 			r.mu.Lock()
+			if held := r.discoHeld; held != nil && len(r.queue) > 0 && !r.closed {
+				// A restart's recovery runs: its runs start first.
+				r.mu.Unlock()
+				select {
+				case <-held:
+					continue
+				case <-r.stop:
+					return
+				}
+			}
 			if len(r.queue) == 0 || r.closed {
 				r.queue = nil
 				switch {

@@ -150,3 +150,55 @@ func TestRecoverJoinsTheFeedersOfASharedTableFirst(t *testing.T) {
 		t.Fatalf("the solo table's query joined before the first subscription (%v): only shared tables are joined first", log)
 	}
 }
+
+// Discovery runs while a restart lists the stream and recovers: a run it
+// started then (a live event of a feeder whose query runs) stepped on its
+// live events before a query first seen while the service was down,
+// listed and started later by Recover, joined the table. Under
+// HoldDiscovery its decision waits; Recover starts it after joining the
+// shared table's feeders.
+func TestHoldDiscoveryLetsRecoverJoinFirst(t *testing.T) {
+	q := func(i int) string { return fmt.Sprintf("aaaaaaaa-0000-4000-8000-%012d", i) }
+	r := func(i int) string { return fmt.Sprintf("bbbbbbbb-0000-4000-8000-%012d", i) }
+	store := &joinGateStore{fakeStore: newFakeStore()}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{
+		Bus: logBus{newFakeBus(), store}, Store: store, Clock: newFakeClock(utc("2026-09-29T00:00:00Z")),
+		Rules: []finalizer.Rule{{Table: "silver.all", Query: "region-*", Spec: hourSpec(t)}},
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = reg.Close(ctx)
+	})
+	release := reg.HoldDiscovery()
+	runs := []listener.Run{
+		{QueryID: q(0), RunID: r(0), Name: "region-us", Kind: progress.KindProgress},
+		{QueryID: q(1), RunID: r(1), Name: "region-eu", Kind: progress.KindProgress},
+	}
+	reg.Discovered(runs[0]) // its live event, while the stream is listed
+	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if len(store.events()) > 0 {
+			break
+		}
+	}
+	if log := store.events(); len(log) > 0 {
+		t.Fatalf("discovery started a run under the hold: %v", log)
+	}
+	if err := reg.Recover(context.Background(), nil, runs); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	release() // twice: nothing more
+	log := store.events()
+	first := slices.IndexFunc(log, func(s string) bool { return len(s) > 10 && s[:10] == "subscribe " })
+	if i := slices.Index(log, "join "+q(1)); first < 0 || i < 0 || i > first {
+		t.Fatalf("the second query did not join before the first subscription: %v", log)
+	}
+	// After the release, discovery decides again.
+	reg.Discovered(listener.Run{QueryID: q(2), RunID: r(2), Name: "region-ap", Kind: progress.KindProgress})
+	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(store.events(), "subscribe "+q(2)); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a run discovered after the release was not started: %v", store.events())
+		}
+	}
+}

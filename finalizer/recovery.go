@@ -172,29 +172,37 @@ func (r *Registry) sharedTableRuns(tracks []control.Track, runs []listener.Run) 
 			m.shared = true
 		}
 	}
-	each := func(fn func(table, query, name, run string)) {
+	// A run explicitly tracked may not be matched by the rules at its
+	// start (a run the registry knows is not decided again): its rules'
+	// tables count, but are not joined before.
+	explicit := make(map[string]bool)
+	each := func(fn func(table, query, name, run string, join bool)) {
 		for _, t := range tracks {
 			if t.DoneAt.IsZero() {
-				fn(t.Table, t.QueryID, "", t.RunID)
+				explicit[t.RunID] = true
+				fn(t.Table, t.QueryID, "", t.RunID, true)
 			}
 		}
 		for i := range runs {
 			run := &runs[i]
 			for _, rule := range r.cfg.Rules {
 				if table, ok := rule.Match(run.QueryID, run.Name); ok {
-					fn(table, run.QueryID, run.Name, run.RunID)
+					fn(table, run.QueryID, run.Name, run.RunID, !explicit[run.RunID])
 				}
 			}
 		}
 	}
-	each(func(table, query, _, _ string) { add(table, query) })
+	each(func(table, query, _, _ string, _ bool) { add(table, query) })
 	type tq struct{ table, query string }
 	joined := make(map[tq]int) // index in joins
-	each(func(table, query, name, run string) {
+	each(func(table, query, name, run string, join bool) {
 		if m := tables[table]; !m.shared {
 			return
 		}
 		late = append(late, run)
+		if !join {
+			return
+		}
 		if i, ok := joined[tq{table, query}]; !ok {
 			joined[tq{table, query}] = len(joins)
 			joins = append(joins, control.FeederJoin{Table: table, Query: query, Name: name})

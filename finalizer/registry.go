@@ -312,6 +312,9 @@ type Registry struct {
 	missed      bool
 	taken       bool
 	rescanEvery time.Duration
+	// discoHeld, not nil while a restart's recovery holds discovery's
+	// decisions (HoldDiscovery), is closed at the release.
+	discoHeld chan struct{}
 
 	refuseLog *lograte.Limiter
 	// sampler rate-limits the lines every run logs in the normal course

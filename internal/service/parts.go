@@ -417,6 +417,8 @@ func (s *Service) discover(context.Context) error {
 // run's retained progress at once. It has nothing to stop.
 func (s *Service) recover(ctx context.Context) error {
 	defer s.markRecovered()
+	// Discovery's starts wait for the recovery's (finalizer.Registry.HoldDiscovery).
+	defer s.registry.HoldDiscovery()()
 	began := time.Now()
 	tracks, err := s.store.Tracks(ctx)
 	if err != nil {
