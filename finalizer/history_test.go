@@ -266,13 +266,19 @@ func TestSourcesSwappedUnderAnIndex(t *testing.T) {
 	ev.Sources[0], ev.Sources[1] = ev.Sources[1], ev.Sources[0]
 	r.bus.Publish(ev)
 	eventually(t, "the warning", func() bool { return r.signs(finalizer.SignSourceChanged) == 1 })
-	if n := r.warned("has another description than when the verdict last moved"); n != 1 {
-		t.Errorf("%d source warnings, want 1", n)
-	}
+	// A sign is counted, then logged, then marked on the row (Tracker.sign),
+	// and the other table's tracker runs on its own: wait for each.
+	eventually(t, "the warning's line", func() bool {
+		return r.warned("has another description than when the verdict last moved") >= 1
+	})
 	eventually(t, "by description, the orders source moves on", func() bool {
 		return r.store.Verdict("by-description").Equal(utc("2026-09-28T15:00:00Z"))
 	})
-	if m := r.store.Marks(); len(m) < 1 || !strings.HasPrefix(m[0], "source_changed: source 0") {
+	eventually(t, "the mark", func() bool { return len(r.store.Marks()) >= 1 })
+	if n := r.warned("has another description than when the verdict last moved"); n != 1 {
+		t.Errorf("%d source warnings, want 1", n)
+	}
+	if m := r.store.Marks(); !strings.HasPrefix(m[0], "source_changed: source 0") {
 		t.Errorf("marks %q", m)
 	}
 	for _, c := range r.store.Calls() {
