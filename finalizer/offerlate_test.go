@@ -44,6 +44,25 @@ func (b *lateBus) OfferLate(runIDs []string) {
 	b.late = append(b.late, runIDs...)
 }
 
+// newSharedTableRegistry returns a registry of cfg, closed at cleanup,
+// with a fake clock and two rules: queries region-* feed one table
+// (silver.all), queries solo-* a table each (t_<name>).
+func newSharedTableRegistry(t *testing.T, cfg finalizer.RegistryConfig) *finalizer.Registry {
+	t.Helper()
+	cfg.Clock = newFakeClock(utc("2026-09-29T00:00:00Z"))
+	cfg.Rules = []finalizer.Rule{
+		{Table: "silver.all", Query: "region-*", Spec: hourSpec(t)},
+		{Table: "t_{name}", Query: "solo-*", Spec: hourSpec(t)},
+	}
+	reg := finalizer.NewRegistry(cfg)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = reg.Close(ctx)
+	})
+	return reg
+}
+
 // A restart's recovery offers a run its retained events at once (its
 // tracker steps while the others start), except the runs of a table that
 // another query of the same recovery also feeds: those wait for the
@@ -55,18 +74,7 @@ func TestRecoverOffersLateTheRunsOfASharedTable(t *testing.T) {
 	q := func(i int) string { return fmt.Sprintf("aaaaaaaa-0000-4000-8000-%012d", i) }
 	r := func(i int) string { return fmt.Sprintf("bbbbbbbb-0000-4000-8000-%012d", i) }
 	bus := &lateBus{fakeBus: newFakeBus()}
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{
-		Bus: bus, Store: newFakeStore(), Tracks: &fakeTracks{}, Clock: newFakeClock(utc("2026-09-29T00:00:00Z")),
-		Rules: []finalizer.Rule{
-			{Table: "silver.all", Query: "region-*", Spec: hourSpec(t)},
-			{Table: "t_{name}", Query: "solo-*", Spec: hourSpec(t)},
-		},
-	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = reg.Close(ctx)
-	})
+	reg := newSharedTableRegistry(t, finalizer.RegistryConfig{Bus: bus, Store: newFakeStore(), Tracks: &fakeTracks{}})
 	run := func(i int, query, name string) listener.Run {
 		return listener.Run{QueryID: query, RunID: r(i), Name: name, Kind: progress.KindProgress}
 	}
@@ -115,18 +123,9 @@ func TestRecoverJoinsTheFeedersOfASharedTableFirst(t *testing.T) {
 	q := func(i int) string { return fmt.Sprintf("aaaaaaaa-0000-4000-8000-%012d", i) }
 	r := func(i int) string { return fmt.Sprintf("bbbbbbbb-0000-4000-8000-%012d", i) }
 	store := &joinGateStore{fakeStore: newFakeStore()}
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{
-		Bus: logBus{newFakeBus(), store}, Store: store, Clock: newFakeClock(utc("2026-09-29T00:00:00Z")),
+	reg := newSharedTableRegistry(t, finalizer.RegistryConfig{
+		Bus: logBus{newFakeBus(), store}, Store: store,
 		RecoverParallelism: 1, // one start after the other: the first subscribes before the second joins
-		Rules: []finalizer.Rule{
-			{Table: "silver.all", Query: "region-*", Spec: hourSpec(t)},
-			{Table: "t_{name}", Query: "solo-*", Spec: hourSpec(t)},
-		},
-	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = reg.Close(ctx)
 	})
 	runs := []listener.Run{
 		{QueryID: q(0), RunID: r(0), Name: "region-us", Kind: progress.KindProgress},
