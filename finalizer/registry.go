@@ -865,22 +865,31 @@ func (r *Registry) noteStart(e *entry, at time.Time, exact bool) {
 			newest = o
 		}
 	}
-	var older []*entry
+	// The starts are read here, under the lock: another run's tracker
+	// may be recording its own start at the same moment.
+	type superseded struct {
+		e     *entry
+		start time.Time
+		exact bool
+	}
+	var older []superseded
+	var newestStart time.Time
 	if newest != nil {
+		newestStart = newest.start
 		for _, o := range r.queries[e.req.QueryID] {
 			if o.req.Table == e.req.Table && o.req.RunID != newest.req.RunID && !o.start.IsZero() && o.start.Before(newest.start) {
-				older = append(older, o)
+				older = append(older, superseded{o, o.start, o.exact})
 			}
 		}
 	}
 	r.mu.Unlock()
 	for _, o := range older {
 		reason := fmt.Sprintf("superseded by run %s of the same query, which started later", newest.req.RunID)
-		if r.stopEntry(o, reason, true) {
+		if r.stopEntry(o.e, reason, true) {
 			r.logSampled(zapcore.InfoLevel, "superseded", "run superseded by a run of the same query that started later; stopping its tracker",
-				zap.String("table", o.req.Table), zap.String("query_id", o.req.QueryID),
-				zap.String("run_id", o.req.RunID), zap.String("new_run_id", newest.req.RunID),
-				zap.Time("started", o.start), zap.Bool("start_exact", o.exact), zap.Time("new_started", newest.start))
+				zap.String("table", o.e.req.Table), zap.String("query_id", o.e.req.QueryID),
+				zap.String("run_id", o.e.req.RunID), zap.String("new_run_id", newest.req.RunID),
+				zap.Time("started", o.start), zap.Bool("start_exact", o.exact), zap.Time("new_started", newestStart))
 		}
 	}
 }
