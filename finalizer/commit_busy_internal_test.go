@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -75,13 +76,18 @@ func TestBusyTablesDoNotStarveTheOthers(t *testing.T) {
 				})
 			}
 			time.Sleep(4 * wait) // every held table has been found busy
-			var worst time.Duration
+			// Starved, every advance of the free table would wait behind
+			// the 8 held tables' retries (8 lock waits or more, each
+			// time); the median of 5 tells that apart from one advance
+			// delayed by the machine (the race detector's CI pass runs
+			// under a load of 10: one of 5 took 220 ms there).
+			took := make([]time.Duration, 0, 5)
 			for h := 1; h <= 5; h++ {
 				start := time.Now()
 				actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				_, _, err := c.Advance(actx, control.Advance{Table: "free", FinalizedUntil: hour(h)})
 				cancel()
-				worst = max(worst, time.Since(start))
+				took = append(took, time.Since(start))
 				if err != nil {
 					t.Errorf("an advance of a table nobody holds: %v after %v", err, time.Since(start))
 					break
@@ -89,8 +95,9 @@ func TestBusyTablesDoNotStarveTheOthers(t *testing.T) {
 			}
 			stop()
 			wg.Wait()
-			if worst > 4*wait {
-				t.Errorf("an advance of a table nobody holds took %v behind 8 held tables' retries (lock wait %v)", worst, wait)
+			slices.Sort(took)
+			if median := took[len(took)/2]; median > 4*wait {
+				t.Errorf("an advance of a table nobody holds took %v (median; all %v) behind 8 held tables' retries (lock wait %v)", median, took, wait)
 			}
 		})
 	}
