@@ -22,6 +22,12 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	rt0 := rt.read()
 	svc0, svcOK := r.childRuntime()
 	start := time.Now()
+	watch := startMarkWatch(ctx)
+	defer func() {
+		if watch != nil {
+			watch.finish()
+		}
+	}()
 	for {
 		elapsed := time.Since(start)
 		if elapsed >= r.cfg.Duration {
@@ -54,6 +60,8 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 		return err
 	}
 	rt1 := rt.read()
+	marks := watch.finish()
+	watch = nil
 	out.GCCycles = int(rt1.cycles - rt0.cycles)
 	out.GCMarkCPUS = rt1.markS - rt0.markS
 	out.SchedP99Ms = schedQuantile(rt0, rt1, 0.99) * 1000
@@ -66,29 +74,49 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	}
 	heard, missing := r.obs.takeLatencies()
 	if r.cfg.ProfileDir != "" {
-		if err := writeProbes(filepath.Join(r.cfg.ProfileDir, "latency-probes.csv"), heard); err != nil {
+		if err := writeProbes(filepath.Join(r.cfg.ProfileDir, "latency-probes.csv"), heard, marks); err != nil {
 			return err
 		}
 	}
 	lat := make([]time.Duration, len(heard))
+	var in, outside []time.Duration
 	for i, h := range heard {
 		lat[i] = h.latency
+		if overlaps(marks, h.published, h.published.Add(h.latency)) {
+			in = append(in, h.latency)
+		} else {
+			outside = append(outside, h.latency)
+		}
 	}
-	slices.Sort(lat)
 	out.Events = sent
 	out.Probes = len(lat)
 	out.Missing = missing
-	if len(lat) > 0 {
-		out.P50Ms = ms(lat[len(lat)/2])
-		out.P99Ms = ms(lat[min(len(lat)-1, len(lat)*99/100)])
-		out.MaxMs = ms(lat[len(lat)-1])
+	out.P50Ms, out.P99Ms, out.MaxMs = quantiles(lat)
+	out.GCMarks = len(marks)
+	for _, m := range marks {
+		out.GCMarkingS += m.to.Sub(m.from).Seconds()
 	}
+	out.ProbesInMarks = len(in)
+	_, out.P99MsInMarks, _ = quantiles(in)
+	_, out.P99MsOutsideMarks, _ = quantiles(outside)
 	out.WritesPerPeriod = (r.settle(ctx, writes) - writes0) / float64(max(crossings, 1))
 	r.say("latency at %.0f events/s for %s: %d crossings, p50 %.2f ms, p99 %.2f ms, max %.2f ms, %.2f writes per (table, period); "+
-		"%d collections (%.2f s of marking CPU), %.1f KiB allocated per event, scheduling latency p99 %.2f ms, p99.9 %.2f ms",
+		"%d collections (%.2f s of marking CPU), %.1f KiB allocated per event, scheduling latency p99 %.2f ms, p99.9 %.2f ms; "+
+		"%d marks over %.2f s of the phase, %d crossings met one (p99 %.2f ms), p99 of the others %.2f ms",
 		r.cfg.Rate, r.cfg.Duration, out.Probes, out.P50Ms, out.P99Ms, out.MaxMs, out.WritesPerPeriod,
-		out.GCCycles, out.GCMarkCPUS, out.AllocKiBPerEvent, out.SchedP99Ms, out.SchedP999Ms)
+		out.GCCycles, out.GCMarkCPUS, out.AllocKiBPerEvent, out.SchedP99Ms, out.SchedP999Ms,
+		out.GCMarks, out.GCMarkingS, out.ProbesInMarks, out.P99MsInMarks, out.P99MsOutsideMarks)
 	return nil
+}
+
+// quantiles sorts lat and returns its p50, p99 and max in milliseconds
+// (zeros when it is empty).
+func quantiles(lat []time.Duration) (p50, p99, maxMs float64) {
+	if len(lat) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(lat)
+	return ms(lat[len(lat)/2]), ms(lat[min(len(lat)-1, len(lat)*99/100)]), ms(lat[len(lat)-1])
 }
 
 // childRuntime reads the service process's allocated bytes and
@@ -110,15 +138,21 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // writeProbes writes every crossing of the latency phase, one a line:
 // when its progress was published (wall clock, UTC, RFC 3339 with
-// nanoseconds), its table and the latency in milliseconds. With the
+// nanoseconds), its table, the latency in milliseconds and whether a
+// collection was marking at some time between the publication and the
+// verdict (1) or not (0). With the
 // phase's execution trace (--trace; its Sync events carry the wall clock)
 // it places each slow crossing on the trace's timeline: what ran, what
 // waited and whether a collection was marking then.
-func writeProbes(path string, heard []heardProbe) error {
+func writeProbes(path string, heard []heardProbe, marks []interval) error {
 	var b strings.Builder
-	b.WriteString("published,table,latency_ms\n")
+	b.WriteString("published,table,latency_ms,in_mark\n")
 	for _, h := range heard {
-		fmt.Fprintf(&b, "%s,%s,%.3f\n", h.published.UTC().Format(time.RFC3339Nano), h.table, ms(h.latency))
+		in := 0
+		if overlaps(marks, h.published, h.published.Add(h.latency)) {
+			in = 1
+		}
+		fmt.Fprintf(&b, "%s,%s,%.3f,%d\n", h.published.UTC().Format(time.RFC3339Nano), h.table, ms(h.latency), in)
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -41,6 +41,18 @@ type Latency struct {
 	// the phase (/gc/heap/allocs:bytes) over the events published: the
 	// allocation rate that paces the collections, per event.
 	AllocKiBPerEvent float64 `json:"alloc_kib_per_event"`
+	// GCMarks is how many collections were marking at some time in the
+	// phase (one that began before it or still marked at its end
+	// counted: GCCycles counts only those that completed in it), and
+	// GCMarkingS the seconds of the phase they marked, watched every
+	// 5 ms. ProbesInMarks is how many crossings met a mark between their
+	// publication and their verdict; P99MsInMarks is their p99 and
+	// P99MsOutsideMarks the p99 of the others.
+	GCMarks           int     `json:"gc_marks"`
+	GCMarkingS        float64 `json:"gc_marking_s"`
+	ProbesInMarks     int     `json:"probes_in_marks"`
+	P99MsInMarks      float64 `json:"p99_in_marks_ms"`
+	P99MsOutsideMarks float64 `json:"p99_outside_marks_ms"`
 	// With --service-process, the service process's own: the heap it
 	// allocated (go_memstats_alloc_bytes_total) over the events
 	// published, and its collections (go_gc_duration_seconds' count),
