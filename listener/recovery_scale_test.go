@@ -5,7 +5,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -102,15 +101,4 @@ func TestRecoveryScale(t *testing.T) {
 	t.Logf("recovery of %d runs: listed in %s, subscribed in %s and caught up in %s more, total %s; CPU (client and server) %s listing, %s subscribing and catching up, total %s", n,
 		listed.Round(time.Millisecond), subscribed.Round(time.Millisecond), (caught - subscribed).Round(time.Millisecond), (listed + caught).Round(time.Millisecond),
 		listedCPU.Round(time.Millisecond), caughtCPU.Round(time.Millisecond), (listedCPU + caughtCPU).Round(time.Millisecond))
-}
-
-// cpuTime is the CPU time the test process used so far (user and system):
-// what the work costs on a machine other processes share, where the wall
-// time mostly measures them.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,7 +1,13 @@
+//go:build linux
+
 // Package tests holds the end-to-end tests: the real finalizer binary,
 // built once per test run, against the embedded NATS server and a real
 // PostgreSQL that the tests start themselves. Events are published with a
 // plain NATS client, as a Spark driver would.
+//
+// They run on Linux only (the build tag of every file): the children die
+// with the test binary (Pdeathsig), and some tests change the file-system
+// uid or run the service as another user.
 package tests
 
 import (

@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -196,12 +195,6 @@ func testServiceProcessCancelled(t *testing.T, bin string) {
 			}
 		})
 	}
-}
-
-// alive reports whether pid names a process (a zombie included: a child
-// the bench did not reap is a fault too).
-func alive(pid int) bool {
-	return syscall.Kill(pid, 0) == nil
 }
 
 // TestParseMetrics reads the text format as /metrics serves it.

@@ -21,7 +21,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -29,7 +28,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -190,12 +188,6 @@ func removeOrphans(ctx context.Context) {
 			_ = os.RemoveAll(dir)
 		}
 	}
-}
-
-// alive reports whether a process with that pid exists.
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 func required() bool { return os.Getenv(EnvRequire) == "1" }
