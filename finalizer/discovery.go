@@ -157,6 +157,9 @@ func (r *Registry) Discovered(run listener.Run) {
 	if r.closed {
 		return
 	}
+	// named: the run was seen without a name so far, and this event
+	// carries it (joinEarly).
+	named := false
 	if es := r.runs[run.RunID]; len(es) > 0 {
 		for _, e := range es {
 			e.box.Offer(run.Event)
@@ -177,6 +180,7 @@ func (r *Registry) Discovered(run listener.Run) {
 			// Tracked without a name so far: its name decides the other
 			// rules.
 			r.awaitName.del(run.RunID)
+			named = true
 		case await && (run.Kind == progress.KindProgress || run.Kind == progress.KindStarted):
 			// These carry the name: the query has none. Its events
 			// need no more reading by discovery.
@@ -186,15 +190,22 @@ func (r *Registry) Discovered(run listener.Run) {
 			return
 		}
 	} else if p := r.pending[run.RunID]; p != nil {
+		nameless := p.run.Name == ""
 		p.merge(run)
+		if nameless && p.run.Name != "" {
+			r.joinEarly(p.run)
+		}
 		return
 	} else if x, ok := r.expired.get(run.RunID); ok && !x.speaksAgain(run) {
 		// A rescan of the stream re-read the events the run had sent
 		// before its trackers expired: not the run speaking again.
 		return
 	}
-	if _, ok := r.undecided.get(run.RunID); ok && run.Name == "" {
-		return
+	if _, ok := r.undecided.get(run.RunID); ok {
+		if run.Name == "" {
+			return
+		}
+		named = true
 	}
 	if len(r.pending) >= r.maxPending {
 		r.cfg.Metrics.Refused.WithLabelValues(RefusedBusy).Inc()
@@ -212,6 +223,9 @@ func (r *Registry) Discovered(run listener.Run) {
 	r.pending[run.RunID] = p
 	r.queue = append(r.queue, run.RunID)
 	r.taken = true
+	if named {
+		r.joinEarly(p.run)
+	}
 	select {
 	case r.queued <- struct{}{}:
 	default:
@@ -228,10 +242,22 @@ func (r *Registry) Discovered(run listener.Run) {
 // (Recover joins the feeders of a shared table before it starts any run,
 // but discovery's starts came before). Holds do not nest; release is
 // safe to call twice.
+//
+// A run seen without a name so far (listed so, or undecided, or tracked
+// by the rules that match its id) whose name comes in a live event under
+// the hold is joined at once to the feeders of the tables its name's rules
+// map it to (joinEarly), while its start waits for the release:
+// sharedTableRuns could not count it (no name, no table), and the trackers
+// Recover started step on their live events, so the hold would have kept
+// it out of a table it feeds for the rest of the recovery.
 func (r *Registry) HoldDiscovery() (release func()) {
 	held := make(chan struct{})
 	r.mu.Lock()
 	r.discoHeld = held
+	if !r.closed {
+		r.wg.Add(1)
+		go r.earlyJoinLoop(held)
+	}
 	r.mu.Unlock()
 	var once sync.Once
 	return func() {
@@ -243,6 +269,65 @@ func (r *Registry) HoldDiscovery() (release func()) {
 			r.mu.Unlock()
 			close(held)
 		})
+	}
+}
+
+// joinEarly queues the feeder joins of run's tables by its rules (run
+// has just got its name) for earlyJoinLoop while discovery is held. A
+// run tracked again after its expiry goes back to its old tables, joined
+// before. r.mu held.
+func (r *Registry) joinEarly(run listener.Run) {
+	if r.discoHeld == nil || run.Name == "" || len(run.Name) > MaxQueryNameLen {
+		return
+	}
+	if _, ok := r.expired.get(run.RunID); ok {
+		return
+	}
+	for _, rule := range r.cfg.Rules {
+		table, ok := rule.Match(run.QueryID, run.Name)
+		if !ok || control.CheckTableName(table) != nil {
+			continue
+		}
+		r.earlyJoins = append(r.earlyJoins, control.FeederJoin{Table: table, Query: run.QueryID, Name: run.Name})
+	}
+	select {
+	case r.earlyKick <- struct{}{}:
+	default:
+	}
+}
+
+// earlyJoinLoop applies the joins joinEarly queues until the hold held is
+// released (then it applies those left and returns) or the registry
+// closes. A join that fails is left to the run's start, which joins again.
+func (r *Registry) earlyJoinLoop(held chan struct{}) {
+	defer r.wg.Done()
+	fj, ok := r.cfg.Store.(FeederJoiner)
+	for {
+		var done bool
+		select {
+		case <-r.earlyKick:
+		case <-held:
+			done = true
+		case <-r.stop:
+			return
+		}
+		r.mu.Lock()
+		joins := r.earlyJoins
+		r.earlyJoins = nil
+		r.mu.Unlock()
+		for _, j := range joins {
+			if !ok {
+				break
+			}
+			req := Request{QueryID: j.Query, Table: j.Table, QueryName: j.Name}
+			if _, err := r.joinFeeder(r.ctx, fj, req); err != nil {
+				r.log.Debug("could not join the feeder of a run named during the recovery; its start joins it",
+					zap.String("table", j.Table), zap.String("query_id", j.Query), zap.Error(err))
+			}
+		}
+		if done {
+			return
+		}
 	}
 }
 

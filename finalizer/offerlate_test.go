@@ -201,3 +201,47 @@ func TestHoldDiscoveryLetsRecoverJoinFirst(t *testing.T) {
 		}
 	}
 }
+
+// A run a restart lists without a name (its retained events carry none)
+// maps to no table, so sharedTableRuns cannot count it as a feeder of a
+// shared table, and Recover starts the table's other feeders, whose
+// trackers step on their live events. When its name comes in a live event
+// while the recovery runs, discovery's hold kept its decision, and its
+// feeder join, until the release: for the rest of the recovery the other
+// feeders moved the table without it. Its tables are joined at once; its
+// start still waits for the release.
+func TestRunNamedDuringRecoveryJoinsAtOnce(t *testing.T) {
+	q := func(i int) string { return fmt.Sprintf("aaaaaaaa-0000-4000-8000-%012d", i) }
+	r := func(i int) string { return fmt.Sprintf("bbbbbbbb-0000-4000-8000-%012d", i) }
+	store := &joinGateStore{fakeStore: newFakeStore()}
+	reg := newSharedTableRegistry(t, finalizer.RegistryConfig{Bus: logBus{newFakeBus(), store}, Store: store})
+	release := reg.HoldDiscovery()
+	defer release()
+	runs := []listener.Run{
+		{QueryID: q(0), RunID: r(0), Name: "region-us", Kind: progress.KindProgress},
+		{QueryID: q(1), RunID: r(1), Kind: progress.KindIdle}, // no name in the stream
+	}
+	if err := reg.Recover(context.Background(), nil, runs); err != nil {
+		t.Fatal(err)
+	}
+	if log := store.events(); slices.Contains(log, "join "+q(1)) {
+		t.Fatalf("the nameless run joined before its name came: %v", log)
+	}
+	// Its name, live, while the recovery still holds discovery.
+	reg.Discovered(listener.Run{QueryID: q(1), RunID: r(1), Name: "region-eu", Kind: progress.KindProgress,
+		Event: &progress.Event{Kind: progress.KindProgress, QueryID: q(1), RunID: r(1)}})
+	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(store.events(), "join "+q(1)); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run named during the recovery did not join its table before the release: %v", store.events())
+		}
+	}
+	if slices.Contains(store.events(), "subscribe "+q(1)) {
+		t.Fatalf("the run named during the recovery started under the hold: %v", store.events())
+	}
+	release()
+	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(store.events(), "subscribe "+q(1)); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run named during the recovery was not started after the release: %v", store.events())
+		}
+	}
+}

@@ -315,6 +315,10 @@ type Registry struct {
 	// discoHeld, not nil while a restart's recovery holds discovery's
 	// decisions (HoldDiscovery), is closed at the release.
 	discoHeld chan struct{}
+	// earlyJoins are the feeder joins of runs named under the hold, for
+	// earlyJoinLoop (joinEarly); earlyKick wakes it.
+	earlyJoins []control.FeederJoin
+	earlyKick  chan struct{}
 
 	refuseLog *lograte.Limiter
 	// sampler rate-limits the lines every run logs in the normal course
@@ -362,20 +366,21 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Registry{
-		every:    every,
-		cfg:      cfg,
-		log:      cfg.Logger,
-		ctx:      ctx,
-		cancel:   cancel,
-		queued:   make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		trackers: make(map[trackKey]*entry),
-		runs:     make(map[string][]*entry),
-		queries:  make(map[string][]*entry),
-		starting: make(map[string]int),
-		finished: newMemo[JoinResult](cfg.Remember),
-		ignored:  newMemo[JoinResult](cfg.Remember),
-		expired:  newMemo[expiredRun](cfg.Remember),
+		every:     every,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		ctx:       ctx,
+		cancel:    cancel,
+		queued:    make(chan struct{}, 1),
+		earlyKick: make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		trackers:  make(map[trackKey]*entry),
+		runs:      make(map[string][]*entry),
+		queries:   make(map[string][]*entry),
+		starting:  make(map[string]int),
+		finished:  newMemo[JoinResult](cfg.Remember),
+		ignored:   newMemo[JoinResult](cfg.Remember),
+		expired:   newMemo[expiredRun](cfg.Remember),
 
 		undecided:   newMemo[JoinResult](cfg.Remember),
 		awaitName:   newMemo[JoinResult](cfg.Remember),
