@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -240,6 +241,23 @@ func (e *entry) catchUp(ctx context.Context) (bool, error) {
 
 func (e *entry) exited() { e.r.reap(e) }
 
+func (e *entry) joinPending() bool { return e.r.joinPending(e.req.Table) }
+
+// joinPending reports whether a start into table waits for its busy
+// feeder join (joinLater). A tracker of the table advances only once it
+// joined: after the lock goes, the table's other feeders' retries would
+// otherwise race the join's, and the table could move on their word past
+// data the new feeder was writing since its start. Lock-free while no
+// start waits (the common case: every advance asks).
+func (r *Registry) joinPending(table string) bool {
+	if r.waitingJoins.Load() == 0 {
+		return false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.joining[table] != nil
+}
+
 func (e *entry) notifier(t *Tracker) *listener.Notifier {
 	e.nt = (*trackerNotify)(t)
 	return &e.nt
@@ -296,9 +314,12 @@ type Registry struct {
 	// closed when that start ended. A later start into the table waits
 	// behind it (launch), so that the runs of one table join in the order
 	// they were started, and none is tracked before an earlier one joined.
-	joining    map[string]chan struct{}
-	queue      []string // pending runs in arrival order
-	maxPending int
+	joining map[string]chan struct{}
+	// waitingJoins counts the tables of joining, read without r.mu by
+	// joinPending.
+	waitingJoins atomic.Int32
+	queue        []string // pending runs in arrival order
+	maxPending   int
 	// rescan asks discovery to offer the runs the stream retains once
 	// more (SetRescan); nil without one. missed says that a discovered
 	// run was dropped (too many waiting, its start failed): once the
@@ -537,6 +558,9 @@ func (r *Registry) joinLater(e *entry, busy bool) error {
 		return r.finish(e, ErrClosed)
 	}
 	prev := r.joining[table]
+	if prev == nil {
+		r.waitingJoins.Add(1)
+	}
 	r.joining[table] = done
 	r.wg.Add(1)
 	r.mu.Unlock()
@@ -546,6 +570,7 @@ func (r *Registry) joinLater(e *entry, busy bool) error {
 			r.mu.Lock()
 			if r.joining[table] == done {
 				delete(r.joining, table)
+				r.waitingJoins.Add(-1)
 			}
 			r.mu.Unlock()
 			close(done)

@@ -300,7 +300,15 @@ type runHost interface {
 	// listener.Notifier, set to it, so that the mailbox points at it
 	// without an allocation; nil when the host keeps none.
 	notifier(t *Tracker) *listener.Notifier
+	// joinPending reports whether a start into the tracker's table waits
+	// for its feeder join (another session holds the table locked): the
+	// table must not move before that feeder holds it.
+	joinPending() bool
 }
+
+// errJoinPending fails an advance while another query's start into the
+// table waits for its feeder join; the tracker retries it.
+var errJoinPending = errors.New("a new feeder of the table waits to join it (another session holds the table locked in the control database); the table does not move before it joined")
 
 // notifier returns the host's listener.Notifier of t, or nil.
 func (t *Tracker) notifier() *listener.Notifier {
@@ -332,6 +340,8 @@ func (h *funcHost) catchUp(ctx context.Context) (bool, error) {
 func (h *funcHost) exited() {}
 
 func (h *funcHost) notifier(*Tracker) *listener.Notifier { return nil }
+
+func (h *funcHost) joinPending() bool { return false }
 
 // Notify schedules the tracker, or only stamps its status
 // (listener.Notifier, see begin and notified).
@@ -790,9 +800,15 @@ func (t *Tracker) retry(ctx context.Context) bool {
 	if t.retryStop != nil {
 		return true // armed by an earlier step; this one came early
 	}
-	if t.retries < t.cfg.Retries {
-		d := t.cfg.RetryDelay << t.retries
-		t.retries++
+	// An advance held for a new feeder's join (errJoinPending) is
+	// retried until it joined, at the last delay once the retries are
+	// used: the lock may be held for hours, and the run's next event may
+	// be as far.
+	if pending := errors.Is(t.stepErr, errJoinPending); t.retries < t.cfg.Retries || pending {
+		d := t.cfg.RetryDelay << min(t.retries, max(t.cfg.Retries-1, 0))
+		if t.retries < t.cfg.Retries {
+			t.retries++
+		}
 		t.cfg.Metrics.Retries.Inc()
 		if t.stepErr != nil {
 			t.log.Debug("advance failed; retrying", zap.Error(t.stepErr), zap.Duration("in", d))
@@ -966,6 +982,12 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 		like = &control.Advance{QueryID: t.cfg.QueryID, RunID: t.cfg.RunID}
 	}
 	adv = adv.DetachedLike(like)
+	if t.cfg.host != nil && t.cfg.host.joinPending() {
+		// Checked before the advance is sent, after the candidate: an
+		// advance sent before the wait began is one made before the
+		// new feeder was known, as without a lock.
+		return t.wrote(ctx, adv, cand, ev, control.Verdict{}, false, errJoinPending)
+	}
 	if t.mayPark {
 		if as, ok := t.cfg.Store.(asyncStore); ok {
 			// Nothing waits for a group and a slot is free: this step

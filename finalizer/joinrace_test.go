@@ -1,0 +1,123 @@
+package finalizer_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// lockedJoinStore is a fakeStore whose joins of query busy fail with
+// control.ErrBusy (another session holds the table locked, and the other
+// feeders' joins are known ones, read without the lock) until unlock;
+// it logs the joins that succeed and every advance, in order.
+type lockedJoinStore struct {
+	*fakeStore
+	busy   string
+	mu     sync.Mutex
+	locked bool
+	log    []string
+}
+
+func (s *lockedJoinStore) JoinFeeder(_ context.Context, _, query, _ string) (control.Joined, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if query == s.busy && s.locked {
+		return control.Joined{}, control.ErrBusy
+	}
+	s.log = append(s.log, "join "+query)
+	return control.Joined{Added: true}, nil
+}
+
+func (s *lockedJoinStore) Advance(ctx context.Context, a control.Advance) (control.Verdict, bool, error) {
+	s.mu.Lock()
+	s.log = append(s.log, "advance "+a.QueryID)
+	s.mu.Unlock()
+	return s.fakeStore.Advance(ctx, a)
+}
+
+func (s *lockedJoinStore) unlock() {
+	s.mu.Lock()
+	s.locked = false
+	s.mu.Unlock()
+}
+
+func (s *lockedJoinStore) events() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.log...)
+}
+
+// The locked-table join race: a new query's run starts into a table
+// another session holds locked, so its feeder join waits (joinBusy);
+// the table's known feeder is tracked and keeps reporting. Its advances
+// must wait for the join: after the lock goes, its retries would race the
+// join's, and the table would move on its word past data the new query
+// was writing since its start. And a start of another query into the
+// table while the join waits (the busy-join start order) waits behind it.
+func TestAdvancesWaitForABusyJoinOfTheirTable(t *testing.T) {
+	const (
+		queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
+		queryC = "0c0c0c0c-bc9c-4be8-97a9-b135d2943028"
+		runC   = "0c0c0c0c-2222-4333-8444-555555555555"
+	)
+	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, locked: true}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.NewNop(),
+		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
+		MaxBatch: -1,
+		Rules: []finalizer.Rule{
+			{Table: "t", Query: "live", Spec: hourSpec(t)},
+			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
+			{Table: "t", Query: "late", Spec: hourSpec(t)},
+		}})
+	defer func() {
+		store.unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := reg.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	live := func(commitTS string) listener.Run {
+		ev := cdcProgress(runA, commitTS)
+		ev.Name = "live"
+		return listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev}
+	}
+	reg.Discovered(live("2026-09-28T10:05:00"))
+	eventually(t, "the known feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
+	started := func(q, r, name string) {
+		reg.Discovered(listener.Run{QueryID: q, RunID: r, Name: name, Kind: progress.KindStarted,
+			Event: &progress.Event{Kind: progress.KindStarted, QueryID: q, RunID: r, Name: name, BatchID: -1,
+				Timestamp: utc("2026-09-28T11:00:00Z")}})
+	}
+	started(queryB, runB, "backfill")
+	eventually(t, "the new query's start waits for its join", func() bool {
+		return slices.ContainsFunc(reg.Status(), func(s finalizer.TrackerStatus) bool { return s.RunID == runA }) &&
+			!slices.Contains(store.events(), "join "+queryB)
+	})
+	time.Sleep(50 * time.Millisecond) // the busy join tried, the run waiting
+	started(queryC, runC, "late")
+	n := len(store.events())
+	reg.Discovered(live("2026-09-28T13:05:00"))
+	time.Sleep(300 * time.Millisecond) // the known feeder's tries and retries
+	if got := store.events()[n:]; len(got) != 0 {
+		t.Fatalf("while the new query's join waits for the lock: %v; want no advance of the table and no other start", got)
+	}
+	store.unlock()
+	eventually(t, "the new query joined and the known feeder advanced", func() bool {
+		ev := store.events()
+		return slices.Contains(ev, "join "+queryB) && slices.Contains(ev[n:], "advance "+queryA) && slices.Contains(ev, "join "+queryC)
+	})
+	got := store.events()[n:]
+	if got[0] != "join "+queryB || slices.Index(got, "join "+queryC) < 1 {
+		t.Fatalf("after the lock: %v; want the waiting query's join first, then the later start's, and the table's advance after it", got)
+	}
+}
