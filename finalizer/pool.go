@@ -133,3 +133,42 @@ func (p *pool) wait() {
 	p.mu.Unlock()
 	p.wg.Wait()
 }
+
+// fanOut runs fn on every value fed to it on up to max goroutines,
+// started as values come (no more than there are values), each taking the
+// next value when done: a restart's starts and feeder joins (Recover,
+// prejoin), where a goroutine per value (100,000 at a restart) grew each
+// one's stack anew to the depth of a start (issue 12, sixth pass). feed
+// blocks until a goroutine takes the value; wait, called once after the
+// last feed, returns when every value is done. Feed and wait are called
+// from one goroutine.
+type fanOut[T any] struct {
+	max     int
+	fn      func(T)
+	next    chan T
+	started int
+	wg      sync.WaitGroup
+}
+
+func newFanOut[T any](max int, fn func(T)) *fanOut[T] {
+	return &fanOut[T]{max: max, fn: fn, next: make(chan T)}
+}
+
+func (f *fanOut[T]) feed(v T) {
+	if f.started < f.max {
+		f.started++
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			for v := range f.next {
+				f.fn(v)
+			}
+		}()
+	}
+	f.next <- v
+}
+
+func (f *fanOut[T]) wait() {
+	close(f.next)
+	f.wg.Wait()
+}

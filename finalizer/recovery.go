@@ -45,7 +45,6 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 	var (
 		mu    sync.Mutex
 		first error
-		wg    sync.WaitGroup
 	)
 	note := func(err error) {
 		mu.Lock()
@@ -54,38 +53,23 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 		}
 		mu.Unlock()
 	}
-	// Up to RecoverParallelism starts at once, on as many workers as
-	// there are starts to make, each taking the next start when done: a
-	// goroutine per run (100,000 at a restart) grew each one's stack
-	// anew to the depth of a start (join, subscribe), 2% of a restart's
-	// CPU at 100,000 runs (issue 12, sixth pass). Both kinds of start
-	// are fed in the same order as before, explicit tracks first.
+	// Up to RecoverParallelism starts at once (fanOut). Both kinds of
+	// start are fed in the same order as before, explicit tracks first.
 	type start struct {
 		req   Request // an explicit track, when run is nil
 		run   *listener.Run
 		track bool
 	}
-	starts := make(chan start)
-	workers := 0
-	feed := func(s start) {
-		if workers < r.cfg.RecoverParallelism {
-			workers++
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for s := range starts {
-					if s.track {
-						if _, err := r.Track(ctx, s.req); err != nil {
-							note(err)
-						}
-						continue
-					}
-					r.consider(ctx, s.run.RunID, nil)
-				}
-			}()
+	starts := newFanOut(r.cfg.RecoverParallelism, func(s start) {
+		if s.track {
+			if _, err := r.Track(ctx, s.req); err != nil {
+				note(err)
+			}
+			return
 		}
-		starts <- s
-	}
+		r.consider(ctx, s.run.RunID, nil)
+	})
+	feed := starts.feed
 	for _, t := range tracks {
 		if !t.DoneAt.IsZero() {
 			continue
@@ -108,8 +92,7 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 		}
 		feed(start{run: &runs[i]})
 	}
-	close(starts)
-	wg.Wait()
+	starts.wait()
 	if first != nil {
 		r.log.Error("some runs could not be recovered", zap.Error(first))
 	}
@@ -226,27 +209,18 @@ func (r *Registry) prejoin(ctx context.Context, joins []control.FeederJoin) {
 	if !ok || len(joins) == 0 {
 		return
 	}
-	next := make(chan control.FeederJoin)
-	var wg sync.WaitGroup
-	for range min(len(joins), r.cfg.RecoverParallelism) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range next {
-				req := Request{QueryID: j.Query, Table: j.Table, QueryName: j.Name}
-				if _, err := r.joinFeeder(ctx, fj, req); err != nil {
-					r.log.Debug("could not join a feeder of a shared table before the recovery's starts; its run's start joins it",
-						zap.String("table", j.Table), zap.String("query_id", j.Query), zap.Error(err))
-				}
-			}
-		}()
-	}
+	next := newFanOut(r.cfg.RecoverParallelism, func(j control.FeederJoin) {
+		req := Request{QueryID: j.Query, Table: j.Table, QueryName: j.Name}
+		if _, err := r.joinFeeder(ctx, fj, req); err != nil {
+			r.log.Debug("could not join a feeder of a shared table before the recovery's starts; its run's start joins it",
+				zap.String("table", j.Table), zap.String("query_id", j.Query), zap.Error(err))
+		}
+	})
 	for _, j := range joins {
 		if control.CheckTableName(j.Table) != nil || len(j.Name) > MaxQueryNameLen {
 			continue
 		}
-		next <- j
+		next.feed(j)
 	}
-	close(next)
-	wg.Wait()
+	next.wait()
 }
