@@ -28,29 +28,53 @@ func (r *Registry) janitorLoop() {
 // the trackers it saw: one that replaced an expired tracker since (the same
 // run and table tracked anew) is not touched, and a tracker still starting
 // is left for the next sweep.
+//
+// It reads of each tracker only when it last heard its run and whether it
+// is done (Tracker.activity), and the full status of the expired ones
+// alone, which it stops in the order of their table and run: with 100,000
+// runs, a status per tracker (its spec formatted, its guards copied) and
+// a sort of them all cost 0.4 s of CPU and tens of MB of garbage every
+// sweep, for a count ("The latency tail (seventh pass)").
 func (r *Registry) sweep() {
 	stale := 0
 	now := r.cfg.Clock.Now()
-	for _, x := range r.snapshot() {
-		if x.status.Done {
+	var expired []seenTracker
+	for _, e := range r.started() {
+		last, done := e.t.activity()
+		if done {
 			continue
 		}
-		silent := now.Sub(x.status.LastEvent)
+		silent := now.Sub(last)
 		if silent > r.cfg.StaleAfter {
 			stale++
 		}
 		if r.cfg.ExpireAfter > 0 && silent > r.cfg.ExpireAfter {
-			s := x.status
-			r.log.Warn("run silent for too long; stopping its tracker (a driver that died without a termination?)",
-				zap.String("table", s.Table), zap.String("query_id", s.QueryID), zap.String("run_id", s.RunID),
-				zap.Duration("silent", silent))
-			r.mu.Lock()
-			if x.e.stopReason == "" {
-				x.e.expired = true
-			}
-			r.mu.Unlock()
-			r.stopEntry(x.e, fmt.Sprintf("expired: the run sent no event for %s", silent.Round(time.Second)), true)
+			expired = append(expired, r.seen(e, now))
 		}
 	}
+	sortSeen(expired)
+	for _, x := range expired {
+		r.expire(x, now)
+	}
 	r.cfg.Metrics.StaleRuns.Set(float64(stale))
+}
+
+// expire stops x's tracker, silent for longer than ExpireAfter, unless
+// its status says otherwise (an event, or its end, came since sweep read
+// its activity).
+func (r *Registry) expire(x seenTracker, now time.Time) {
+	s := x.status
+	silent := now.Sub(s.LastEvent)
+	if s.Done || silent <= r.cfg.ExpireAfter {
+		return
+	}
+	r.log.Warn("run silent for too long; stopping its tracker (a driver that died without a termination?)",
+		zap.String("table", s.Table), zap.String("query_id", s.QueryID), zap.String("run_id", s.RunID),
+		zap.Duration("silent", silent))
+	r.mu.Lock()
+	if x.e.stopReason == "" {
+		x.e.expired = true
+	}
+	r.mu.Unlock()
+	r.stopEntry(x.e, fmt.Sprintf("expired: the run sent no event for %s", silent.Round(time.Second)), true)
 }

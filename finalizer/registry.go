@@ -1125,25 +1125,44 @@ type seenTracker struct {
 // "The latency tail").
 func (r *Registry) snapshot() []seenTracker {
 	now := r.cfg.Clock.Now()
+	all := r.started()
+	out := make([]seenTracker, 0, len(all))
+	for _, e := range all {
+		out = append(out, r.seen(e, now))
+	}
+	sortSeen(out)
+	return out
+}
+
+// started returns every tracker that has started (a copy of pointers
+// taken under r.mu; see snapshot). Trackers still starting, and those
+// whose start failed, are left out.
+func (r *Registry) started() []*entry {
 	r.mu.RLock()
 	all := make([]*entry, 0, len(r.trackers))
 	for _, e := range r.trackers {
 		all = append(all, e)
 	}
 	r.mu.RUnlock()
-	out := make([]seenTracker, 0, len(all))
+	out := all[:0]
 	for _, e := range all {
-		if !e.ready.closed() { // else e.t is set, or nil when the start failed
-			continue
+		if e.ready.closed() && e.t != nil { // e.t is set before e.ready is closed, nil when the start failed
+			out = append(out, e)
 		}
-		if e.t == nil {
-			continue
-		}
-		s := e.t.Status()
-		s.Explicit = e.req.Explicit
-		s.Stale = !s.Done && now.Sub(s.LastEvent) > r.cfg.StaleAfter
-		out = append(out, seenTracker{e: e, status: s})
 	}
+	return out
+}
+
+// seen reads the status of e, a started tracker, at now.
+func (r *Registry) seen(e *entry, now time.Time) seenTracker {
+	s := e.t.Status()
+	s.Explicit = e.req.Explicit
+	s.Stale = !s.Done && now.Sub(s.LastEvent) > r.cfg.StaleAfter
+	return seenTracker{e: e, status: s}
+}
+
+// sortSeen sorts trackers by table, then run.
+func sortSeen(out []seenTracker) {
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i].status, out[j].status
 		if a.Table != b.Table {
@@ -1151,7 +1170,6 @@ func (r *Registry) snapshot() []seenTracker {
 		}
 		return a.RunID < b.RunID
 	})
-	return out
 }
 
 // Close stops intake, asks every tracker to apply what is pending and

@@ -588,6 +588,15 @@ func (t *Tracker) Failures() (int, error) {
 	return t.failures, t.lastErr
 }
 
+// activity returns when the tracker last heard its run and whether it is
+// done: what the janitor reads of every tracker, without the copy of its
+// whole status.
+func (t *Tracker) activity() (lastEvent time.Time, done bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastEvent, t.done.closed()
+}
+
 // Status returns a snapshot of the tracker.
 func (t *Tracker) Status() TrackerStatus {
 	t.mu.Lock()
