@@ -99,6 +99,9 @@ type committer struct {
 	n        int // most groups in flight at once
 	timeout  time.Duration
 	ctx      context.Context // bounds every statement; canceled at shutdown
+	// surge, when set, is called (never blocking) each time the queue
+	// fills to maxBatch waiting advances: a burst (Config.Surge).
+	surge func()
 
 	mu   sync.Mutex
 	cond *sync.Cond // signalled when an advance is queued, a slot frees or closed is set
@@ -188,8 +191,12 @@ func (c *committer) advanceAsync(ctx context.Context, a control.Advance, done fu
 		c.queue, c.head = c.queue[:n], 0
 	}
 	c.queue = append(c.queue, p) // never grows it: growQueue made room
+	full := len(c.queue)-c.head == c.maxBatch
 	c.mu.Unlock()
 	c.cond.Signal()
+	if full && c.surge != nil {
+		c.surge()
+	}
 }
 
 // growQueue makes room in c.queue for one more advance (unless the

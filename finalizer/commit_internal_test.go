@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,6 +340,47 @@ func TestCommitterQueueGrowsWithoutLosingAdvances(t *testing.T) {
 	for i, table := range last {
 		if want := fmt.Sprintf("z%03d", i); table != want {
 			t.Fatalf("advance %d of the last 500 sent is %s, want %s", i, table, want)
+		}
+	}
+}
+
+// TestCommitterSignalsASurge (ADR 0022, addendum 10): the group commit
+// calls its surge hook each time its queue fills to maxBatch waiting
+// advances (a burst), and not for a queue below it; every advance still
+// gets its result.
+func TestCommitterSignalsASurge(t *testing.T) {
+	store := newGatedBatchStore()
+	store.gate = make(chan struct{})
+	c := newCommitter(context.Background(), store, NewMetrics(nil, nil), 10, 1, time.Minute)
+	defer c.close()
+	var surges atomic.Int64
+	c.surge = func() { surges.Add(1) }
+
+	done := make(chan error, 26)
+	advance := func(table string) {
+		_, _, err := c.Advance(context.Background(), control.Advance{Table: table, FinalizedUntil: hour(1)})
+		done <- err
+	}
+	go advance("first")
+	<-store.entered // in flight, alone: the rest queue
+	for i := range 9 {
+		go advance(fmt.Sprintf("t%02d", i))
+	}
+	waitFor(t, "9 advances queued", func() bool { return c.queued() == 9 })
+	if n := surges.Load(); n != 0 {
+		t.Fatalf("%d surges with 9 advances queued below a group of 10", n)
+	}
+	for i := 9; i < 25; i++ {
+		go advance(fmt.Sprintf("t%02d", i))
+	}
+	waitFor(t, "25 advances queued", func() bool { return c.queued() == 25 })
+	if n := surges.Load(); n != 1 {
+		t.Fatalf("%d surges with 25 advances queued in groups of 10: want 1 (the queue filled once)", n)
+	}
+	close(store.gate)
+	for range 26 {
+		if err := <-done; err != nil {
+			t.Error(err)
 		}
 	}
 }

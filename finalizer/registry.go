@@ -133,6 +133,12 @@ type RegistryConfig struct {
 	// Committers is how many group commits may be in flight at once; 0
 	// means DefaultCommitters.
 	Committers int
+	// Surge, when set, is called each time the group commit's queue fills
+	// to MaxBatch waiting advances (a burst: thousands of tables crossing
+	// a boundary at once), on the goroutine of the advance that filled it;
+	// it must not block. The service widens its memory limit's headroom
+	// for the burst (memlimit.Limiter.Surge; ADR 0022, addendum 10).
+	Surge func()
 	// Workers is the most tracker steps that run at once, on as many
 	// goroutines, started on demand (ADR 0022); 0 means DefaultWorkers.
 	Workers int
@@ -421,6 +427,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 			timeout = DefaultAdvanceTimeout
 		}
 		r.commit = newCommitter(ctx, bs, cfg.Metrics, cfg.MaxBatch, cfg.Committers, timeout)
+		r.commit.surge = cfg.Surge
 		r.store = r.commit
 	}
 	if cfg.MaxTrackBatch == 0 {

@@ -59,6 +59,22 @@ const (
 	// DefaultEvery is how often the limit is recomputed for the tracked
 	// runs; it is also recomputed after every collection.
 	DefaultEvery = time.Second
+	// DefaultSurgeHeadroom is the headroom while a surge lasts (Surge,
+	// Expect): a burst of crossings or a restart's recovery allocates
+	// several times what is live in seconds (about 12 KB per crossing,
+	// mostly the NATS server's and client's copies of each message), and
+	// with half the live heap as headroom the collector marks through most
+	// of it and the scavenger returns pages that are faulted in again a
+	// moment later (BENCHMARKS.md, "The burst (seventh pass)"; ADR 0022,
+	// addendum 10). The resting limit comes back step by step once the
+	// surge ends.
+	DefaultSurgeHeadroom = 2.0
+	// DefaultSurgeGCPercent is the collector's GOGC while a surge lasts,
+	// unless the GOGC environment variable is set: GOGC=100's own goal
+	// (twice what is live) would otherwise bind below the surge's limit.
+	DefaultSurgeGCPercent = 300
+	// DefaultSurgeHold is how long a surge lasts after its last signal.
+	DefaultSurgeHold = 2 * time.Second
 )
 
 // EnvGOMEMLIMIT is the Go runtime's own variable: when it is set the
@@ -75,6 +91,11 @@ type Options struct {
 	MinHeadroom int64
 	PerRun      int64
 	Every       time.Duration
+	// SurgeHeadroom (negative: no surge), SurgeGCPercent and SurgeHold:
+	// see the defaults and Surge.
+	SurgeHeadroom  float64
+	SurgeGCPercent int
+	SurgeHold      time.Duration
 	// Logger receives a line at the start and one per change at DEBUG.
 	Logger *zap.Logger
 	// Getenv reads GOMEMLIMIT; nil = os.Getenv.
@@ -98,6 +119,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Every <= 0 {
 		o.Every = DefaultEvery
+	}
+	if o.SurgeHeadroom == 0 || math.IsNaN(o.SurgeHeadroom) || math.IsInf(o.SurgeHeadroom, 0) {
+		o.SurgeHeadroom = DefaultSurgeHeadroom
+	}
+	if o.SurgeGCPercent <= 0 {
+		o.SurgeGCPercent = DefaultSurgeGCPercent
+	}
+	if o.SurgeHold <= 0 {
+		o.SurgeHold = DefaultSurgeHold
 	}
 	if o.Tracked == nil {
 		o.Tracked = func() int { return 0 }
@@ -123,15 +153,34 @@ type Sample struct {
 	Other uint64
 	// Tracked is the number of tracked runs.
 	Tracked int
+	// Surge: a burst or a recovery is under way (Limiter.Surge).
+	Surge bool
+}
+
+// surges reports whether a surge changes anything for s: the live heap
+// (at least PerRun per tracked run) large enough that its resting
+// headroom is above MinHeadroom. Below it (under about 30,000 runs) the
+// floor already lets the heap grow by as much as it holds or more, a
+// collection marks little, and a surge measured no gain: at 10,000 runs
+// the heap grown into fresh pages cost the burst's copies their page
+// faults (BENCHMARKS.md, "The burst (seventh pass)").
+func (o Options) surges(s Sample) bool {
+	o = o.withDefaults()
+	live := max(float64(s.Live), float64(s.Tracked)*float64(o.PerRun))
+	return o.SurgeHeadroom > 0 && live*o.Headroom >= float64(o.MinHeadroom)
 }
 
 // Limit is the limit for s: the live heap (at least PerRun per tracked
-// run) plus its headroom (Headroom of it, at least MinHeadroom) plus
-// Other, and never below Floor.
+// run) plus its headroom (Headroom of it, SurgeHeadroom during a surge
+// when larger, at least MinHeadroom) plus Other, and never below Floor.
 func (o Options) Limit(s Sample) int64 {
 	o = o.withDefaults()
 	live := max(float64(s.Live), float64(s.Tracked)*float64(o.PerRun))
-	grow := max(live*o.Headroom, float64(o.MinHeadroom))
+	headroom := o.Headroom
+	if s.Surge {
+		headroom = max(headroom, o.SurgeHeadroom)
+	}
+	grow := max(live*headroom, float64(o.MinHeadroom))
 	want := live + grow + float64(s.Other)
 	if want >= math.MaxInt64/2 {
 		return math.MaxInt64
@@ -148,11 +197,21 @@ type Limiter struct {
 	done    chan struct{}
 	gcDone  chan struct{} // a collection ended (see armGC)
 	stopped atomic.Bool
-	expect  atomic.Int64 // runs about to be tracked (Expect)
-	once    sync.Once
-	mu      sync.Mutex
-	limit   int64
-	samples []metrics.Sample
+	expect  atomic.Int64  // runs about to be tracked (Expect)
+	surgeCh chan struct{} // Surge's signals to loop; capacity 1
+	// surgeUntil is when the surge ends (unix nanoseconds; 0: none),
+	// surging whether its GOGC and limit are in force; both loop's.
+	surgeUntil int64
+	surging    atomic.Bool
+	gcPercent  int  // the GOGC a surge replaced; loop's
+	gcSet      bool // the surge set GOGC (the environment's left alone)
+	once       sync.Once
+	mu         sync.Mutex
+	limit      int64
+	// sampleMu guards samples: update runs on loop and on Expect's
+	// caller.
+	sampleMu sync.Mutex
+	samples  []metrics.Sample
 }
 
 var (
@@ -176,7 +235,8 @@ func Start(o Options) *Limiter {
 		o.Logger.Debug("memory limit: another limiter of this process sets it")
 		return nil
 	}
-	l := &Limiter{o: o, stop: make(chan struct{}), done: make(chan struct{}), gcDone: make(chan struct{}, 1), prev: debug.SetMemoryLimit(-1),
+	l := &Limiter{o: o, stop: make(chan struct{}), done: make(chan struct{}), gcDone: make(chan struct{}, 1), surgeCh: make(chan struct{}, 1),
+		prev: debug.SetMemoryLimit(-1),
 		samples: []metrics.Sample{
 			{Name: "/gc/heap/live:bytes"},
 			{Name: "/memory/classes/total:bytes"},
@@ -243,7 +303,61 @@ func (l *Limiter) Expect(n int) {
 	l.expect.Store(int64(max(n, 0)))
 	if n > 0 {
 		l.update(false)
+		l.Surge()
 	}
+}
+
+// Surge tells the limiter that a burst is under way (the group commit's
+// queue is full: thousands of crossings at once) or, through Expect, a
+// recovery: until SurgeHold after the last call (or Expect(0)), the
+// limit's headroom is SurgeHeadroom and the collector's GOGC
+// SurgeGCPercent (unless GOGC is set in the environment), and the
+// resting ones come back step by step after it. It never blocks and
+// allocates nothing: the limiter's goroutine does the work. Safe on a
+// nil limiter.
+func (l *Limiter) Surge() {
+	if l == nil || l.o.SurgeHeadroom < 0 || l.stopped.Load() {
+		return
+	}
+	select {
+	case l.surgeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Surging reports whether a surge is in force (tests, logs).
+func (l *Limiter) Surging() bool { return l != nil && l.surging.Load() }
+
+// startSurge starts a surge, or extends it by SurgeHold. loop's.
+func (l *Limiter) startSurge() {
+	if l.surging.Load() {
+		l.surgeUntil = time.Now().Add(l.o.SurgeHold).UnixNano()
+		return
+	}
+	if !l.o.surges(l.sample()) {
+		return
+	}
+	l.surgeUntil = time.Now().Add(l.o.SurgeHold).UnixNano()
+	l.surging.Store(true)
+	l.gcSet = l.o.Getenv("GOGC") == ""
+	if l.gcSet {
+		l.gcPercent = debug.SetGCPercent(l.o.SurgeGCPercent)
+	}
+	l.update(false)
+	l.o.Logger.Debug("memory limit: surge", zap.Int64("limit_bytes", l.Limit()))
+}
+
+// endSurge ends the surge when its time is up and no recovery is
+// expected. loop's.
+func (l *Limiter) endSurge(force bool) {
+	if !l.surging.Load() || (!force && (l.expect.Load() > 0 || time.Now().UnixNano() < l.surgeUntil)) {
+		return
+	}
+	l.surging.Store(false)
+	if l.gcSet {
+		debug.SetGCPercent(l.gcPercent)
+	}
+	l.o.Logger.Debug("memory limit: surge over")
 }
 
 // Stop stops the limiter, waits for its goroutine and gives the process
@@ -267,6 +381,7 @@ func (l *Limiter) Stop() {
 
 func (l *Limiter) loop() {
 	defer close(l.done)
+	defer l.endSurge(true)
 	tick := time.NewTicker(l.o.Every)
 	defer tick.Stop()
 	for {
@@ -274,15 +389,20 @@ func (l *Limiter) loop() {
 		case <-l.stop:
 			return
 		case <-tick.C:
+			l.endSurge(false)
 			l.update(true)
 		case <-l.gcDone:
 			l.update(false)
+		case <-l.surgeCh:
+			l.startSurge()
 		}
 	}
 }
 
 // sample reads the runtime's figures.
 func (l *Limiter) sample() Sample {
+	l.sampleMu.Lock()
+	defer l.sampleMu.Unlock()
 	metrics.Read(l.samples)
 	v := func(i int) uint64 {
 		if l.samples[i].Value.Kind() != metrics.KindUint64 {
@@ -290,7 +410,7 @@ func (l *Limiter) sample() Sample {
 		}
 		return l.samples[i].Value.Uint64()
 	}
-	s := Sample{Live: v(0), Tracked: max(l.o.Tracked(), int(l.expect.Load()))}
+	s := Sample{Live: v(0), Tracked: max(l.o.Tracked(), int(l.expect.Load())), Surge: l.surging.Load()}
 	// What the limit counts (total less released), less the heap's
 	// objects and its free pages: the garbage among the objects and the
 	// free pages are what the limit lets the collector and the

@@ -223,3 +223,127 @@ func TestExpectRaisesTheLimitAtOnce(t *testing.T) {
 	var nilLimiter *Limiter
 	nilLimiter.Expect(runs)
 }
+
+// TestSurgeHeadroom (ADR 0022, addendum 10): during a surge the headroom
+// is SurgeHeadroom of the live heap, and a surge applies only where the
+// resting headroom is above MinHeadroom (a heap of 128 MiB or more with
+// the defaults).
+func TestSurgeHeadroom(t *testing.T) {
+	var o Options
+	if got, want := o.Limit(Sample{Live: 400 * mib, Other: 20 * mib, Surge: true}), int64(1220*mib); got != want {
+		t.Errorf("surge, 400 MiB live: limit %d MiB, want %d MiB", got/mib, want/mib)
+	}
+	if got, want := (Options{Headroom: 3}).Limit(Sample{Live: 400 * mib, Surge: true}), int64(1600*mib); got != want {
+		t.Errorf("surge under a larger resting headroom: limit %d MiB, want the resting one's %d MiB", got/mib, want/mib)
+	}
+	for _, c := range []struct {
+		s    Sample
+		want bool
+	}{
+		{Sample{Live: 60 * mib, Tracked: 10_000}, false},
+		{Sample{Live: 400 * mib, Tracked: 100_000}, true},
+		{Sample{Live: 10 * mib, Tracked: 100_000}, true}, // a recovery: the runs about to be tracked count
+	} {
+		if got := o.surges(c.s); got != c.want {
+			t.Errorf("surges(%+v) = %v, want %v", c.s, got, c.want)
+		}
+	}
+	if (Options{SurgeHeadroom: -1}).surges(Sample{Live: 1 << 30}) {
+		t.Error("a negative SurgeHeadroom surges")
+	}
+}
+
+// gcPercent reads the collector's GOGC (by setting it back).
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
+
+// TestSurgeRaisesTheLimitAndGOGCThenEnds: Surge widens the limit and sets
+// GOGC at once (on the limiter's goroutine); SurgeHold after the last
+// signal both come back, the limit step by step; Stop during a surge
+// gives GOGC back too.
+func TestSurgeRaisesTheLimitAndGOGCThenEnds(t *testing.T) {
+	before, gogc := debug.SetMemoryLimit(-1), gcPercent()
+	const runs = 200_000 // 800 MiB assumed live: the surge applies
+	l := Start(Options{Tracked: func() int { return runs }, Every: 5 * time.Millisecond, SurgeHold: 50 * time.Millisecond,
+		Getenv: func(string) string { return "" }})
+	if l == nil {
+		t.Fatal("Start returned nil without GOMEMLIMIT")
+	}
+	resting := l.Limit()
+	l.Surge()
+	waitUntil(t, "the surge", l.Surging)
+	if got := gcPercent(); got != DefaultSurgeGCPercent {
+		t.Errorf("GOGC %d during the surge, want %d", got, DefaultSurgeGCPercent)
+	}
+	if got, want := l.Limit(), int64(float64(runs*DefaultPerRun)*(1+DefaultSurgeHeadroom)); got < want {
+		t.Errorf("limit %d MiB during the surge, want at least %d MiB (resting %d MiB)", got/mib, want/mib, resting/mib)
+	}
+	waitUntil(t, "the surge's end", func() bool { return !l.Surging() })
+	if got := gcPercent(); got != gogc {
+		t.Errorf("GOGC %d after the surge, want %d back", got, gogc)
+	}
+	waitUntil(t, "the resting limit", func() bool { return l.Limit() <= resting+resting/50 })
+
+	l.Surge()
+	waitUntil(t, "a second surge", l.Surging)
+	l.Stop()
+	if got := gcPercent(); got != gogc {
+		t.Errorf("GOGC %d after Stop during a surge, want %d back", got, gogc)
+	}
+	if got := debug.SetMemoryLimit(-1); got != before {
+		t.Errorf("after Stop the limit is %d, want the previous %d", got, before)
+	}
+}
+
+// TestSurgeLeavesGOGCFromTheEnvironment and does nothing for a small
+// heap.
+func TestSurgeLeavesGOGCFromTheEnvironment(t *testing.T) {
+	gogc := gcPercent()
+	var tracked atomic.Int64
+	l := Start(Options{Tracked: func() int { return int(tracked.Load()) }, Every: 5 * time.Millisecond, SurgeHold: time.Hour,
+		Getenv: func(k string) string {
+			if k == "GOGC" {
+				return "150"
+			}
+			return ""
+		}})
+	if l == nil {
+		t.Fatal("Start returned nil without GOMEMLIMIT")
+	}
+	defer l.Stop()
+	if l.Surge(); waitBriefly(l.Surging) {
+		t.Fatal("a surge with nothing tracked: the floor's headroom is the larger")
+	}
+	tracked.Store(200_000)
+	l.Surge()
+	waitUntil(t, "the surge", l.Surging)
+	if got := gcPercent(); got != gogc {
+		t.Errorf("GOGC %d during a surge with GOGC set in the environment, want %d untouched", got, gogc)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitBriefly reports whether cond holds within 100 ms.
+func waitBriefly(cond func() bool) bool {
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
+}

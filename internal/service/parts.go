@@ -286,6 +286,11 @@ func (s *Service) startRegistry(context.Context) error {
 	rc := s.opts.Registry
 	rc.Bus, rc.Store, rc.Tracks = finalizer.ListenerBus{L: s.bus}, s.store, s.store
 	rc.Logger, rc.Metrics = s.log.Named("tracker"), s.metrics
+	// A burst widens the memory limit's headroom while it lasts (ADR
+	// 0022, addendum 10). s.limiter is set by limitMemory, the next
+	// start, before any tracker runs (discover and recover come after);
+	// Surge on a nil or stopped limiter does nothing.
+	rc.Surge = func() { s.limiter.Surge() }
 	if o := s.opts.Ownership; !o.Off {
 		// The trackers advance through the ownership gate: a table whose
 		// bucket another replica owns is held, not written (ADR 0020).
