@@ -255,7 +255,7 @@ func (c *committer) lead(ctx context.Context, a control.Advance) (control.Advanc
 	l := &ledAdvance{p: pendingAdvance{ctx: ctx, a: a}}
 	l.p.out = &l.res
 	batch := [1]*pendingAdvance{&l.p}
-	c.commit(batch[:])
+	c.commit(batch[:], nil)
 	c.sent(false)
 	return l.res, true
 }
@@ -366,21 +366,46 @@ func (c *committer) sent(alone bool) {
 func (c *committer) loop() {
 	defer c.wg.Done()
 	batch := make([]*pendingAdvance, 0, c.maxBatch)
+	var bufs groupBufs
 	for {
 		var ok, alone bool
 		if batch, ok, alone = c.take(batch); !ok {
 			return
 		}
-		c.commit(batch)
+		c.commit(batch, &bufs)
 		clear(batch)
 		c.sent(alone)
 	}
 }
 
-// commit applies one group and hands every advance its result.
-func (c *committer) commit(batch []*pendingAdvance) {
-	live := make([]*pendingAdvance, 0, len(batch))
-	as := make([]control.Advance, 0, len(batch))
+// groupBufs are a committer goroutine's slices of a group's live
+// advances and their copies for AdvanceBatch, kept from one group to the
+// next: made anew per group of 1,000 they were about 190 KB of large
+// allocations per statement, each taken from the heap's pages (faulted
+// in again after the scavenger returned them) rather than a size class's
+// span (BENCHMARKS.md, "The burst (seventh pass)"). They hold nothing
+// between groups.
+type groupBufs struct {
+	live []*pendingAdvance
+	as   []control.Advance
+}
+
+// commit applies one group and hands every advance its result. bufs,
+// when not nil, lends the group's slices (cleared before it returns:
+// AdvanceBatch keeps nothing of its argument).
+func (c *committer) commit(batch []*pendingAdvance, bufs *groupBufs) {
+	if bufs == nil {
+		bufs = &groupBufs{}
+	}
+	if cap(bufs.as) < len(batch) {
+		bufs.live, bufs.as = make([]*pendingAdvance, 0, len(batch)), make([]control.Advance, 0, len(batch))
+	}
+	live, as := bufs.live[:0], bufs.as[:0]
+	defer func() {
+		clear(live)
+		clear(as)
+		bufs.live, bufs.as = live[:0], as[:0]
+	}()
 	for _, p := range batch {
 		if err := p.ctx.Err(); err != nil {
 			p.finish(control.AdvanceResult{Err: fmt.Errorf("advance %s: %w", p.a.Table, err)}) // its caller has gone

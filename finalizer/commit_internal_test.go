@@ -384,3 +384,86 @@ func TestCommitterSignalsASurge(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitterGroupBuffersHoldNothing: a committer goroutine's group
+// slices (groupBufs), kept from one group to the next, hold no advance
+// once the group's results are handed out, and a second group reuses
+// them with its own results.
+func TestCommitterGroupBuffersHoldNothing(t *testing.T) {
+	store := newGatedBatchStore()
+	c := newCommitter(context.Background(), store, NewMetrics(nil, nil), 1000, 1, time.Minute)
+	defer c.close()
+	var bufs groupBufs
+	for round := range 2 {
+		var got []control.AdvanceResult
+		batch := make([]*pendingAdvance, 0, 3)
+		for i := range 3 - round {
+			batch = append(batch, &pendingAdvance{ctx: context.Background(),
+				a:    control.Advance{Table: fmt.Sprintf("r%dt%d", round, i), FinalizedUntil: hour(1 + round), Sources: []string{"s"}},
+				done: func(r control.AdvanceResult) { got = append(got, r) }})
+		}
+		c.commit(batch, &bufs)
+		for i, r := range got {
+			if r.Err != nil || r.Verdict.Table != fmt.Sprintf("r%dt%d", round, i) || !r.Verdict.FinalizedUntil.Equal(hour(1+round)) {
+				t.Errorf("round %d, advance %d: %+v", round, i, r)
+			}
+		}
+		if len(got) != 3-round {
+			t.Errorf("round %d: %d results, want %d", round, len(got), 3-round)
+		}
+		if cap(bufs.as) < 3 || len(bufs.as) != 0 || len(bufs.live) != 0 {
+			t.Fatalf("round %d: the buffers were not kept empty (len %d/%d, cap %d)", round, len(bufs.as), len(bufs.live), cap(bufs.as))
+		}
+		for i, a := range bufs.as[:cap(bufs.as)] {
+			if a.Table != "" || a.Sources != nil {
+				t.Errorf("round %d: the kept advances slice still holds %q at %d", round, a.Table, i)
+			}
+		}
+		for i, p := range bufs.live[:cap(bufs.live)] {
+			if p != nil {
+				t.Errorf("round %d: the kept live slice still holds an advance at %d", round, i)
+			}
+		}
+	}
+}
+
+// BenchmarkCommitGroup is the committer's own part of one group of 1,000
+// advances (the store's results made and handed out, no database): with
+// the goroutine's kept slices (kept) and with slices made for the group
+// (fresh, as before groupBufs). B/op is what a burst allocates per
+// group on the committer's side.
+func BenchmarkCommitGroup(b *testing.B) {
+	store := &countingBatchStore{}
+	c := newCommitter(context.Background(), store, NewMetrics(nil, nil), 1000, 1, time.Minute)
+	defer c.close()
+	done := func(control.AdvanceResult) {}
+	batch := make([]*pendingAdvance, 1000)
+	for i := range batch {
+		batch[i] = &pendingAdvance{ctx: context.Background(), done: done,
+			a: control.Advance{Table: fmt.Sprintf("t%04d", i), FinalizedUntil: hour(1), QueryID: "q", RunID: "r", Sources: []string{"s"}}}
+	}
+	for _, kept := range []bool{true, false} {
+		name := map[bool]string{true: "kept", false: "fresh"}[kept]
+		b.Run(name, func(b *testing.B) {
+			var bufs *groupBufs
+			if kept {
+				bufs = &groupBufs{}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				c.commit(batch, bufs)
+			}
+		})
+	}
+}
+
+// countingBatchStore returns a result per advance and keeps nothing.
+type countingBatchStore struct{ movingStore }
+
+func (s *countingBatchStore) AdvanceBatch(_ context.Context, as []control.Advance) ([]control.AdvanceResult, error) {
+	res := make([]control.AdvanceResult, len(as))
+	for i, a := range as {
+		res[i].Verdict = control.Verdict{Table: a.Table, FinalizedUntil: a.FinalizedUntil}
+	}
+	return res, nil
+}
