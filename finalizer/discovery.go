@@ -200,6 +200,8 @@ func (r *Registry) Discovered(run listener.Run) {
 		// A rescan of the stream re-read the events the run had sent
 		// before its trackers expired: not the run speaking again.
 		return
+	} else if !ok && r.knownFinished(run) {
+		return
 	}
 	if _, ok := r.undecided.get(run.RunID); ok {
 		if run.Name == "" {
@@ -230,6 +232,20 @@ func (r *Registry) Discovered(run listener.Run) {
 	case r.queued <- struct{}{}:
 	default:
 	}
+}
+
+// knownFinished reports whether run, offered by a rescan of the stream
+// (no live event), terminated so long ago that the registry forgot it
+// among the runs it remembers as finished: the stream stored its
+// termination well before (forgetMargin) a run the finished memo forgot
+// for room had finished, so its termination was there at every rescan
+// and restart since, and the run was tracked to its end then. Tracking it
+// again would apply nothing (the verdict only moves forward) and end at
+// once (ADR 0017 addendum). A live event, a run not terminated, or one
+// without a storage time is never taken for it. r.mu held.
+func (r *Registry) knownFinished(run listener.Run) bool {
+	return run.Event == nil && run.Terminated && !run.Stored.IsZero() && !r.forgotten.IsZero() &&
+		run.Stored.Before(r.forgotten.Add(-forgetMargin))
 }
 
 // HoldDiscovery makes discovery's decisions on the runs it queues wait

@@ -5,6 +5,8 @@ type memo[V any] struct {
 	max   int
 	m     map[string]V
 	order []string
+	// evicted, when set, is told of each key forgotten for room.
+	evicted func(k string, v V)
 }
 
 func newMemo[V any](max int) *memo[V] { return &memo[V]{max: max, m: make(map[string]V)} }
@@ -21,6 +23,9 @@ func (m *memo[V]) put(k string, v V) {
 	for len(m.m) > m.max && len(m.order) > 0 {
 		old := m.order[0]
 		m.order = m.order[1:]
+		if v, ok := m.m[old]; ok && m.evicted != nil {
+			m.evicted(old, v)
+		}
 		delete(m.m, old)
 	}
 	if len(m.order) > 2*m.max+16 { // deleted keys linger in order: compact

@@ -192,6 +192,19 @@ type JoinResult struct {
 
 type trackKey struct{ runID, table string }
 
+// finishedRun is what the registry remembers of a finished run: its
+// result and when its last tracker finished.
+type finishedRun struct {
+	JoinResult
+	at time.Time
+}
+
+// forgetMargin is how much earlier than the newest forgotten finish a
+// run's termination must have been stored for a rescan to take it as
+// finished long ago (knownFinished): room for the NATS server's clock and
+// for the trackers' last step between the termination and the finish.
+const forgetMargin = 10 * time.Minute
+
 // entry is one tracker of the registry, from its registration (mailbox
 // made, events handed over into it) to its reaping. The entry, its
 // mailbox and its tracker are one heap object (tk and mb below), and it
@@ -299,8 +312,12 @@ type Registry struct {
 	runs     map[string][]*entry // runID -> its trackers not finished
 	queries  map[string][]*entry // queryID -> its trackers not finished
 	starting map[string]int      // runID -> trackers not yet subscribed
-	finished *memo[JoinResult]   // runID -> last JoinResult
-	ignored  *memo[JoinResult]   // runs no rule matches, or refused
+	finished *memo[finishedRun]  // runID -> last JoinResult
+	// forgotten is the latest time a run the finished memo forgot for
+	// room had finished at: a rescan's run whose termination the stream
+	// stored well before it finished long ago (knownFinished).
+	forgotten time.Time
+	ignored   *memo[JoinResult] // runs no rule matches, or refused
 	// expired holds the requests of runs whose trackers the janitor
 	// stopped after a silence: the run is not known, so its next event
 	// tracks it again into the same tables (a re-read of the events it
@@ -405,7 +422,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		runs:      make(map[string][]*entry),
 		queries:   make(map[string][]*entry),
 		starting:  make(map[string]int),
-		finished:  newMemo[JoinResult](cfg.Remember),
+		finished:  newMemo[finishedRun](cfg.Remember),
 		ignored:   newMemo[JoinResult](cfg.Remember),
 		expired:   newMemo[expiredRun](cfg.Remember),
 
@@ -418,6 +435,11 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 
 		refuseLog: lograte.New(cfg.Clock.Now, refuseLogEvery),
 		sampler:   newLogSampler(cfg.Clock.Now, sampleEvery, sampleBurst),
+	}
+	r.finished.evicted = func(_ string, f finishedRun) {
+		if f.at.After(r.forgotten) {
+			r.forgotten = f.at
+		}
 	}
 	r.pool = newPool(cfg.Workers)
 	r.store = cfg.Store
@@ -993,7 +1015,7 @@ func (r *Registry) reap(e *entry) {
 		res.Stopped = cmp.Or(prev.Stopped, res.Stopped)
 		res.LastError = cmp.Or(prev.LastError, res.LastError)
 	}
-	r.finished.put(e.req.RunID, res)
+	r.finished.put(e.req.RunID, finishedRun{JoinResult: res, at: r.cfg.Clock.Now()})
 	r.mu.Unlock()
 }
 
@@ -1057,7 +1079,7 @@ func (r *Registry) Join(ctx context.Context, runID string) (JoinResult, error) {
 	r.mu.RUnlock()
 	if len(live) == 0 {
 		if ok {
-			return fin, nil
+			return fin.JoinResult, nil
 		}
 		return JoinResult{}, fmt.Errorf("join %s: %w", runID, ErrUnknownRun)
 	}
@@ -1079,7 +1101,7 @@ func (r *Registry) Join(ctx context.Context, runID string) (JoinResult, error) {
 	if !ok { // the start failed, or the result was forgotten at once
 		return JoinResult{Stopped: "the run's trackers could not start"}, nil
 	}
-	return fin, nil
+	return fin.JoinResult, nil
 }
 
 // Reassert asks every live tracker to write its last advance again
