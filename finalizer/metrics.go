@@ -87,6 +87,7 @@ type Metrics struct {
 	figures     []tableFigures
 	lagDesc     *prometheus.Desc
 	tsDesc      *prometheus.Desc
+	missingDesc *prometheus.Desc
 	droppedDesc *prometheus.Desc
 }
 
@@ -98,6 +99,10 @@ type tableFigures struct {
 	// until is the table's verdict (the lag gauges); zero when none was
 	// observed yet. Guarded by Metrics.mu.
 	until time.Time
+	// known is when the figures were made (a tracker started into the
+	// table, or its verdict was read): the table is shown without a
+	// verdict since then (finalizer_verdict_missing_seconds).
+	known time.Time
 	// dropped counts the rows Spark's stateful operators dropped as later
 	// than the watermark, in the progresses the trackers parsed
 	// (finalizer_rows_dropped_by_watermark_total). A tracker keeps it
@@ -185,6 +190,8 @@ func NewMetrics(prom prometheus.Registerer, now func() time.Time) *Metrics {
 			"Seconds between now and the table's finalized_until.", []string{"table"}, nil),
 		tsDesc: prometheus.NewDesc("finalizer_verdict_timestamp_seconds",
 			"The table's finalized_until as a Unix timestamp.", []string{"table"}, nil),
+		missingDesc: prometheus.NewDesc("finalizer_verdict_missing_seconds",
+			"Seconds since this process first tracked the table, while the table has no verdict (finalized_until) yet; absent once it has one.", []string{"table"}, nil),
 		droppedDesc: prometheus.NewDesc("finalizer_rows_dropped_by_watermark_total",
 			"Rows Spark dropped as later than the watermark (numRowsDroppedByWatermark), by table.", []string{"table"}, nil),
 	}
@@ -248,6 +255,7 @@ func (m *Metrics) table(table string) *tableFigures {
 			m.figures = make([]tableFigures, figuresBlock)
 		}
 		f, m.figures = &m.figures[0], m.figures[1:]
+		f.known = m.now()
 		m.tables[table] = f
 	}
 	return f
@@ -260,6 +268,16 @@ func (m *Metrics) ObserveVerdict(table string, until time.Time) {
 	if f := m.table(table); f.until.IsZero() || until.After(f.until) {
 		f.until = until
 	}
+	m.mu.Unlock()
+}
+
+// KnowTable makes the table's per-table figures when it has none: a
+// table tracked without a verdict yet is exported as such
+// (finalizer_verdict_missing_seconds), so that an alert on a table that
+// never gets one can fire. The registry calls it when a tracker starts.
+func (m *Metrics) KnowTable(table string) {
+	m.mu.Lock()
+	m.table(table)
 	m.mu.Unlock()
 }
 
@@ -297,6 +315,7 @@ type tableCollector struct{ m *Metrics }
 func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.lagDesc
 	ch <- c.m.tsDesc
+	ch <- c.m.missingDesc
 	ch <- c.m.droppedDesc
 }
 
@@ -306,15 +325,15 @@ func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
 // 100,000 tables, it stalled them (issue 12, "The latency tail").
 func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 	type figures struct {
-		table   string
-		until   time.Time
-		dropped int64
+		table        string
+		until, known time.Time
+		dropped      int64
 	}
 	now := c.m.now()
 	c.m.mu.Lock()
 	all := make([]figures, 0, len(c.m.tables))
 	for table, f := range c.m.tables {
-		all = append(all, figures{table, f.until, f.dropped.Load()})
+		all = append(all, figures{table, f.until, f.known, f.dropped.Load()})
 		if len(all)%collectChunk == 0 {
 			// The map may change meanwhile: a table added is exported
 			// now or at the next scrape.
@@ -327,6 +346,8 @@ func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 		if !f.until.IsZero() {
 			ch <- prometheus.MustNewConstMetric(c.m.lagDesc, prometheus.GaugeValue, now.Sub(f.until).Seconds(), f.table)
 			ch <- prometheus.MustNewConstMetric(c.m.tsDesc, prometheus.GaugeValue, float64(f.until.UnixMilli())/1000, f.table)
+		} else {
+			ch <- prometheus.MustNewConstMetric(c.m.missingDesc, prometheus.GaugeValue, max(now.Sub(f.known).Seconds(), 0), f.table)
 		}
 		if f.dropped > 0 {
 			ch <- prometheus.MustNewConstMetric(c.m.droppedDesc, prometheus.CounterValue, float64(f.dropped), f.table)

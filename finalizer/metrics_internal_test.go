@@ -2,11 +2,13 @@ package finalizer
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -79,5 +81,42 @@ func TestTableCollectorSendsOutsideTheLock(t *testing.T) {
 	<-collected
 	if first == nil || n != 2*3*collectChunk {
 		t.Fatalf("%d series collected, want %d", n, 2*3*collectChunk)
+	}
+}
+
+// A table tracked without a verdict yet is exported as such (the seconds
+// since it was first tracked), so that an alert on a table that never
+// gets one can fire; once it has a verdict, the lag gauges replace it.
+// Before, the table had no per-table series at all until its first
+// verdict.
+func TestTableWithoutVerdictIsExported(t *testing.T) {
+	now := time.Date(2026, 9, 29, 10, 0, 0, 0, time.UTC)
+	m := NewMetrics(nil, func() time.Time { return now })
+	m.KnowTable("silver.none")
+	m.KnowTable("silver.none") // again: the first time counts
+	now = now.Add(90 * time.Minute)
+	series := func() map[string]float64 {
+		ch := make(chan prometheus.Metric, 16)
+		tableCollector{m}.Collect(ch)
+		close(ch)
+		got := map[string]float64{}
+		for pm := range ch {
+			var d dto.Metric
+			if err := pm.Write(&d); err != nil {
+				t.Fatal(err)
+			}
+			name := pm.Desc().String()
+			name = name[strings.Index(name, `"`)+1:]
+			name = name[:strings.Index(name, `"`)]
+			got[name+"/"+d.GetLabel()[0].GetValue()] = d.GetGauge().GetValue()
+		}
+		return got
+	}
+	if got := series(); len(got) != 1 || got["finalizer_verdict_missing_seconds/silver.none"] != 5400 {
+		t.Fatalf("series %v, want finalizer_verdict_missing_seconds{table=silver.none} 5400 alone", got)
+	}
+	m.ObserveVerdict("silver.none", now.Add(-time.Hour))
+	if got := series(); len(got) != 2 || got["finalizer_verdict_lag_seconds/silver.none"] != 3600 {
+		t.Fatalf("series %v, want the lag gauges alone once the table has a verdict", got)
 	}
 }

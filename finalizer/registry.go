@@ -651,6 +651,7 @@ func (r *Registry) finish(e *entry, err error) error {
 	r.wg.Add(1)
 	r.mu.Unlock()
 	r.cfg.Metrics.TrackedRuns.Inc()
+	r.cfg.Metrics.KnowTable(e.req.Table)
 	// No goroutine per tracker: its steps, then its reaping, run on the
 	// registry's pool (ADR 0022).
 	t.begin(r.ctx, r.pool, nil) // e.exited reaps it

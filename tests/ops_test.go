@@ -78,6 +78,9 @@ tables:
     time: offset:/commit_ts
     actions:
       - marker: {path: "` + t.TempDir() + `/{table}/{period}/_SUCCESS"}
+  - table: bronze.none
+    query: none-v1
+    time: offset:/commit_ts
 `})
 	pub := connect(t, s.natsURL)
 	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
@@ -92,6 +95,12 @@ tables:
 	pub.publish("started", queryD, runD, startedJSON(queryD, runD, "orders-v1"))
 	pub.publish("progress", queryD, runD, cdcProgressJSON(queryD, runD, "orders-v1", "2026-09-28T12:10:00"))
 	eventually(t, "the feeder series", func() bool { return strings.Contains(metricText(t, s.httpURL), "finalizer_table_held{") })
+	// A table tracked without a verdict yet: its missing series.
+	queryE, runE := id(903), id(904)
+	pub.publish("started", queryE, runE, startedJSON(queryE, runE, "none-v1"))
+	eventually(t, "the missing series", func() bool {
+		return strings.Contains(metricText(t, s.httpURL), `finalizer_verdict_missing_seconds{table="bronze.none"}`)
+	})
 	// The lag is exported once the tracker has observed the move.
 	eventually(t, "the lag series", func() bool { return strings.Contains(metricText(t, s.httpURL), "finalizer_verdict_lag_seconds{") })
 
@@ -110,7 +119,7 @@ tables:
 		dashboardFile: {"finalizer_verdict_lag_seconds", "finalizer_advances_total", "finalizer_advance_failures_total",
 			"finalizer_events_total", "finalizer_candidates_total", "finalizer_tracked_runs", "finalizer_stale_runs",
 			"finalizer_postgres_up", "finalizer_nats_up", "finalizer_held_runs", "finalizer_feeder_lag_seconds"},
-		rulesFile: {"finalizer_verdict_lag_seconds", "finalizer_advance_failures_total", "finalizer_stale_runs", "finalizer_ready",
+		rulesFile: {"finalizer_verdict_lag_seconds", "finalizer_verdict_missing_seconds", "finalizer_advance_failures_total", "finalizer_stale_runs", "finalizer_ready",
 			"finalizer_held_runs", "finalizer_action_oldest_pending_seconds", "finalizer_action_dead"},
 	} {
 		used := names(t, file)
