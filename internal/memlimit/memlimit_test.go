@@ -242,7 +242,7 @@ func TestSurgeHeadroom(t *testing.T) {
 	}{
 		{Sample{Live: 60 * mib, Tracked: 10_000}, false},
 		{Sample{Live: 400 * mib, Tracked: 100_000}, true},
-		{Sample{Live: 10 * mib, Tracked: 100_000}, true}, // a recovery: the runs about to be tracked count
+		{Sample{Live: 10 * mib, Tracked: 100_000}, true}, // runs tracked since the last collection count
 	} {
 		if got := o.surges(c.s); got != c.want {
 			t.Errorf("surges(%+v) = %v, want %v", c.s, got, c.want)
@@ -346,4 +346,30 @@ func waitBriefly(cond func() bool) bool {
 		time.Sleep(time.Millisecond)
 	}
 	return false
+}
+
+// TestNoSurgeDuringARecovery: while runs are expected (Expect, a
+// restart's recovery) Surge does nothing, and a surge under way ends at
+// the next tick; once Expect(0), a burst surges again.
+func TestNoSurgeDuringARecovery(t *testing.T) {
+	gogc := gcPercent()
+	l := Start(Options{Tracked: func() int { return 200_000 }, Every: 5 * time.Millisecond, SurgeHold: time.Hour,
+		Getenv: func(string) string { return "" }})
+	if l == nil {
+		t.Fatal("Start returned nil without GOMEMLIMIT")
+	}
+	defer l.Stop()
+	l.Expect(200_000)
+	if l.Surge(); waitBriefly(l.Surging) {
+		t.Fatal("a surge during a recovery")
+	}
+	l.Expect(0)
+	l.Surge()
+	waitUntil(t, "the surge after the recovery", l.Surging)
+	l.Expect(200_000)
+	waitUntil(t, "the surge's end at a recovery", func() bool { return !l.Surging() })
+	if got := gcPercent(); got != gogc {
+		t.Errorf("GOGC %d after the surge ended, want %d back", got, gogc)
+	}
+	l.Expect(0)
 }
