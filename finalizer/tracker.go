@@ -122,6 +122,10 @@ type TrackerStatus struct {
 	Written time.Time `json:"written,omitzero"`
 	// LastEvent is when the tracker last received an event of its run.
 	LastEvent time.Time `json:"last_event,omitzero"`
+	// NotHeard is true while no event of the run was heard live since the
+	// tracker started (a restart recovered its events from the stream):
+	// LastEvent is then the tracker's start, not an event's arrival.
+	NotHeard bool `json:"not_heard,omitempty"`
 	// LastError is the last failed advance's error, "" after a success.
 	LastError string `json:"last_error,omitempty"`
 	// Failures is the number of failed advances in a row.
@@ -250,6 +254,7 @@ type Tracker struct {
 	lastErr    error
 	failures   int
 	lastEvent  time.Time
+	heard      bool // an event was heard live since the tracker started
 	idle       bool
 	terminated bool
 	failed     bool
@@ -494,7 +499,7 @@ func (t *Tracker) notified(stampOnly bool) {
 	}
 	now := t.cfg.Clock.Now()
 	t.mu.Lock()
-	t.lastEvent, t.idle = now, true
+	t.lastEvent, t.idle, t.heard = now, true, true
 	t.mu.Unlock()
 }
 
@@ -608,6 +613,7 @@ func (t *Tracker) Status() TrackerStatus {
 		Spec:                   t.cfg.Spec.String(),
 		Written:                t.shownWrite,
 		LastEvent:              t.lastEvent,
+		NotHeard:               !t.heard,
 		Failures:               t.failures,
 		Idle:                   t.idle,
 		Terminated:             t.terminated,
@@ -687,7 +693,13 @@ func (t *Tracker) step(ctx context.Context) (done bool) {
 	mail := t.cfg.Box.Take()
 	if mail.Progress != nil || mail.Idle || mail.NotNewer || mail.Terminated != nil || mail.Started != nil {
 		t.mu.Lock()
-		t.lastEvent = t.cfg.Clock.Now()
+		if mail.Heard {
+			// An event read from the stream's retained copy (a
+			// restart's recovery, a catch-up) was not heard now: the
+			// run stays shown as heard of at its last live event, or
+			// not since the tracker started (Status.NotHeard).
+			t.lastEvent, t.heard = t.cfg.Clock.Now(), true
+		}
 		t.idle = mail.Progress == nil && (mail.Idle || mail.NotNewer)
 		t.terminated = mail.Terminated != nil
 		t.failed = mail.Terminated != nil && mail.Terminated.Exception != ""

@@ -456,3 +456,31 @@ func TestTerminationCatchesUpTheProgressMissedLive(t *testing.T) {
 		t.Fatalf("last error %v, want none", err)
 	}
 }
+
+// A run whose events a restart read from the stream (not heard live) is
+// shown as not heard since its tracker started, at the tracker's start;
+// a live event shows it heard at its arrival. Before, a restart stamped
+// every recovered run as heard of at the take of its retained events
+// (LAST EVENT on the status page and in `status`).
+func TestRetainedEventsAreNotHeard(t *testing.T) {
+	r := newRig(t)
+	start := r.clock.Now()
+	r.track(t, runA, "bronze.orders")
+	r.clock.Advance(10 * time.Minute)
+	box := func() *listener.Mailbox {
+		r.bus.mu.Lock()
+		defer r.bus.mu.Unlock()
+		return r.bus.boxes[runA][0]
+	}()
+	box.OfferRetained(cdcProgress(runA, "2026-09-28T13:10:00"))
+	eventually(t, "the retained progress applied", func() bool { return len(r.store.Calls()) == 1 })
+	st := r.reg.Status()[0]
+	if !st.NotHeard || !st.LastEvent.Equal(start) {
+		t.Fatalf("after a retained event: not heard %v, last event %v; want not heard, at the tracker's start %v", st.NotHeard, st.LastEvent, start)
+	}
+	r.bus.Publish(cdcProgress(runA, "2026-09-28T14:10:00"))
+	eventually(t, "the live progress applied", func() bool { return len(r.store.Calls()) == 2 })
+	if st := r.reg.Status()[0]; st.NotHeard || !st.LastEvent.Equal(r.clock.Now()) {
+		t.Fatalf("after a live event: not heard %v, last event %v; want heard at %v", st.NotHeard, st.LastEvent, r.clock.Now())
+	}
+}

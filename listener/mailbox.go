@@ -42,6 +42,9 @@ type Mailbox struct {
 	zero bool
 	// missed: a signal came before anyone asked for wake.
 	missed bool
+	// heard: an event was offered live (Offer, not OfferRetained) since
+	// the last Take (Mail.Heard).
+	heard bool
 	// quiet: the tracker said, after its last step, that an idle event
 	// or a progress not newer than the one taken changes nothing for it
 	// (SetQuiet); such an event is stamped (notify(true)) instead of
@@ -119,6 +122,10 @@ type Mail struct {
 	// the run started a checkpoint (a reset on a table with a verdict of
 	// another query, ADR 0019), which the coalescing must not hide.
 	BatchZero bool
+	// Heard is true when an event was offered live since the last Take
+	// (Offer); false when all came from the stream's retained copy
+	// (OfferRetained: a catch-up, a restart's recovery).
+	Heard bool
 }
 
 // NewMailbox returns an empty Mailbox.
@@ -133,12 +140,23 @@ func NewMailbox() *Mailbox {
 // (Mail.NotNewer). So a message recovered from JetStream, or delivered twice, never
 // replaces or repeats a newer one. A started event is handed out once by
 // the next Take. nil is ignored.
-func (m *Mailbox) Offer(ev *progress.Event) {
+func (m *Mailbox) Offer(ev *progress.Event) { m.offer(ev, true) }
+
+// OfferRetained is Offer for an event read from the stream's retained
+// copy (a catch-up, a restart's recovery) rather than heard live: the
+// next Take says so (Mail.Heard false when nothing else came), and a
+// quiet mailbox does not stamp it (the run was not heard from now).
+func (m *Mailbox) OfferRetained(ev *progress.Event) { m.offer(ev, false) }
+
+func (m *Mailbox) offer(ev *progress.Event, live bool) {
 	if ev == nil {
 		return
 	}
 	stamped := false
 	m.mu.Lock()
+	if live {
+		m.heard = true
+	}
 	switch ev.Kind {
 	case progress.KindProgress:
 		if ev.BatchID == 0 && !m.hasTaken {
@@ -156,11 +174,11 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 		}
 		if ev.Newer(m.progress) && m.admit(ev) != nil {
 			m.progress = ev
-		} else if stamped = m.stampQuiet(); !stamped {
+		} else if stamped = m.stampQuiet(live); !stamped {
 			m.notNewer = true
 		}
 	case progress.KindIdle:
-		if stamped = m.stampQuiet(); stamped {
+		if stamped = m.stampQuiet(live); stamped {
 			break
 		}
 		m.idle = true
@@ -192,13 +210,14 @@ func (m *Mailbox) Offer(ev *progress.Event) {
 func (m *Mailbox) offerRaw(r *rawProgress) {
 	stamped := false
 	m.mu.Lock()
+	m.heard = true // only the live router offers raw
 	if r.batch == 0 && !m.hasTaken {
 		m.zero = true
 	}
 	switch {
 	case m.hasTaken && r.batch < m.taken.batch:
 		r.superseded()
-		if stamped = m.stampQuiet(); !stamped {
+		if stamped = m.stampQuiet(true); !stamped {
 			m.notNewer = true
 		}
 	case m.progress != nil:
@@ -338,8 +357,10 @@ func (m *Mailbox) SetQuiet(quiet bool) {
 
 // stampQuiet stamps an idle event, or a progress not newer than the one
 // taken, with Notify(true) when the mailbox is quiet; it reports whether
-// it did (then the event wakes nobody). m.mu held.
-func (m *Mailbox) stampQuiet() bool {
+// it did (then the event wakes nobody). A retained event (not live) is
+// not stamped: it changes nothing, and the run was not heard from now.
+// m.mu held.
+func (m *Mailbox) stampQuiet(live bool) bool {
 	if !m.quiet {
 		return false
 	}
@@ -347,7 +368,9 @@ func (m *Mailbox) stampQuiet() bool {
 	if n == nil {
 		return false
 	}
-	(*n).Notify(true)
+	if live {
+		(*n).Notify(true)
+	}
 	return true
 }
 
@@ -398,8 +421,8 @@ func (m *Mailbox) Take() Mail {
 			}
 		}
 	}
-	mail := Mail{Progress: m.progress, Idle: m.idle, NotNewer: m.notNewer, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started, BatchZero: m.zero}
-	m.idleAt, m.started, m.zero = time.Time{}, nil, false
+	mail := Mail{Progress: m.progress, Idle: m.idle, NotNewer: m.notNewer, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started, BatchZero: m.zero, Heard: m.heard}
+	m.idleAt, m.started, m.zero, m.heard = time.Time{}, nil, false, false
 	if m.progress != nil {
 		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: m.progress.Timestamp}, true
 	}

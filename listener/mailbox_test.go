@@ -269,3 +269,33 @@ func TestMailboxQuietStampsIdleEvents(t *testing.T) {
 		t.Fatalf("Take = %+v, want idle", mail)
 	}
 }
+
+// An event read from the stream's retained copy (a restart's recovery, a
+// catch-up) is not one heard now: the take says so, unless a live event
+// came too, and a quiet mailbox does not stamp it. Before, the tracker
+// stamped every take with the clock, so that after a restart every run
+// showed as heard of at the restart (LAST EVENT).
+func TestOfferRetainedIsNotHeard(t *testing.T) {
+	m := listener.NewMailbox()
+	retained := &progress.Event{Kind: progress.KindProgress, BatchID: 3, Timestamp: time.Now().Add(-time.Hour)}
+	m.OfferRetained(retained)
+	if mail := m.Take(); mail.Progress != retained || mail.Heard {
+		t.Fatalf("retained: %+v, want its progress, not heard", mail)
+	}
+	m.OfferRetained(&progress.Event{Kind: progress.KindIdle})
+	m.Offer(&progress.Event{Kind: progress.KindProgress, BatchID: 4, Timestamp: time.Now()})
+	if mail := m.Take(); !mail.Heard {
+		t.Fatalf("a live event with a retained one: %+v, want heard", mail)
+	}
+	var stamps []bool
+	m.SetNotify(func(stampOnly bool) { stamps = append(stamps, stampOnly) })
+	m.SetQuiet(true)
+	m.OfferRetained(&progress.Event{Kind: progress.KindIdle})
+	if len(stamps) != 0 {
+		t.Fatalf("a retained idle event in a quiet mailbox notified %v, want nothing", stamps)
+	}
+	m.Offer(&progress.Event{Kind: progress.KindIdle})
+	if len(stamps) != 1 || !stamps[0] {
+		t.Fatalf("a live idle event in a quiet mailbox notified %v, want one stamp", stamps)
+	}
+}

@@ -438,7 +438,7 @@ func (s *RunSubscription) deliverRetained(m retainedMsg) {
 		return
 	}
 	s.l.event(es.kind, OutcomeAccepted)
-	s.box.Offer(m.ev)
+	s.box.OfferRetained(m.ev)
 }
 
 // cmpErr returns a unless it is nil, else b.

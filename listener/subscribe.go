@@ -417,7 +417,7 @@ func (s *RunSubscription) deliver(subject string, data []byte) {
 			return
 		}
 	}
-	s.offerParsed(es, subject, data)
+	s.offerParsed(es, subject, data, true)
 }
 
 // checkSubject splits a message's subject and checks that it names s's
@@ -445,12 +445,12 @@ func (s *RunSubscription) deliverNow(subject string, data []byte) {
 	if !ok {
 		return
 	}
-	s.offerParsed(es, subject, data)
+	s.offerParsed(es, subject, data, false)
 }
 
 // offerParsed parses and checks a message whose subject is s's run's, and
-// offers it.
-func (s *RunSubscription) offerParsed(es eventSubject, subject string, data []byte) {
+// offers it (live: heard now, or read from the stream's retained copy).
+func (s *RunSubscription) offerParsed(es eventSubject, subject string, data []byte, live bool) {
 	l := s.l
 	ev, outcome, err := l.check(es, data)
 	if err != nil {
@@ -458,7 +458,11 @@ func (s *RunSubscription) offerParsed(es eventSubject, subject string, data []by
 		return
 	}
 	l.event(es.kind, OutcomeAccepted)
-	s.box.Offer(ev)
+	if live {
+		s.box.Offer(ev)
+	} else {
+		s.box.OfferRetained(ev)
+	}
 }
 
 var (

@@ -567,7 +567,13 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 		if last == "" && r.Held != "" {
 			last = "held by " + r.Held // the guard that keeps the verdict where it is (ADR 0012)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Table, short(r.QueryID), r.LastEvent.UTC().Format(time.RFC3339), state, last)
+		heard := r.LastEvent.UTC().Format(time.RFC3339)
+		if r.NotHeard {
+			// A restart read its events from the stream: nothing
+			// heard live since its tracker started (the time shown).
+			heard = "none since " + heard
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Table, short(r.QueryID), heard, state, last)
 	}
 	if n == 0 {
 		fmt.Fprintln(tw, "(none)")

@@ -79,6 +79,7 @@ type runRow struct {
 	Table     string
 	State     string // Run*
 	LastEvent time.Time
+	NotHeard  bool // nothing heard live since the tracker started: LastEvent is its start
 	Written   time.Time
 	Failures  int
 	LastError string
@@ -91,7 +92,7 @@ func newRunRow(r finalizer.TrackerStatus) runRow {
 	return runRow{
 		Key: r.RunID + " " + r.Table, RunID: r.RunID, QueryID: r.QueryID, Table: r.Table, State: runState(r),
 		// To the minute: a run's every event must not resend its row.
-		LastEvent: r.LastEvent.UTC().Truncate(time.Minute), Written: r.Written.UTC(),
+		LastEvent: r.LastEvent.UTC().Truncate(time.Minute), NotHeard: r.NotHeard, Written: r.Written.UTC(),
 		Failures: r.Failures, LastError: r.LastError, Held: r.Held, Explicit: r.Explicit,
 	}
 }
@@ -155,6 +156,16 @@ func holdsBack(v control.Verdict, runs []runRow, feeders []control.Feeder) (stat
 }
 
 // fmtTime prints a time in UTC, to the second.
+// fmtLastEvent prints a run's last event: its time, or, when nothing was
+// heard live since its tracker started (a restart read its events from
+// the stream), that it was heard of by none since then.
+func fmtLastEvent(r runRow) string {
+	if r.NotHeard {
+		return "none since " + fmtTime(r.LastEvent) + " (start)"
+	}
+	return fmtTime(r.LastEvent)
+}
+
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "never"

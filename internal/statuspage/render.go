@@ -97,7 +97,7 @@ func appendRunRow(b []byte, r runRow) []byte {
 		b = append(b, ` in a row</small>`...)
 	}
 	b = append(b, `</td><td>`...)
-	b = append(b, fmtTime(r.LastEvent)...)
+	b = append(b, fmtLastEvent(r)...)
 	b = append(b, `</td><td>`...)
 	if r.Written.IsZero() {
 		b = append(b, `nothing yet`...)
