@@ -152,3 +152,52 @@ func TestAlertRulesPassPromtool(t *testing.T) {
 		}
 	}
 }
+
+// Every alert of the rules file has its row in the README's table of
+// alerts ("Dashboard and alerts"), and the table names no alert the file
+// lacks: an operator reads the table to know what can page them.
+func TestReadmeListsEveryAlert(t *testing.T) {
+	raw, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	inRules := map[string]bool{}
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				inRules[r.Alert] = true
+			}
+		}
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inReadme := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(Finalizer[A-Za-z]+)` \\|").FindAllStringSubmatch(string(readme), -1) {
+		inReadme[m[1]] = true
+	}
+	if len(inRules) == 0 {
+		t.Fatalf("no alert found in %s", rulesFile)
+	}
+	for a := range inRules {
+		if !inReadme[a] {
+			t.Errorf("alert %s of %s has no row in README.md's table of alerts", a, rulesFile)
+		}
+	}
+	for a := range inReadme {
+		if !inRules[a] {
+			t.Errorf("README.md's table of alerts lists %s, which %s does not define", a, rulesFile)
+		}
+	}
+}
