@@ -120,11 +120,22 @@ func openStore(ctx context.Context, fs *pflag.FlagSet) (*control.Store, clientCo
 		case errors.Is(err, control.ErrNotMigrated):
 			return nil, c, usageError(fmt.Errorf("control table %s does not exist yet: start `finalizer serve` once to create it", c.controlTable))
 		case c.managed && errors.Is(err, control.ErrUnavailable) && ctx.Err() == nil:
-			return nil, c, usageError(fmt.Errorf("the managed PostgreSQL of data dir %s is not running (its serve is stopped): start `finalizer serve --data-dir %s`, or pass --postgres-url", c.dataDir, c.dataDir))
+			return nil, c, usageError(managedDown(c.dataDir))
 		}
 		return nil, c, usageError(err)
 	}
 	return s, c, nil
+}
+
+// managedDown says why the managed PostgreSQL of dataDir does not answer:
+// its serve is stopped, or it runs (starting, or its PostgreSQL stopped
+// under it: its log says which), so that an operator does not start a
+// second serve on a data dir in use.
+func managedDown(dataDir string) error {
+	if pid, ok := service.RunningServe(dataDir); ok {
+		return fmt.Errorf("the managed PostgreSQL of data dir %s does not answer, although its serve runs (pid %d): it is starting, or its PostgreSQL stopped under it (see the serve's log; restarting that serve starts it again), or pass --postgres-url", dataDir, pid)
+	}
+	return fmt.Errorf("the managed PostgreSQL of data dir %s is not running (its serve is stopped): start `finalizer serve --data-dir %s`, or pass --postgres-url", dataDir, dataDir)
 }
 
 // knownTable reports whether something could write the table's verdict
