@@ -136,8 +136,9 @@ type RegistryConfig struct {
 	// Surge, when set, is called each time the group commit's queue fills
 	// to MaxBatch waiting advances (a burst: thousands of tables crossing
 	// a boundary at once), on the goroutine of the advance that filled it;
-	// it must not block. The service widens its memory limit's headroom
-	// for the burst (memlimit.Limiter.Surge; ADR 0022, addendum 10).
+	// it must not block. The service's memory limit widens its headroom
+	// for the burst when its SurgeHeadroom is set (memlimit.Limiter.Surge;
+	// off by default: ADR 0022, addendum 10).
 	Surge func()
 	// Workers is the most tracker steps that run at once, on as many
 	// goroutines, started on demand (ADR 0022); 0 means DefaultWorkers.

@@ -132,6 +132,7 @@ timed from its exec to every run re-applied. The child is killed on every error 
 	fs.BoolVar(&cfg.NoGroupCommit, "no-group-commit", false, "one statement per advance (ADR 0008 off), to measure what group commit changes")
 	fs.StringVar(&cfg.MemoryLimit, "memory-limit", "auto", "the service's own soft memory limit: auto (as serve sets it) or off (the Go runtime's default); GOMEMLIMIT overrides both")
 	fs.Float64Var(&cfg.MemoryHeadroom, "memory-headroom", 0, "headroom of the auto memory limit, a share of the live heap (0: the service's default)")
+	fs.Float64Var(&cfg.MemorySurge, "memory-surge", 0, "headroom of the auto memory limit while a burst fills the group commit's queue, with GOGC 300 (0: no surge, serve's default; 2 was measured); in process only")
 	fs.StringVar(&cfg.Actions, "actions", "", "give every bench table an action: nats or marker (issue 19), to measure what actions cost")
 	fs.BoolVar(&cfg.ServiceProcess, "service-process", false, "run the service under measure as 'finalizer serve' in a process of its own (this binary), NATS and the load generator in the bench's: figures as the OS reports them for the service alone (not with --actions, --no-group-commit, --max-batch, --workers)")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU, an allocation, a block and a mutex profile per phase and a heap profile here")

@@ -140,9 +140,12 @@ type Config struct {
 	// MemoryLimit is the service's soft memory limit (package memlimit,
 	// ADR 0022): "" or "auto" as serve sets it, "off" the Go runtime's
 	// default. MemoryHeadroom, when positive, replaces its headroom (a
-	// share of the live heap), to measure other settings.
+	// share of the live heap), to measure other settings. MemorySurge,
+	// when positive, is its headroom during a burst (memlimit.Options.
+	// SurgeHeadroom, off in serve; in process only).
 	MemoryLimit    string
 	MemoryHeadroom float64
+	MemorySurge    float64
 	// Actions gives every bench table an action (issue 19): "" none,
 	// "nats" (the JetStream event) or "marker" (a file under the work
 	// dir), to measure what actions cost the hot path.
@@ -512,7 +515,7 @@ func (r *runner) serviceConfig() serviceConfig {
 		NATSURL: r.natsURL, PostgresURL: r.pgURL, ControlTable: r.schema + ".table_finalization",
 		Prefix: prefix, Rules: r.rules(), Logger: r.cfg.Logger, NoGroupCommit: r.cfg.NoGroupCommit,
 		MaxBatch: r.cfg.MaxBatch, Workers: r.cfg.Workers, Actions: r.actionRules(),
-		MemoryLimitOff: r.cfg.MemoryLimit == "off", MemoryHeadroom: r.cfg.MemoryHeadroom,
+		MemoryLimitOff: r.cfg.MemoryLimit == "off", MemoryHeadroom: r.cfg.MemoryHeadroom, MemorySurge: r.cfg.MemorySurge,
 	}
 }
 

@@ -86,9 +86,11 @@ type serviceConfig struct {
 	// Actions are the rules with actions (issue 19).
 	Actions []actions.Rule
 	// MemoryLimitOff turns the service's own memory limit off;
-	// MemoryHeadroom, when positive, sets its headroom (memlimit.Options).
+	// MemoryHeadroom and MemorySurge, when positive, set its headroom
+	// and its headroom during a burst (memlimit.Options).
 	MemoryLimitOff bool
 	MemoryHeadroom float64
+	MemorySurge    float64
 }
 
 // startService starts the service as serve does, recovering explicit
@@ -106,7 +108,7 @@ func startService(ctx context.Context, c serviceConfig) (*benchService, error) {
 		Registry:       finalizer.RegistryConfig{Rules: c.Rules, MaxTrackers: -1},
 		Actions:        c.Actions,
 		MemoryLimitOff: c.MemoryLimitOff,
-		MemoryLimit:    memlimit.Options{Headroom: c.MemoryHeadroom},
+		MemoryLimit:    memlimit.Options{Headroom: c.MemoryHeadroom, SurgeHeadroom: c.MemorySurge},
 		OnEvent: func(kind progress.Kind, outcome string) {
 			switch {
 			case outcome != listener.OutcomeAccepted && outcome != listener.OutcomeSuperseded:

@@ -59,16 +59,17 @@ const (
 	// DefaultEvery is how often the limit is recomputed for the tracked
 	// runs; it is also recomputed after every collection.
 	DefaultEvery = time.Second
-	// DefaultSurgeHeadroom is the headroom while a surge lasts (Surge):
-	// a burst of crossings allocates several times what is live in
-	// seconds (about 12 KB per crossing,
-	// mostly the NATS server's and client's copies of each message), and
-	// with half the live heap as headroom the collector marks through most
-	// of it and the scavenger returns pages that are faulted in again a
-	// moment later (BENCHMARKS.md, "The burst (seventh pass)"; ADR 0022,
-	// addendum 10). The resting limit comes back step by step once the
-	// surge ends.
-	DefaultSurgeHeadroom = 2.0
+	// MeasuredSurgeHeadroom is the surge's headroom the seventh pass
+	// measured (Options.SurgeHeadroom; off by default): a burst of
+	// crossings allocates several times what is live in seconds (about
+	// 12 KB per crossing, mostly the NATS server's and client's copies of
+	// each message), and with half the live heap as headroom the
+	// collector marks through most of it. At 100,000 tables a surge cut
+	// the collector's assists to a fifth or less, but the burst's wall
+	// time was 0.74 and 1.39 of the resting headroom's in two pairs: the
+	// synchronous scavenging when the limit comes down after it grew
+	// (BENCHMARKS.md, "The burst (seventh pass)"; ADR 0022, addendum 10).
+	MeasuredSurgeHeadroom = 2.0
 	// DefaultSurgeGCPercent is the collector's GOGC while a surge lasts,
 	// unless the GOGC environment variable is set: GOGC=100's own goal
 	// (twice what is live) would otherwise bind below the surge's limit.
@@ -91,8 +92,9 @@ type Options struct {
 	MinHeadroom int64
 	PerRun      int64
 	Every       time.Duration
-	// SurgeHeadroom (negative: no surge), SurgeGCPercent and SurgeHold:
-	// see the defaults and Surge.
+	// SurgeHeadroom is the headroom while a surge lasts (Surge); 0 (the
+	// default) or below: no surge. SurgeGCPercent and SurgeHold: see the
+	// defaults and Surge.
 	SurgeHeadroom  float64
 	SurgeGCPercent int
 	SurgeHold      time.Duration
@@ -120,8 +122,8 @@ func (o Options) withDefaults() Options {
 	if o.Every <= 0 {
 		o.Every = DefaultEvery
 	}
-	if o.SurgeHeadroom == 0 || math.IsNaN(o.SurgeHeadroom) || math.IsInf(o.SurgeHeadroom, 0) {
-		o.SurgeHeadroom = DefaultSurgeHeadroom
+	if !(o.SurgeHeadroom > 0) || math.IsInf(o.SurgeHeadroom, 0) {
+		o.SurgeHeadroom = 0 // off; NaN too
 	}
 	if o.SurgeGCPercent <= 0 {
 		o.SurgeGCPercent = DefaultSurgeGCPercent
@@ -317,7 +319,7 @@ func (l *Limiter) Expect(n int) {
 // 100,000 (seventh pass)"). It never blocks and allocates nothing: the
 // limiter's goroutine does the work. Safe on a nil limiter.
 func (l *Limiter) Surge() {
-	if l == nil || l.o.SurgeHeadroom < 0 || l.stopped.Load() {
+	if l == nil || l.o.SurgeHeadroom <= 0 || l.stopped.Load() {
 		return
 	}
 	select {

@@ -229,11 +229,11 @@ func TestExpectRaisesTheLimitAtOnce(t *testing.T) {
 // resting headroom is above MinHeadroom (a heap of 128 MiB or more with
 // the defaults).
 func TestSurgeHeadroom(t *testing.T) {
-	var o Options
+	o := Options{SurgeHeadroom: MeasuredSurgeHeadroom}
 	if got, want := o.Limit(Sample{Live: 400 * mib, Other: 20 * mib, Surge: true}), int64(1220*mib); got != want {
 		t.Errorf("surge, 400 MiB live: limit %d MiB, want %d MiB", got/mib, want/mib)
 	}
-	if got, want := (Options{Headroom: 3}).Limit(Sample{Live: 400 * mib, Surge: true}), int64(1600*mib); got != want {
+	if got, want := (Options{Headroom: 3, SurgeHeadroom: MeasuredSurgeHeadroom}).Limit(Sample{Live: 400 * mib, Surge: true}), int64(1600*mib); got != want {
 		t.Errorf("surge under a larger resting headroom: limit %d MiB, want the resting one's %d MiB", got/mib, want/mib)
 	}
 	for _, c := range []struct {
@@ -248,8 +248,10 @@ func TestSurgeHeadroom(t *testing.T) {
 			t.Errorf("surges(%+v) = %v, want %v", c.s, got, c.want)
 		}
 	}
-	if (Options{SurgeHeadroom: -1}).surges(Sample{Live: 1 << 30}) {
-		t.Error("a negative SurgeHeadroom surges")
+	for _, h := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		if (Options{SurgeHeadroom: h}).surges(Sample{Live: 1 << 30}) {
+			t.Errorf("SurgeHeadroom %v surges: off by default and when not a positive finite share", h)
+		}
 	}
 }
 
@@ -267,7 +269,7 @@ func gcPercent() int {
 func TestSurgeRaisesTheLimitAndGOGCThenEnds(t *testing.T) {
 	before, gogc := debug.SetMemoryLimit(-1), gcPercent()
 	const runs = 200_000 // 800 MiB assumed live: the surge applies
-	l := Start(Options{Tracked: func() int { return runs }, Every: 5 * time.Millisecond, SurgeHold: 50 * time.Millisecond,
+	l := Start(Options{Tracked: func() int { return runs }, Every: 5 * time.Millisecond, SurgeHold: 50 * time.Millisecond, SurgeHeadroom: MeasuredSurgeHeadroom,
 		Getenv: func(string) string { return "" }})
 	if l == nil {
 		t.Fatal("Start returned nil without GOMEMLIMIT")
@@ -278,7 +280,7 @@ func TestSurgeRaisesTheLimitAndGOGCThenEnds(t *testing.T) {
 	if got := gcPercent(); got != DefaultSurgeGCPercent {
 		t.Errorf("GOGC %d during the surge, want %d", got, DefaultSurgeGCPercent)
 	}
-	if got, want := l.Limit(), int64(float64(runs*DefaultPerRun)*(1+DefaultSurgeHeadroom)); got < want {
+	if got, want := l.Limit(), int64(float64(runs*DefaultPerRun)*(1+MeasuredSurgeHeadroom)); got < want {
 		t.Errorf("limit %d MiB during the surge, want at least %d MiB (resting %d MiB)", got/mib, want/mib, resting/mib)
 	}
 	waitUntil(t, "the surge's end", func() bool { return !l.Surging() })
@@ -303,7 +305,7 @@ func TestSurgeRaisesTheLimitAndGOGCThenEnds(t *testing.T) {
 func TestSurgeLeavesGOGCFromTheEnvironment(t *testing.T) {
 	gogc := gcPercent()
 	var tracked atomic.Int64
-	l := Start(Options{Tracked: func() int { return int(tracked.Load()) }, Every: 5 * time.Millisecond, SurgeHold: time.Hour,
+	l := Start(Options{Tracked: func() int { return int(tracked.Load()) }, Every: 5 * time.Millisecond, SurgeHold: time.Hour, SurgeHeadroom: MeasuredSurgeHeadroom,
 		Getenv: func(k string) string {
 			if k == "GOGC" {
 				return "150"
@@ -353,7 +355,7 @@ func waitBriefly(cond func() bool) bool {
 // the next tick; once Expect(0), a burst surges again.
 func TestNoSurgeDuringARecovery(t *testing.T) {
 	gogc := gcPercent()
-	l := Start(Options{Tracked: func() int { return 200_000 }, Every: 5 * time.Millisecond, SurgeHold: time.Hour,
+	l := Start(Options{Tracked: func() int { return 200_000 }, Every: 5 * time.Millisecond, SurgeHold: time.Hour, SurgeHeadroom: MeasuredSurgeHeadroom,
 		Getenv: func(string) string { return "" }})
 	if l == nil {
 		t.Fatal("Start returned nil without GOMEMLIMIT")
@@ -372,4 +374,16 @@ func TestNoSurgeDuringARecovery(t *testing.T) {
 		t.Errorf("GOGC %d after the surge ended, want %d back", got, gogc)
 	}
 	l.Expect(0)
+}
+
+// TestNoSurgeByDefault: without SurgeHeadroom, Surge does nothing.
+func TestNoSurgeByDefault(t *testing.T) {
+	l := Start(Options{Tracked: func() int { return 200_000 }, Every: 5 * time.Millisecond, Getenv: func(string) string { return "" }})
+	if l == nil {
+		t.Fatal("Start returned nil without GOMEMLIMIT")
+	}
+	defer l.Stop()
+	if l.Surge(); waitBriefly(l.Surging) {
+		t.Fatal("a surge without SurgeHeadroom")
+	}
 }

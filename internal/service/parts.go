@@ -286,8 +286,8 @@ func (s *Service) startRegistry(context.Context) error {
 	rc := s.opts.Registry
 	rc.Bus, rc.Store, rc.Tracks = finalizer.ListenerBus{L: s.bus}, s.store, s.store
 	rc.Logger, rc.Metrics = s.log.Named("tracker"), s.metrics
-	// A burst widens the memory limit's headroom while it lasts (ADR
-	// 0022, addendum 10). s.limiter is set by limitMemory, the next
+	// A burst widens the memory limit's headroom while it lasts, when
+	// its SurgeHeadroom is set (off by default; ADR 0022, addendum 10). s.limiter is set by limitMemory, the next
 	// start, before any tracker runs (discover and recover come after);
 	// Surge on a nil or stopped limiter does nothing.
 	rc.Surge = func() { s.limiter.Surge() }
