@@ -3,12 +3,19 @@ package listener_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -120,5 +127,75 @@ func TestStreamReadyWhileDeleted(t *testing.T) {
 	}
 	if err := l.StreamReady(ctx); !errors.Is(err, listener.ErrNoStream) {
 		t.Errorf("StreamReady with the stream deleted: %v, want ErrNoStream", err)
+	}
+}
+
+// TestStreamLostWithTheServersStore: a server that comes back without its
+// store (restarted on an empty store directory) has no event stream; the
+// reconnect's EnsureStream created it again at INFO, as at a first start,
+// and nothing counted the loss of what it retained. It is a deletion: an
+// ERROR line and finalizer_stream_incidents_total{kind="deleted"}. A
+// server restarted on its own store loses nothing and counts nothing.
+func TestStreamLostWithTheServersStore(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := embeddednats.Start(embeddednats.Options{Port: embeddednats.RandomPort, StoreDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Shutdown() }()
+	url := srv.ClientURL()
+	_, portStr, _ := net.SplitHostPort(strings.TrimPrefix(url, "nats://"))
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	deleted := 0
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return deleted
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	l := dial(t, url, listener.Options{
+		Logger:           zap.New(core),
+		StreamCheckEvery: time.Hour, // the reconnect alone
+		OnStreamIncident: func(kind string) {
+			if kind == listener.StreamDeleted {
+				mu.Lock()
+				deleted++
+				mu.Unlock()
+			}
+		},
+	})
+	ctx := ctxT(t)
+	if err := l.EnsureStream(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := logs.FilterMessage("created event stream").Len() // the first start's
+	restart := func(store string) {
+		t.Helper()
+		srv.Shutdown()
+		if srv, err = embeddednats.Start(embeddednats.Options{Port: port, StoreDir: store}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the stream there again", func() bool {
+			c, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return l.StreamReady(c) == nil && logs.FilterMessage("nats reconnected").Len() > 0
+		})
+	}
+	restart(dir)
+	time.Sleep(200 * time.Millisecond) // the reconnect's EnsureStream has run: nothing to count
+	if n := count(); n != 0 {
+		t.Fatalf("a restart on the same store counted %d deletions", n)
+	}
+	restart(t.TempDir())
+	eventually(t, "the lost stream counted", func() bool { return count() == 1 })
+	if logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("the event stream was gone").Len() != 1 {
+		t.Errorf("no ERROR line for the lost stream: %v", logs.FilterMessageSnippet("stream").All())
+	}
+	if logs.FilterMessage("created event stream").Len() != first {
+		t.Errorf("the lost stream's creation logged as a first creation")
 	}
 }

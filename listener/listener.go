@@ -316,6 +316,7 @@ type Listener struct {
 	ensured    bool                 // EnsureStream succeeded once: redo it after reconnects
 	stream     jetstream.Stream     // the event stream, once known
 	created    time.Time            // the ensured stream's creation time: another means it was replaced
+	recreating bool                 // checkStream counted the stream's loss and creates it again
 	advisories []*nats.Subscription // the stream's purge and deletion advisories
 	differs    string               // the differences EnsureStream last logged
 	pubJS      int                  // publish through JetStream: 0 unknown, 1 yes, -1 no

@@ -80,8 +80,7 @@ func (l *Listener) EnsureStream(ctx context.Context) error {
 			// Created meanwhile by another replica: conform it below.
 			st, err = l.js.Stream(ctx, name)
 		} else if err == nil {
-			l.log.Info("created event stream", zap.String("stream", name), zap.Strings("subjects", cfg.Subjects),
-				zap.Duration("max_age", cfg.MaxAge), zap.Int("replicas", cfg.Replicas), zap.Any("placement", cfg.Placement))
+			l.logCreated(cfg)
 		}
 	}
 	if err != nil {
@@ -113,6 +112,27 @@ func (l *Listener) EnsureStream(ctx context.Context) error {
 			zap.String("stream", name), zap.Strings("differences", diffs))
 	}
 	return nil
+}
+
+// logCreated logs the creation of the event stream. A stream this listener
+// had ensured and that checkStream did not find gone (it is creating it
+// again itself) was lost unseen: the server came back without its store
+// (restarted on an empty store directory), or the stream was deleted while
+// the connection was down, and the reconnect's EnsureStream found none. What
+// it retained is gone as surely as after a deletion, so it is one.
+func (l *Listener) logCreated(cfg jetstream.StreamConfig) {
+	l.mu.Lock()
+	lost := l.ensured && !l.recreating
+	l.mu.Unlock()
+	if lost {
+		l.log.Error("the event stream was gone when the connection came back (a server restarted without its store, or the stream "+
+			"deleted meanwhile); created it again (the events it retained are gone: runs tracked from now on, and a restart's "+
+			"recovery, miss what was published before)", zap.String("stream", cfg.Name))
+		l.incident(StreamDeleted)
+		return
+	}
+	l.log.Info("created event stream", zap.String("stream", cfg.Name), zap.Strings("subjects", cfg.Subjects),
+		zap.Duration("max_age", cfg.MaxAge), zap.Int("replicas", cfg.Replicas), zap.Any("placement", cfg.Placement))
 }
 
 // unknownPersistMode reports whether a stream's creation was refused for
@@ -651,7 +671,14 @@ func (l *Listener) checkStream() {
 	case <-l.ctx.Done():
 		return
 	}
-	if err := l.EnsureStream(ctx); err != nil {
+	l.mu.Lock()
+	l.recreating = true // counted above: EnsureStream's creation is not another loss
+	l.mu.Unlock()
+	err = l.EnsureStream(ctx)
+	l.mu.Lock()
+	l.recreating = false
+	l.mu.Unlock()
+	if err != nil {
 		l.log.Error("recreate the event stream; retrying at the next check", zap.String("stream", l.opts.Stream), zap.Error(err))
 		return
 	}
