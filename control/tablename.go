@@ -21,7 +21,11 @@ const maxNotifyPayload = 8000
 // CheckTableName reports why name cannot be a tracked table's name, or nil
 // when it can: it must be non-empty, valid UTF-8, free of control
 // characters (PostgreSQL's text refuses NUL; the others are never a
-// table's name and garble logs) and at most MaxTableNameLen bytes. The
+// table's name and garble logs) and of bidirectional formatting characters
+// (U+202E and its kind reorder what follows them in a terminal and on the
+// status page: a query named under a "bronze.{name}" rule could show
+// `finalizer status` one table's name for another), and at most
+// MaxTableNameLen bytes. The
 // error wraps ErrInvalidTable and says why in plain words, without the
 // name (which may be huge or binary).
 func CheckTableName(name string) error {
@@ -36,6 +40,9 @@ func CheckTableName(name string) error {
 	for _, r := range name {
 		if unicode.IsControl(r) {
 			return fmt.Errorf("%w: contains a control character (%U)", ErrInvalidTable, r)
+		}
+		if unicode.Is(unicode.Bidi_Control, r) {
+			return fmt.Errorf("%w: contains a bidirectional formatting character (%U)", ErrInvalidTable, r)
 		}
 	}
 	return nil
