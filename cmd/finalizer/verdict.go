@@ -517,8 +517,9 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\n", t.Table)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", t.Table, t.FinalizedUntil.Format(time.RFC3339),
-			fmtLag(t.LagSeconds), t.UpdatedAt.Format(time.RFC3339), short(t.RunID), t.BatchID)
+		by, batch := moveBy(t)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Table, t.FinalizedUntil.Format(time.RFC3339),
+			fmtLag(t.LagSeconds), t.UpdatedAt.Format(time.RFC3339), by, batch)
 	}
 	if len(tables) == 0 {
 		fmt.Fprintln(tw, "(no verdicts yet)")
@@ -641,6 +642,16 @@ func shortFeeder(f string) string {
 		return short(f)
 	}
 	return f
+}
+
+// moveBy is the BY RUN and BATCH of a table's last move: "-" for both when
+// no run made it (an operator's rewind leaves the control row without a
+// run and batch: batch 0 would read as a run's first batch).
+func moveBy(t tableStatus) (run, batch string) {
+	if t.RunID == "" {
+		return "-", "-"
+	}
+	return short(t.RunID), strconv.FormatInt(t.BatchID, 10)
 }
 
 func short(id string) string {
