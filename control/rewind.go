@@ -383,3 +383,34 @@ WHERE table_name = $1`, table, mark)
 	}
 	return tag.RowsAffected() > 0, nil
 }
+
+// Rewinds returns when each rewound table was last rewound (rewound_at,
+// UTC), for the tables an operator ever rewound: usually none or a few.
+// A restart's recovery reads it once, so that no tracker applies a
+// progress posted before its table's rewind (a run's last progress kept
+// in the stream would otherwise undo the rewind at every restart).
+func (s *Store) Rewinds(ctx context.Context) (map[string]time.Time, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("list rewinds: %w", ErrClosed)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT table_name, rewound_at FROM `+s.n.table+` WHERE rewound_at IS NOT NULL`)
+	if err != nil {
+		return nil, wrap(ctx, "list rewinds", err)
+	}
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var (
+			table string
+			at    time.Time
+		)
+		if err := rows.Scan(&table, &at); err != nil {
+			return nil, wrap(ctx, "list rewinds", err)
+		}
+		out[table] = at.UTC()
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, "list rewinds", err)
+	}
+	return out, nil
+}

@@ -361,3 +361,30 @@ func TestRewindRefusesAmbiguousFeederName(t *testing.T) {
 		t.Errorf("table = %v, want 11:00", v.FinalizedUntil)
 	}
 }
+
+// TestRewindsListsEachRewoundTable: Store.Rewinds has every table an
+// operator rewound, at its rewound_at, and no other (a restart's recovery
+// reads it: finalizer.RewindLister).
+func TestRewindsListsEachRewoundTable(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	ctx := context.Background()
+	for _, table := range []string{"a", "b"} {
+		if _, moved, err := s.Advance(ctx, Advance{Table: table, FinalizedUntil: at(15, 0), QueryID: "q1", RunID: "r1", BatchID: 1}); err != nil || !moved {
+			t.Fatalf("advance %s: moved %v, %v", table, moved, err)
+		}
+	}
+	if m, err := s.Rewinds(ctx); err != nil || len(m) != 0 {
+		t.Fatalf("before any rewind: %v, %v", m, err)
+	}
+	if _, err := s.Rewind(ctx, Rewind{Table: "a", To: at(13, 0), Reason: "test", By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.Get(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Rewinds(ctx)
+	if err != nil || len(m) != 1 || !m["a"].Equal(v.RewoundAt) || v.RewoundAt.IsZero() {
+		t.Fatalf("after rewinding a: %v, %v (rewound_at %s)", m, err, v.RewoundAt)
+	}
+}

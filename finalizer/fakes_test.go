@@ -136,6 +136,7 @@ func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 type fakeStore struct {
 	mu       sync.Mutex
 	rows     map[string]control.Verdict
+	rewinds  map[string]time.Time
 	calls    []control.Advance
 	failures int
 	err      error
@@ -176,6 +177,29 @@ func (s *fakeStore) Advance(_ context.Context, a control.Advance) (control.Verdi
 		QueryID: a.QueryID, RunID: a.RunID, BatchID: a.BatchID}
 	s.rows[a.Table] = v
 	return v, true, nil
+}
+
+// Rewinds is control.Store.Rewinds (finalizer.RewindLister).
+func (s *fakeStore) Rewinds(context.Context) (map[string]time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]time.Time, len(s.rewinds))
+	for k, v := range s.rewinds {
+		out[k] = v
+	}
+	return out, nil
+}
+
+// rewind sets table's verdict back to to, rewound at at, as
+// control.Store.Rewind does.
+func (s *fakeStore) rewind(table string, to, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rewinds == nil {
+		s.rewinds = map[string]time.Time{}
+	}
+	s.rewinds[table] = at
+	s.rows[table] = control.Verdict{Table: table, FinalizedUntil: to, RewoundAt: at}
 }
 
 func (s *fakeStore) setFailing(n int, err error) {

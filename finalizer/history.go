@@ -122,6 +122,35 @@ func (t *Tracker) checkRewound() {
 	}
 }
 
+// beforeRewind reports whether ev, of a run a restart's recovery found
+// silent since its table's last rewind (Registry.rewoundAt), was posted
+// before that rewind: then it is done with, unapplied. A rewind takes the
+// verdict back below what such a progress declared; the run's last
+// progress, kept in the stream, was re-applied at every restart's recovery
+// and undid the rewind with no new data, declaring final the periods being
+// reprocessed. Spark's timestamp is when the batch's trigger started, on
+// the driver's clock: only such silent runs are held to it (a batch started
+// before the rewind and committed after it waits for the run's next
+// progress: late, never wrong). A progress without a timestamp is applied,
+// as before.
+func (t *Tracker) beforeRewind(ev *progress.Event) bool {
+	if t.cfg.host == nil || ev.Timestamp.IsZero() {
+		return false
+	}
+	at := t.cfg.host.rewoundAt()
+	if at.IsZero() || !ev.Timestamp.Before(at) {
+		return false
+	}
+	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
+	t.log.Info("a progress posted before the table's last rewind is not applied (it would undo the rewind)",
+		zap.Time("posted", ev.Timestamp), zap.Time("rewound_at", at), zap.Int64("batch_id", ev.BatchID))
+	return true
+}
+
+// outcomeBeforeRewind counts, in finalizer_candidates_total, a progress
+// posted before its table's last rewind (beforeRewind).
+const outcomeBeforeRewind = "before_rewind"
+
 // rewound tells the worker that the table's verdict may have been moved
 // back. Safe from any goroutine; never blocks.
 func (t *Tracker) rewound() { t.rewinds.Add(1) }
@@ -250,6 +279,9 @@ func (r *Registry) Rewound(table string, until time.Time) {
 	if table == "" {
 		return
 	}
+	// Heard after the rewind's commit: no earlier than its rewound_at, so
+	// a progress posted before the rewind is never applied after it.
+	r.noteRewinds(map[string]time.Time{table: r.cfg.Clock.Now()})
 	r.cfg.Metrics.Rewinds.Inc()
 	r.cfg.Metrics.SetVerdict(table, until)
 	r.log.Info("verdict rewound by an operator; the table's trackers start again from it",

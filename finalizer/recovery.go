@@ -24,6 +24,10 @@ import (
 // Each tracker applies its run's retained progress as soon as it has it. Errors of single runs are logged; Recover returns the
 // first of them, if any.
 func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []listener.Run) error {
+	// Before any tracker starts: a run silent since its table's rewind
+	// does not apply its retained progress, posted before it, again.
+	r.loadRewinds(ctx)
+	r.noteSilent(runs)
 	if h, ok := r.cfg.Bus.(CatchUpHolder); ok {
 		release := h.HoldCatchUps()
 		defer func() {

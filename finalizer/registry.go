@@ -105,6 +105,13 @@ type FeederJoiner interface {
 	JoinFeeder(ctx context.Context, table, query, name string) (control.Joined, error)
 }
 
+// RewindLister lists when each rewound table was last rewound; Recover
+// reads it once so that no tracker re-applies a progress posted before its
+// table's rewind. *control.Store implements it.
+type RewindLister interface {
+	Rewinds(ctx context.Context) (map[string]time.Time, error)
+}
+
 // TrackStore persists explicit tracks so that they survive a restart.
 // *control.Store implements it.
 type TrackStore interface {
@@ -263,6 +270,97 @@ func (e *entry) exited() { e.r.reap(e) }
 
 func (e *entry) joinPending() bool { return e.r.joinPending(e.req.Table) }
 
+func (e *entry) rewoundAt() time.Time { return e.r.rewoundAt(e.req.RunID, e.req.Table) }
+
+// rewoundAt is when table was last rewound, for a run a recovery found
+// silent since before that rewind (the stream stored nothing of it since,
+// both times the servers' clocks) or terminated; zero otherwise.
+// Lock-free.
+func (r *Registry) rewoundAt(runID, table string) time.Time {
+	rw, sl := r.rewinds.Load(), r.silent.Load()
+	if rw == nil || sl == nil {
+		return time.Time{}
+	}
+	at := (*rw)[table]
+	stored, ok := (*sl)[runID]
+	if at.IsZero() || !ok || !stored.Before(at) {
+		return time.Time{}
+	}
+	return at
+}
+
+// noteSilent records the recovered runs whose newest stored event is older
+// than the latest rewind known, and the terminated ones (a termination
+// stored after the rewind, the query stopped once rewound, leaves the
+// progress before it the run's last): only their trackers compare a
+// progress's time with their table's rewind, so that a run still posting
+// is never held by its driver's clock.
+func (r *Registry) noteSilent(runs []listener.Run) {
+	rw := r.rewinds.Load()
+	if rw == nil {
+		return
+	}
+	var latest time.Time
+	for _, at := range *rw {
+		if at.After(latest) {
+			latest = at
+		}
+	}
+	m := map[string]time.Time{}
+	for _, run := range runs {
+		switch {
+		case run.Terminated:
+			m[run.RunID] = time.Time{} // no progress comes after: before any rewind
+		case !run.Stored.IsZero() && run.Stored.Before(latest):
+			m[run.RunID] = run.Stored
+		}
+	}
+	if len(m) > 0 {
+		r.silent.Store(&m)
+	}
+}
+
+// noteRewinds records when tables were rewound, keeping the later time of
+// each; safe from any goroutine.
+func (r *Registry) noteRewinds(at map[string]time.Time) {
+	if len(at) == 0 {
+		return
+	}
+	for {
+		old := r.rewinds.Load()
+		next := make(map[string]time.Time, len(at)+1)
+		if old != nil {
+			for k, v := range *old {
+				next[k] = v
+			}
+		}
+		for k, v := range at {
+			if v.After(next[k]) {
+				next[k] = v
+			}
+		}
+		if r.rewinds.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// loadRewinds reads when each table was last rewound (RewindLister), once,
+// before a recovery starts any tracker. A failed read is logged: the
+// trackers then know only of the rewinds this service hears of.
+func (r *Registry) loadRewinds(ctx context.Context) {
+	rl, ok := r.cfg.Store.(RewindLister)
+	if !ok {
+		return
+	}
+	at, err := rl.Rewinds(ctx)
+	if err != nil {
+		r.log.Warn("could not read the tables' rewinds; a run's progress posted before its table's rewind may be applied again", zap.Error(err))
+		return
+	}
+	r.noteRewinds(at)
+}
+
 // joinPending reports whether a start into table waits for its busy
 // feeder join (joinLater). A tracker of the table advances only once it
 // joined: after the lock goes, the table's other feeders' retries would
@@ -342,8 +440,17 @@ type Registry struct {
 	// waitingJoins counts the tables of joining, read without r.mu by
 	// joinPending.
 	waitingJoins atomic.Int32
-	queue        []string // pending runs in arrival order
-	maxPending   int
+	// rewinds maps each table an operator rewound to when (control's
+	// rewound_at, or when this service heard of it), and silent maps each
+	// run a recovery found with nothing stored in the stream since the
+	// latest of them to when its newest event was stored: such a run's
+	// tracker applies no progress posted before its table's rewind
+	// (Tracker.beforeRewind). Both copied on write, read without a lock
+	// at every apply; nil while no table was rewound.
+	rewinds    atomic.Pointer[map[string]time.Time]
+	silent     atomic.Pointer[map[string]time.Time]
+	queue      []string // pending runs in arrival order
+	maxPending int
 	// rescan asks discovery to offer the runs the stream retains once
 	// more (SetRescan); nil without one. missed says that a discovered
 	// run was dropped (too many waiting, its start failed): once the

@@ -309,6 +309,9 @@ type runHost interface {
 	// for its feeder join (another session holds the table locked): the
 	// table must not move before that feeder holds it.
 	joinPending() bool
+	// rewoundAt is when an operator last rewound the tracker's table;
+	// zero when never (see Tracker.beforeRewind).
+	rewoundAt() time.Time
 }
 
 // errJoinPending fails an advance while another query's start into the
@@ -347,6 +350,8 @@ func (h *funcHost) exited() {}
 func (h *funcHost) notifier(*Tracker) *listener.Notifier { return nil }
 
 func (h *funcHost) joinPending() bool { return false }
+
+func (h *funcHost) rewoundAt() time.Time { return time.Time{} }
 
 // Notify schedules the tracker, or only stamps its status
 // (listener.Notifier, see begin and notified).
@@ -921,6 +926,9 @@ func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 	m := t.cfg.Metrics
 	t.heldByQuiet = false
 	t.checkRewound()
+	if t.beforeRewind(ev) {
+		return true
+	}
 	t.checkReset(ctx, ev)
 	cand, outcome, why := t.cfg.Spec.Evaluate(ev)
 	if outcome != progress.OK {

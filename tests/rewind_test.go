@@ -158,3 +158,38 @@ func TestRewindCommand(t *testing.T) {
 	}
 	waitVerdict(t, pgURL, "t", "2026-09-28T13:00:00Z")
 }
+
+// TestRestartKeepsARewind: the run's last progress (18:10) and its
+// termination, then the operator's rewind to 14:00. A restart's recovery
+// applied that progress again from the stream and the verdict was 18:00
+// again (found in review). It stays at 14:00 across the restart, until a
+// progress posted after the rewind moves it (ADR 0019's last addendum).
+func TestRestartKeepsARewind(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	pg := []string{"--postgres-url", pgURL}
+	dataDir := t.TempDir()
+	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
+	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, config: cfg})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
+	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
+	s.logged(t, "the run's end", "run terminated")
+	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
+		"--reason", "reprocessing from 14:00", "--by", "ops"}, pg...)...); code != 0 {
+		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
+	}
+	s.stop()
+	s = startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, config: cfg})
+	s.logged(t, "the recovery", "recovered tracked runs")
+	s.logged(t, "the old progress refused", "posted before the table's last rewind")
+	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
+		t.Fatalf("after the restart, is-final 15:00 exits %d, want 1: the rewind was undone", code)
+	}
+	// A new run reprocessing, posted now: it moves the verdict as before.
+	pub = connect(t, s.natsURL)
+	pub.publish("started", queryA, runB, startedJSON(queryA, runB, "orders-v1"))
+	pub.publish("progress", queryA, runB, progressPosted(queryA, runB, "orders-v1", 1, time.Now().UTC(), "2026-09-28T15:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T15:00:00Z")
+}

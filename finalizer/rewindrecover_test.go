@@ -1,0 +1,75 @@
+package finalizer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// TestRecoveryAppliesNoProgressFromBeforeARewind: an operator rewound a
+// table after its run's last progress (the run terminated, or its driver
+// died); a restart's recovery applied that progress again, kept in the
+// stream, and the verdict went back where the rewind took it from, with
+// no new data (found in review: rewound 18:00 -> 14:00, restarted, 18:00
+// again). A run the stream shows silent since its table's rewind applies
+// no progress posted before it, and does apply one posted after; a run
+// that spoke since the rewind is not held to its driver's clock.
+func TestRecoveryAppliesNoProgressFromBeforeARewind(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
+	rewoundAt := r.clock.Now().Add(-time.Hour)
+	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	r.store.rewind("t_b", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	r.store.rewind("t_c", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	if err := r.reg.Recover(context.Background(), nil, []listener.Run{
+		{QueryID: queryA, RunID: runA, Name: "a", Kind: progress.KindProgress, Stored: rewoundAt.Add(-2 * time.Minute)},
+		{QueryID: queryA, RunID: runB, Name: "b", Kind: progress.KindProgress, Stored: rewoundAt.Add(time.Minute)},
+		// Stopped after the rewind: its termination is newer, its last
+		// progress is not.
+		{QueryID: queryA, RunID: runStopped, Name: "c", Kind: progress.KindTerminated, Terminated: true, Stored: rewoundAt.Add(time.Minute)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "tracked", func() bool { return r.reg.Tracked() == 3 })
+	last := cdcProgress(runStopped, "2026-09-28T18:10:00")
+	last.Name, last.Timestamp = "c", rewoundAt.Add(-time.Minute)
+	r.bus.Publish(last)
+	eventually(t, "the stopped run's last progress taken", func() bool {
+		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
+			!r.store.Verdict("t_c").Equal(utc("2026-09-28T14:00:00Z"))
+	})
+	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("the last progress of a run stopped after the rewind moved the verdict to %s", got)
+	}
+	old := cdcProgress(runA, "2026-09-28T18:10:00")
+	old.Name, old.Timestamp = "a", rewoundAt.Add(-3*time.Minute)
+	r.bus.Publish(old)
+	eventually(t, "the old progress taken", func() bool {
+		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 2 ||
+			!r.store.Verdict("t_a").Equal(utc("2026-09-28T14:00:00Z"))
+	})
+	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("a progress posted before the rewind moved the verdict to %s", got)
+	}
+	newer := cdcProgress(runA, "2026-09-28T15:10:00")
+	newer.Name, newer.Timestamp = "a", rewoundAt.Add(time.Minute)
+	r.bus.Publish(newer)
+	eventually(t, "a progress posted after the rewind applied", func() bool {
+		return r.store.Verdict("t_a").Equal(utc("2026-09-28T15:00:00Z"))
+	})
+
+	// Run b spoke since the rewind: its driver's clock is not trusted to
+	// hold it (a progress that reached the stream after the rewind is new
+	// data, whatever its timestamp says).
+	skewed := cdcProgress(runB, "2026-09-28T16:10:00")
+	skewed.Name, skewed.Timestamp = "b", rewoundAt.Add(-time.Minute)
+	r.bus.Publish(skewed)
+	eventually(t, "the live run's progress applied", func() bool {
+		return r.store.Verdict("t_b").Equal(utc("2026-09-28T16:00:00Z"))
+	})
+}
+
+const runStopped = "0d0d0d0d-2222-4333-8444-555555555555"
