@@ -540,3 +540,69 @@ func TestFailedFirstStartLeavesNothing(t *testing.T) {
 		t.Errorf("the failed first start left %s behind: %v %v", dir, err, entries)
 	}
 }
+
+// TestTakenPortFailsBeforeAnythingSlow: serve on the managed cluster with
+// its HTTP port (or its embedded NATS port) taken fails within about a
+// second, before the managed PostgreSQL is created or started: exit 2, one
+// error line naming the address, the flag that sets it and how to find
+// what holds it, and nothing left behind (no data dir, no lock, no
+// postgres process).
+func TestTakenPortFailsBeforeAnythingSlow(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := ln.Addr().String()
+	_, port, _ := net.SplitHostPort(taken)
+	for _, c := range []struct{ name, flag, other string }{
+		{"http", "--http-listen", "--nats-listen"},
+		{"nats", "--nats-listen", "--http-listen"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "new-data-dir")
+			began := time.Now()
+			code, out, e := cli(t, nil, "serve", "--data-dir", dir, c.flag, taken, c.other, "127.0.0.1:0")
+			took := time.Since(began)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2\n%s%s", code, out, e)
+			}
+			if took > 2*time.Second {
+				t.Errorf("failed after %s, want about a second at most", took)
+			}
+			last := strings.TrimSpace(e[strings.LastIndex(strings.TrimSpace(e), "\n")+1:])
+			for _, want := range []string{taken, "address already in use", c.flag, "ss -ltnp 'sport = :" + port + "'"} {
+				if !strings.Contains(last, want) {
+					t.Errorf("last stderr line %q does not say %q", last, want)
+				}
+			}
+			if strings.Contains(out, "PostgreSQL") || strings.Contains(e, "initdb") {
+				t.Errorf("the managed cluster was started:\n%s%s", out, e)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				entries, _ := os.ReadDir(dir)
+				t.Errorf("the failed start left %s behind: %v %v", dir, err, entries)
+			}
+			if pids := processesNaming(t, dir); len(pids) > 0 {
+				t.Errorf("processes still run on %s: %v", dir, pids)
+			}
+		})
+	}
+}
+
+// processesNaming returns the pids whose command line names s.
+func processesNaming(t *testing.T, s string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, en := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", en.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), s) {
+			pids = append(pids, en.Name())
+		}
+	}
+	return pids
+}

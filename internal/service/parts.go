@@ -38,9 +38,6 @@ import (
 // lockDataDir creates and locks the data dir when an embedded server or
 // the managed cluster will live in it.
 func (s *Service) lockDataDir(context.Context) error {
-	if err := s.opts.checkHTTP(); err != nil {
-		return err
-	}
 	if s.opts.EmbeddedNATS == nil && s.opts.PostgresURL != "" {
 		return nil
 	}
@@ -510,16 +507,11 @@ func (s *Service) startPage(context.Context) error {
 // serveHTTP serves the HTTP API and /metrics. A server that stops on its
 // own fails the service (see Run).
 func (s *Service) serveHTTP(context.Context) error {
-	if s.opts.HTTPListen == "" || s.opts.HTTPListen == "off" {
+	if s.httpLn == nil {
 		return nil
 	}
-	ln, err := net.Listen("tcp", s.opts.HTTPListen)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("http listen %s: %w; stop what listens there, or pick another address with --http-listen (http.listen, \"off\" disables the API)", s.opts.HTTPListen, err)
-		}
-		return fmt.Errorf("http listen %s: %w", s.opts.HTTPListen, err)
-	}
+	ln := s.httpLn // bound by reserveListeners, before anything slow started
+	s.httpLn = nil // the server's Shutdown closes it from now on
 	// Bounded: at most HTTPMaxConns connections at once (more wait in the
 	// kernel's backlog, never for a file descriptor of ours), none idle for
 	// long, none slow to send its request. There is no write deadline:

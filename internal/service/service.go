@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -204,6 +205,7 @@ type Service struct {
 	outbox     *control.Outbox
 	dispatcher *actions.Dispatcher
 	httpAddr   string
+	httpLn     net.Listener // bound by reserveListeners until serveHTTP serves it
 	timings    Timings
 
 	actors      []actor // started, in start order
@@ -245,6 +247,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	m := s.metrics
 	s.counters.MustRegister(m.Events, m.Advances, m.Writes, m.FailedAdvances, m.Retries, m.TrackedRuns, m.StaleRuns)
 	for _, start := range []func(context.Context) error{
+		s.reserveListeners,
 		s.lockDataDir,
 		s.startNATS,
 		s.startPostgres,
