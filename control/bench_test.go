@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/finalizer-dev/finalizer/internal/cputime"
 )
 
 // BenchmarkAdvance measures one Advance round trip: "moving" moves the
@@ -88,7 +90,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 		b.Fatal(err)
 	}
 	var ds []time.Duration
-	cpu0 := processCPU()
+	cpu0 := cputime.Process()
 	for i := 1; b.Loop(); i++ {
 		as := mk(i)
 		t0 := time.Now()
@@ -98,7 +100,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	cpu := (processCPU() - cpu0).Nanoseconds()
+	cpu := (cputime.Process() - cpu0).Nanoseconds()
 	b.ReportMetric(float64(cpu)/1e3/float64(len(ds))/1000, "go-cpu-us/row")
 	slices.Sort(ds)
 	b.ReportMetric(float64(ds[0].Microseconds())/1000, "min-ms")

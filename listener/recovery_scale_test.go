@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/finalizer-dev/finalizer/internal/cputime"
 	"github.com/finalizer-dev/finalizer/listener"
 )
 
@@ -50,7 +51,7 @@ func TestRecoveryScale(t *testing.T) {
 	}
 	<-js.PublishAsyncComplete()
 
-	began, cpu := time.Now(), cpuTime()
+	began, cpu := time.Now(), cputime.Process()
 	// As the service does: held from before the listing, the catch-ups
 	// are made from what Retained read and the stream after it.
 	release := l.HoldCatchUps()
@@ -58,13 +59,13 @@ func TestRecoveryScale(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Retained after %s: %v", time.Since(began), err)
 	}
-	listed, listedCPU := time.Since(began), cpuTime()-cpu
+	listed, listedCPU := time.Since(began), cputime.Process()-cpu
 	if len(runs) != n || runs[0].Name != "scale" {
 		t.Fatalf("Retained: %d runs (first named %q), want %d named scale", len(runs), runs[0].Name, n)
 	}
 	boxes := make([]*listener.Mailbox, n)
 	subs := make([]*listener.RunSubscription, n)
-	began, cpu = time.Now(), cpuTime()
+	began, cpu = time.Now(), cputime.Process()
 	var wg sync.WaitGroup
 	work := make(chan int)
 	for range 16 {
@@ -89,7 +90,7 @@ func TestRecoveryScale(t *testing.T) {
 	if err := release(ctx); err != nil {
 		t.Errorf("batched catch-up: %v", err)
 	}
-	caught, caughtCPU := time.Since(began), cpuTime()-cpu
+	caught, caughtCPU := time.Since(began), cputime.Process()-cpu
 	for i, b := range boxes {
 		if m := b.Take(); m.Progress == nil || m.Progress.BatchID != 7 {
 			t.Fatalf("run %d: took %+v, want its retained progress", i, m)

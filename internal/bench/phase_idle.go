@@ -8,6 +8,8 @@ import (
 	"runtime/pprof"
 	"slices"
 	"time"
+
+	"github.com/finalizer-dev/finalizer/internal/cputime"
 )
 
 // IdleInterval is how often every run posts one event in the idle phase:
@@ -203,7 +205,7 @@ func percents(xs []float64) string {
 // share of one core: the service process's, or this process's in
 // process.
 func (r *runner) restWindow(ctx context.Context, d time.Duration) (float64, error) {
-	cpu := processCPU
+	cpu := cputime.Process
 	if r.child != nil {
 		cpu = r.child.cpu
 	}
@@ -245,7 +247,7 @@ func (r *runner) idleWindow(ctx context.Context, rate float64, d time.Duration, 
 	if r.child != nil {
 		childCPU = r.child.cpu
 	}
-	svc0, cpu0, start := childCPU(), processCPU(), time.Now()
+	svc0, cpu0, start := childCPU(), cputime.Process(), time.Now()
 	for {
 		elapsed := time.Since(start)
 		if elapsed >= d {
@@ -289,7 +291,7 @@ func (r *runner) idleWindow(ctx context.Context, rate float64, d time.Duration, 
 		return res, err
 	}
 	wall := time.Since(start).Seconds()
-	res.share, res.svcShare = (processCPU()-cpu0).Seconds()/wall, (childCPU()-svc0).Seconds()/wall
+	res.share, res.svcShare = (cputime.Process()-cpu0).Seconds()/wall, (childCPU()-svc0).Seconds()/wall
 	rt1 := stats.read()
 	res.cycles, res.markS = rt1.cycles-rt0.cycles, rt1.markS-rt0.markS
 	if len(touched) > 0 {

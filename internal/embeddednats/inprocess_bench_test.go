@@ -6,13 +6,13 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/finalizer-dev/finalizer/internal/cputime"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
 	"github.com/finalizer-dev/finalizer/listener"
 )
@@ -165,20 +165,13 @@ func benchDelivery(b *testing.B, inProcess bool, window int) {
 
 	b.ReportAllocs()
 	b.SetBytes(benchPayload)
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	b.ResetTimer()
 	publish(b.N)
 	wait()
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/msg")
+	b.ReportMetric(float64((cputime.Process()-cpu0).Microseconds())/float64(b.N), "cpu-µs/msg")
 	if stats := sub.Stats(); sub.Status() != nats.CONNECTED {
 		b.Fatalf("subscriber %v, stats %+v", sub.Status(), stats)
 	}
-}
-
-// cpuTime is the process's CPU time so far, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
