@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -948,4 +949,38 @@ func (l *Listener) event(kind progress.Kind, outcome string) {
 	if l.opts.OnEvent != nil {
 		l.opts.OnEvent(kind, outcome)
 	}
+}
+
+// CheckFiles reads o's credential and TLS files as Dial would, without
+// connecting: a file that cannot be read or parsed is reported at once,
+// named by its config key, instead of at the dial after slower work.
+func (o Options) CheckFiles() error {
+	var no nats.Options
+	check := func(key, file string, opt nats.Option) error {
+		if file == "" {
+			return nil
+		}
+		if err := opt(&no); err != nil {
+			return fmt.Errorf("nats.%s %s: %w", key, file, err)
+		}
+		return nil
+	}
+	if o.NKeySeedFile != "" {
+		if _, err := nats.NkeyOptionFromSeed(o.NKeySeedFile); err != nil {
+			return fmt.Errorf("nats.nkey_seed_file %s: %w", o.NKeySeedFile, err)
+		}
+	}
+	if o.CredsFile != "" {
+		// nats.UserCredentials reads the file at each connect only.
+		if _, err := os.ReadFile(o.CredsFile); err != nil {
+			return fmt.Errorf("nats.credentials_file: %w", err)
+		}
+	}
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		return errors.New("nats.tls_cert_file, nats.tls_key_file: a client certificate needs both a cert and a key file")
+	}
+	if err := check("tls_ca_file", o.TLSCAFile, nats.RootCAs(o.TLSCAFile)); err != nil {
+		return err
+	}
+	return check("tls_cert_file", o.TLSCertFile, nats.ClientCert(o.TLSCertFile, o.TLSKeyFile))
 }

@@ -606,3 +606,27 @@ func processesNaming(t *testing.T, s string) []string {
 	}
 	return pids
 }
+
+// TestBadFileFailsBeforeAnythingSlow: a NATS client file that cannot be
+// read fails serve on the managed cluster at once, naming its config key,
+// before the managed PostgreSQL is created (the dial found it after).
+func TestBadFileFailsBeforeAnythingSlow(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-ca.pem")
+	dir := filepath.Join(t.TempDir(), "new-data-dir")
+	began := time.Now()
+	code, out, e := cli(t, nil, "serve", "--data-dir", dir, "--nats-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+		"--nats-tls-ca", missing)
+	took := time.Since(began)
+	if code != 2 {
+		t.Fatalf("exit %d, want 2\n%s%s", code, out, e)
+	}
+	if took > 2*time.Second {
+		t.Errorf("failed after %s, want about a second at most", took)
+	}
+	if !strings.Contains(e, "nats.tls_ca_file "+missing) {
+		t.Errorf("stderr does not name nats.tls_ca_file and the file:\n%s", e)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the failed start left %s behind: %v", dir, err)
+	}
+}

@@ -8,7 +8,10 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/redact"
 )
 
 // reserveListeners checks every address the service will listen on before
@@ -21,6 +24,9 @@ import (
 // closed) and embeddednats.Start tries it again.
 func (s *Service) reserveListeners(context.Context) error {
 	if err := s.opts.checkHTTP(); err != nil {
+		return err
+	}
+	if err := s.checkPreconditions(); err != nil {
 		return err
 	}
 	natsAddr, err := s.checkNATSListen()
@@ -93,4 +99,21 @@ func sameListenAddr(a, b string) bool {
 	}
 	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
 	return ha == hb || wild(ha) || wild(hb)
+}
+
+// checkPreconditions checks, before anything starts, what the service
+// would otherwise find wrong only after slower work (the managed
+// PostgreSQL's start): the NATS client's credential and TLS files, read as
+// the dial reads them, and the PostgreSQL URL, parsed as the store parses
+// it.
+func (s *Service) checkPreconditions() error {
+	if err := s.opts.NATS.CheckFiles(); err != nil {
+		return err
+	}
+	if s.opts.PostgresURL != "" {
+		if _, err := pgxpool.ParseConfig(s.opts.PostgresURL); err != nil {
+			return fmt.Errorf("postgres.url (--postgres-url): %w", redact.Error(err, s.opts.PostgresURL))
+		}
+	}
+	return nil
 }
