@@ -47,7 +47,13 @@ pending (bounded by tracking.shutdown_timeout), the embedded servers stop.
 A rule's actions (tables[].actions: nats, webhook, marker) announce each period of its
 table that becomes final, once, in order, from an outbox kept in PostgreSQL (README,
 "Actions"). A bad action (an unknown kind, a webhook secret_env that is not set, a
-marker directory that cannot be written) stops the start with an error naming the field.`,
+marker directory that cannot be written) stops the start with an error naming the field.
+
+Before it starts anything slow (the managed PostgreSQL takes seconds), serve binds every
+address it will listen on (--http-listen, also /metrics, and --nats-listen), reads the
+NATS client's TLS and credential files and parses the PostgreSQL URL: a taken port or an
+unreadable file fails at once, exit code 2, naming the address and its flag (and how to
+find what holds a port: ss -ltnp 'sport = :8080'). A later failure stops what started.`,
 		Example: `  finalizer serve
   finalizer serve --config finalizer.yaml
   finalizer serve --nats-url nats://nats:4222 --postgres-url postgres://finalizer@db/ops`,
