@@ -16,19 +16,15 @@ import (
 
 // reserveListeners checks every address the service will listen on before
 // any slow part starts (the managed PostgreSQL takes seconds): a taken port
-// fails the start at once, with nothing created. The HTTP API's address is
+// fails the start at once, and the data dir lock's stop removes what a
+// first start created. It runs after the lock, so that a second serve on
+// the same data dir (its ports taken by the first) is named as such. The HTTP API's address is
 // bound here and held until serveHTTP serves it, so nothing can take it
 // meanwhile (a connection made during the start waits in the kernel's
 // backlog and is answered once the service is ready); the embedded NATS
 // server binds its own port, so its address is only tried here (bound and
 // closed) and embeddednats.Start tries it again.
 func (s *Service) reserveListeners(context.Context) error {
-	if err := s.opts.checkHTTP(); err != nil {
-		return err
-	}
-	if err := s.checkPreconditions(); err != nil {
-		return err
-	}
 	natsAddr, err := s.checkNATSListen()
 	if err != nil {
 		return err

@@ -38,6 +38,12 @@ import (
 // lockDataDir creates and locks the data dir when an embedded server or
 // the managed cluster will live in it.
 func (s *Service) lockDataDir(context.Context) error {
+	if err := s.opts.checkHTTP(); err != nil {
+		return err
+	}
+	if err := s.checkPreconditions(); err != nil {
+		return err
+	}
 	if s.opts.EmbeddedNATS == nil && s.opts.PostgresURL != "" {
 		return nil
 	}

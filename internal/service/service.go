@@ -247,8 +247,8 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	m := s.metrics
 	s.counters.MustRegister(m.Events, m.Advances, m.Writes, m.FailedAdvances, m.Retries, m.TrackedRuns, m.StaleRuns)
 	for _, start := range []func(context.Context) error{
+		s.lockDataDir, // first: a second serve on the data dir is named as such
 		s.reserveListeners,
-		s.lockDataDir,
 		s.startNATS,
 		s.startPostgres,
 		s.openStore,
