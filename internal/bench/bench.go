@@ -105,6 +105,10 @@ type Config struct {
 	// restart or naive baseline): to measure the latency tail alone, a
 	// round in a short run.
 	LatencyOnly bool
+	// StreamMaxBytes bounds the JetStream stream the bench's service
+	// makes; 0 means listener.DefaultMaxBytes, as serve's default. To
+	// measure what the stream at its bound costs the event path.
+	StreamMaxBytes int64
 	// Bursts is how many bursts the burst phase runs, each crossing the
 	// next boundary (0: 1). The result's burst is the first one's; every
 	// one's is in BurstRounds.
@@ -482,6 +486,7 @@ func (r *runner) startUnderTest(ctx context.Context) (underTest, error) {
 	var c serveConfig
 	c.NATS.URL, c.Postgres.URL = r.natsURL, r.pgURL
 	c.ControlTable, c.Prefix = r.schema+".table_finalization", prefix
+	c.Stream.MaxBytes = r.cfg.StreamMaxBytes
 	// No cap, as in process: the bench tracks exactly its N runs.
 	c.Tracking.MaxTrackers = -1
 	if r.cfg.MemoryLimit == "off" {
@@ -516,6 +521,7 @@ func (r *runner) serviceConfig() serviceConfig {
 		Prefix: prefix, Rules: r.rules(), Logger: r.cfg.Logger, NoGroupCommit: r.cfg.NoGroupCommit,
 		MaxBatch: r.cfg.MaxBatch, Workers: r.cfg.Workers, Actions: r.actionRules(),
 		MemoryLimitOff: r.cfg.MemoryLimit == "off", MemoryHeadroom: r.cfg.MemoryHeadroom, MemorySurge: r.cfg.MemorySurge,
+		StreamMaxBytes: r.cfg.StreamMaxBytes,
 	}
 }
 

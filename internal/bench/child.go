@@ -98,7 +98,10 @@ type serveConfig struct {
 	} `yaml:"postgres"`
 	ControlTable string `yaml:"control_table"`
 	Prefix       string `yaml:"subject_prefix"`
-	HTTP         struct {
+	Stream       struct {
+		MaxBytes int64 `yaml:"max_bytes,omitempty"`
+	} `yaml:"stream"`
+	HTTP struct {
 		Listen string `yaml:"listen"`
 	} `yaml:"http"`
 	DataDir string `yaml:"data_dir"`

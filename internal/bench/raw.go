@@ -19,7 +19,7 @@ import (
 func (r *runner) rawDelivery(ctx context.Context) error {
 	// The stream, as the service makes it, so that the server stores every
 	// message as it will later.
-	l, err := listener.Dial(ctx, listener.Options{URL: r.natsURL, Prefix: prefix})
+	l, err := listener.Dial(ctx, listener.Options{URL: r.natsURL, Prefix: prefix, MaxBytes: r.cfg.StreamMaxBytes})
 	if err != nil {
 		return err
 	}

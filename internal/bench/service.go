@@ -91,6 +91,8 @@ type serviceConfig struct {
 	MemoryLimitOff bool
 	MemoryHeadroom float64
 	MemorySurge    float64
+	// StreamMaxBytes bounds the stream (listener.Options.MaxBytes).
+	StreamMaxBytes int64
 }
 
 // startService starts the service as serve does, recovering explicit
@@ -99,7 +101,7 @@ func startService(ctx context.Context, c serviceConfig) (*benchService, error) {
 	b := &benchService{}
 	o := service.Options{
 		Logger:       c.Logger,
-		NATS:         listener.Options{URL: c.NATSURL, Prefix: c.Prefix},
+		NATS:         listener.Options{URL: c.NATSURL, Prefix: c.Prefix, MaxBytes: c.StreamMaxBytes},
 		PostgresURL:  c.PostgresURL,
 		ControlTable: c.ControlTable,
 		// No cap: the bench tracks exactly its N runs, up to 100,000 and
