@@ -24,6 +24,16 @@ type Namer interface {
 	RunName(ctx context.Context, queryID, runID string) (string, error)
 }
 
+// RunStater is optional on a Bus: RetainedRun reads what the stream
+// retains of one run (listener.Listener.RetainedRun). Before a tracker
+// starts into a table an operator rewound, the registry reads it to tell
+// whether the run can still post a progress newer than the rewind
+// (Registry.judgeSilence); without it, a run is judged only by a
+// restart's recovery.
+type RunStater interface {
+	RetainedRun(ctx context.Context, queryID, runID string) (listener.Run, bool, error)
+}
+
 // CatchUpHolder is optional on a Bus: HoldCatchUps defers the catch-up
 // from the stream of every run subscribed until release, which catches
 // them all up at once (one read of the stream instead of one per run).
@@ -50,6 +60,7 @@ var (
 	_ Namer          = ListenerBus{}
 	_ CatchUpHolder  = ListenerBus{}
 	_ LateOfferer    = ListenerBus{}
+	_ RunStater      = ListenerBus{}
 	_ intoSubscriber = ListenerBus{}
 )
 
@@ -85,4 +96,10 @@ func (b ListenerBus) OfferLate(runIDs []string) { b.L.OfferLate(runIDs) }
 // RunName looks the run's query name up in what JetStream retained.
 func (b ListenerBus) RunName(ctx context.Context, queryID, runID string) (string, error) {
 	return b.L.RunName(ctx, queryID, runID)
+}
+
+// RetainedRun reads what the stream retains of one run (see
+// listener.RetainedRun).
+func (b ListenerBus) RetainedRun(ctx context.Context, queryID, runID string) (listener.Run, bool, error) {
+	return b.L.RetainedRun(ctx, queryID, runID)
 }

@@ -134,13 +134,15 @@ func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 // fakeStore is a control table in memory. failures makes the next n
 // advances fail.
 type fakeStore struct {
-	mu       sync.Mutex
-	rows     map[string]control.Verdict
-	rewinds  map[string]time.Time
-	calls    []control.Advance
-	failures int
-	err      error
-	called   chan struct{}
+	mu      sync.Mutex
+	rows    map[string]control.Verdict
+	rewinds map[string]time.Time
+	// rewindReads counts Rewinds calls.
+	rewindReads int
+	calls       []control.Advance
+	failures    int
+	err         error
+	called      chan struct{}
 }
 
 var errDown = errors.New("postgresql unavailable: connection refused")
@@ -183,6 +185,7 @@ func (s *fakeStore) Advance(_ context.Context, a control.Advance) (control.Verdi
 func (s *fakeStore) Rewinds(context.Context) (map[string]time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.rewindReads++
 	out := make(map[string]time.Time, len(s.rewinds))
 	for k, v := range s.rewinds {
 		out[k] = v
@@ -230,6 +233,27 @@ type fakeBus struct {
 	// afterSubscribe, when set, runs after each Subscribe, unlocked: a
 	// live event that arrives right after the subscription.
 	afterSubscribe func(runID string, box *listener.Mailbox)
+	// retained is what RetainedRun answers per run id (the stream's
+	// state of the run); a run not in it has nothing retained.
+	retained map[string]listener.Run
+}
+
+// RetainedRun is listener.Listener.RetainedRun (finalizer.RunStater).
+func (b *fakeBus) RetainedRun(_ context.Context, _, runID string) (listener.Run, bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	run, ok := b.retained[runID]
+	return run, ok, nil
+}
+
+// retain sets what the stream retains of run.
+func (b *fakeBus) retain(run listener.Run) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.retained == nil {
+		b.retained = map[string]listener.Run{}
+	}
+	b.retained[run.RunID] = run
 }
 
 func newFakeBus() *fakeBus {

@@ -122,12 +122,13 @@ func (t *Tracker) checkRewound() {
 	}
 }
 
-// beforeRewind reports whether ev, of a run a restart's recovery found
-// silent since its table's last rewind (Registry.rewoundAt), was posted
+// beforeRewind reports whether ev, of a run found terminated or silent
+// since its table's last rewind (Registry.rewoundAt: by a restart's
+// recovery or, for any later start, by judgeSilence), was posted
 // before that rewind: then it is done with, unapplied. A rewind takes the
 // verdict back below what such a progress declared; the run's last
 // progress, kept in the stream, was re-applied at every restart's recovery
-// and undid the rewind with no new data, declaring final the periods being
+// (and by a track started after the rewind) and undid the rewind with no new data, declaring final the periods being
 // reprocessed. Spark's timestamp is when the batch's trigger started, on
 // the driver's clock: only such silent runs are held to it (a batch started
 // before the rewind and committed after it waits for the run's next

@@ -272,8 +272,8 @@ func (e *entry) joinPending() bool { return e.r.joinPending(e.req.Table) }
 
 func (e *entry) rewoundAt() time.Time { return e.r.rewoundAt(e.req.RunID, e.req.Table) }
 
-// rewoundAt is when table was last rewound, for a run a recovery found
-// silent since before that rewind (the stream stored nothing of it since,
+// rewoundAt is when table was last rewound, for a run found (by a
+// recovery, or judgeSilence at its start) silent since before that rewind (the stream stored nothing of it since,
 // both times the servers' clocks) or terminated; zero otherwise.
 // Lock-free.
 func (r *Registry) rewoundAt(runID, table string) time.Time {
@@ -289,12 +289,14 @@ func (r *Registry) rewoundAt(runID, table string) time.Time {
 	return at
 }
 
-// noteSilent records the recovered runs whose newest stored event is older
-// than the latest rewind known, and the terminated ones (a termination
-// stored after the rewind, the query stopped once rewound, leaves the
-// progress before it the run's last): only their trackers compare a
-// progress's time with their table's rewind, so that a run still posting
-// is never held by its driver's clock.
+// noteSilent records the runs whose newest stored event is older than the
+// latest rewind known, and the terminated ones (a termination stored after
+// the rewind, the query stopped once rewound, leaves the progress before
+// it the run's last): only their trackers compare a progress's time with
+// their table's rewind, so that a run still posting is never held by its
+// driver's clock. A restart's recovery notes every run it lists at once;
+// any later start into a rewound table notes its run first (judgeSilence):
+// one rule for every tracker, whenever it starts.
 func (r *Registry) noteSilent(runs []listener.Run) {
 	rw := r.rewinds.Load()
 	if rw == nil {
@@ -315,8 +317,67 @@ func (r *Registry) noteSilent(runs []listener.Run) {
 			m[run.RunID] = run.Stored
 		}
 	}
-	if len(m) > 0 {
-		r.silent.Store(&m)
+	r.markSilent(m)
+}
+
+// markSilent adds runs to the silent ones (run id -> newest stored event),
+// copied on write; safe from any goroutine.
+func (r *Registry) markSilent(m map[string]time.Time) {
+	if len(m) == 0 {
+		return
+	}
+	for {
+		old := r.silent.Load()
+		if old == nil {
+			if r.silent.CompareAndSwap(nil, &m) {
+				return
+			}
+			continue
+		}
+		next := make(map[string]time.Time, len(*old)+len(m))
+		for k, v := range *old {
+			next[k] = v
+		}
+		for k, v := range m {
+			next[k] = v
+		}
+		if r.silent.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// judgeSilence notes, before a tracker of req starts, whether its run can
+// post a progress newer than its table's rewind (noteSilent, the rule a
+// restart's recovery applies to the runs it lists): an explicit track of
+// an old run, or a run found again, started live after the rewind, would
+// otherwise apply its last retained progress from before the rewind and
+// undo it, declaring final the periods being reprocessed. It reads the
+// run from the stream (RunStater) only when req's table was rewound and
+// the run is not noted silent already: nothing for the usual start. A
+// failed read holds the run to the rewind (late, never wrong).
+func (r *Registry) judgeSilence(ctx context.Context, req Request) {
+	rw := r.rewinds.Load()
+	if rw == nil || (*rw)[req.Table].IsZero() {
+		return
+	}
+	if sl := r.silent.Load(); sl != nil {
+		if _, ok := (*sl)[req.RunID]; ok {
+			return
+		}
+	}
+	rs, ok := r.cfg.Bus.(RunStater)
+	if !ok {
+		return
+	}
+	run, found, err := rs.RetainedRun(ctx, req.QueryID, req.RunID)
+	switch {
+	case err != nil:
+		r.log.Warn("could not read the run from the stream before tracking it into a rewound table; it applies no progress posted before the rewind",
+			zap.String("table", req.Table), zap.String("run_id", req.RunID), zap.Error(err))
+		r.markSilent(map[string]time.Time{req.RunID: {}})
+	case found:
+		r.noteSilent([]listener.Run{run})
 	}
 }
 
@@ -361,6 +422,37 @@ func (r *Registry) loadRewinds(ctx context.Context) {
 	r.noteRewinds(at)
 }
 
+// RereadRewinds has the registry read every table's rewound_at again
+// (RewindLister), off the caller's goroutine: the service calls it when
+// the control database says only that some verdict may have changed (its
+// LISTEN connection was re-established, so a rewind announced while it was
+// down was not heard, or an announcement could not be read). A rewind not
+// heard is then known all the same, and a tracker started after it
+// applies no progress posted before it (judgeSilence). Safe from any
+// goroutine; never blocks. A request made during a read is served by
+// another read.
+func (r *Registry) RereadRewinds() {
+	select {
+	case r.reread <- struct{}{}:
+	default:
+	}
+}
+
+// rereadLoop serves RereadRewinds until Close.
+func (r *Registry) rereadLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.reread:
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
+		r.loadRewinds(ctx)
+		cancel()
+	}
+}
+
 // joinPending reports whether a start into table waits for its busy
 // feeder join (joinLater). A tracker of the table advances only once it
 // joined: after the lock goes, the table's other feeders' retries would
@@ -391,6 +483,7 @@ type Registry struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the registry started
 	queued chan struct{}  // a run was queued for a decision
+	reread chan struct{}  // the tables' rewinds are to be read again (RereadRewinds)
 	stop   chan struct{}
 	every  time.Duration // janitor interval
 	store  Store         // what trackers advance through: cfg.Store, or its group commit
@@ -442,8 +535,9 @@ type Registry struct {
 	waitingJoins atomic.Int32
 	// rewinds maps each table an operator rewound to when (control's
 	// rewound_at, or when this service heard of it), and silent maps each
-	// run a recovery found with nothing stored in the stream since the
-	// latest of them to when its newest event was stored: such a run's
+	// run found (by a recovery, or at its start: judgeSilence) with
+	// nothing stored in the stream since the latest of them to when its
+	// newest event was stored (zero when terminated): such a run's
 	// tracker applies no progress posted before its table's rewind
 	// (Tracker.beforeRewind). Both copied on write, read without a lock
 	// at every apply; nil while no table was rewound.
@@ -525,6 +619,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		cancel:    cancel,
 		queued:    make(chan struct{}, 1),
 		earlyKick: make(chan struct{}, 1),
+		reread:    make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		trackers:  make(map[trackKey]*entry),
 		runs:      make(map[string][]*entry),
@@ -575,9 +670,10 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 				func(_ control.FeederJoin, err error) control.JoinedResult { return control.JoinedResult{Err: err} })
 		}
 	}
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go r.discoverLoop()
 	go r.janitorLoop()
+	go r.rereadLoop()
 	return r
 }
 
@@ -667,6 +763,7 @@ func (r *Registry) replaces(req Request) bool {
 // run waits for waits behind it without trying, so that the runs of one
 // table are tracked in the order they were started.
 func (r *Registry) launch(ctx context.Context, e *entry) error {
+	r.judgeSilence(ctx, e.req)
 	if err := r.persist(ctx, e); err != nil {
 		return r.finish(e, err)
 	}

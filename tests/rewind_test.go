@@ -193,3 +193,39 @@ func TestRestartKeepsARewind(t *testing.T) {
 	pub.publish("progress", queryA, runB, progressPosted(queryA, runB, "orders-v1", 1, time.Now().UTC(), "2026-09-28T15:10:00"))
 	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T15:00:00Z")
 }
+
+// TestTrackAfterARewindKeepsIt: a run posted its last progress (18:10) and
+// terminated, the operator rewound its table to 14:00, and then someone
+// tracked that run again, live (`finalizer track`, no restart): its
+// catch-up applied the run's last progress, kept in the stream, and the
+// verdict was 18:00 again with no new data (found in review after the
+// recovery's fix of f325569). A tracker started at any time judges its run
+// by the recovery's rule: terminated, or nothing stored since the rewind,
+// it applies no progress posted before the rewind.
+func TestTrackAfterARewindKeepsIt(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	pg := []string{"--postgres-url", pgURL}
+	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
+	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: t.TempDir(), config: cfg})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
+	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
+	s.logged(t, "the run's end", "run terminated")
+	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
+		"--reason", "reprocessing from 14:00", "--by", "ops"}, pg...)...); code != 0 {
+		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
+	}
+	s.logged(t, "the rewind heard", "verdict rewound by an operator")
+	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "bronze.orders"); code != 0 {
+		t.Fatalf("track: exit %d\n%s%s", code, out, e)
+	}
+	eventually(t, "the old progress taken", func() bool {
+		return strings.Contains(s.stderr.String(), "posted before the table's last rewind") ||
+			finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z") == 0
+	})
+	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
+		t.Fatalf("after the track, is-final 15:00 exits %d, want 1: the rewind was undone", code)
+	}
+}

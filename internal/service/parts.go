@@ -343,7 +343,8 @@ func (s *Service) limitMemory(context.Context) error {
 // (forward-only: a re-assert never moves a verdict back). A tracker whose
 // table was rewound after its last write (a rewind announced while the
 // connection was down) does not re-assert (Tracker.reassertLast). It also
-// hands operators' rewinds to the registry (ADR 0019).
+// hands operators' rewinds to the registry, and has it read them all again
+// when the notification names no table (ADR 0019).
 func (s *Service) watchReconnects() error {
 	var connects atomic.Int64
 	registry, owner := s.registry, s.owner
@@ -368,6 +369,12 @@ func (s *Service) watchReconnects() error {
 			}
 			return
 		}
+		// "Some verdict may have changed", no table named: a rewind
+		// announced while the connection was down, or in an announcement
+		// that could not be read, was not heard. The registry reads the
+		// tables' rewinds again, so that no tracker started after such a
+		// rewind applies a progress from before it (ADR 0019).
+		registry.RereadRewinds()
 		if !n.Reconnected || connects.Add(1) == 1 {
 			// An announcement that could not be read (anyone may NOTIFY on
 			// the channel), or the first connect: no reconnect, no

@@ -1,0 +1,110 @@
+package finalizer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// rewoundRig is a rig whose tables t_a, t_b and t_c an operator rewound to
+// 14:00 an hour ago, and whose registry knows it from a restart's recovery
+// with nothing to recover; it returns when the rewind was.
+func rewoundRig(t *testing.T) (*rig, time.Time) {
+	t.Helper()
+	r := newRig(t)
+	at := r.clock.Now().Add(-time.Hour)
+	for _, table := range []string{"t_a", "t_b", "t_c"} {
+		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), at)
+	}
+	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	return r, at
+}
+
+// publishAt publishes run's progress to commitTS, posted at posted, and
+// waits until its tracker refused it (before_rewind, the n-th) or the
+// verdict of table moved.
+func (r *rig) publishAt(t *testing.T, runID, table, commitTS string, posted time.Time, n int) {
+	t.Helper()
+	ev := cdcProgress(runID, commitTS)
+	ev.Timestamp = posted
+	before := r.store.Verdict(table)
+	r.bus.Publish(ev)
+	eventually(t, "the progress taken", func() bool {
+		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == n ||
+			!r.store.Verdict(table).Equal(before)
+	})
+}
+
+// publishApplied publishes run's progress to commitTS, posted at posted,
+// and waits until table's verdict is want.
+func (r *rig) publishApplied(t *testing.T, runID, table, commitTS string, posted time.Time, want string) {
+	t.Helper()
+	ev := cdcProgress(runID, commitTS)
+	ev.Timestamp = posted
+	r.bus.Publish(ev)
+	eventually(t, table+" at "+want, func() bool { return r.store.Verdict(table).Equal(utc(want)) })
+}
+
+// TestATrackAfterARewindAppliesNoProgressFromBeforeIt: a tracker started
+// live after its table's rewind (an explicit track of an old run, no
+// restart) applied the run's last retained progress, posted before the
+// rewind, and undid it (found in review of f325569, whose rule held only
+// the trackers a restart's recovery started). Every start into a rewound
+// table judges its run by the same rule: terminated, or nothing stored
+// since the rewind, it applies no progress posted before the rewind; a
+// run that spoke since is not held to its driver's clock.
+func TestATrackAfterARewindAppliesNoProgressFromBeforeIt(t *testing.T) {
+	r, at := rewoundRig(t)
+	r.bus.retain(listener.Run{QueryID: queryA, RunID: runStopped, Kind: progress.KindTerminated, Terminated: true, Stored: at.Add(time.Minute)})
+	r.bus.retain(listener.Run{QueryID: queryA, RunID: runA, Kind: progress.KindProgress, Stored: at.Add(-2 * time.Minute)})
+	r.bus.retain(listener.Run{QueryID: queryA, RunID: runB, Kind: progress.KindProgress, Stored: at.Add(time.Minute)})
+
+	r.track(t, runStopped, "t_c")
+	r.publishAt(t, runStopped, "t_c", "2026-09-28T18:10:00", at.Add(-time.Minute), 1)
+	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("the last progress of a run stopped, tracked after the rewind, moved the verdict to %s", got)
+	}
+
+	r.track(t, runA, "t_a")
+	r.publishAt(t, runA, "t_a", "2026-09-28T18:10:00", at.Add(-3*time.Minute), 2)
+	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("a silent run's progress from before the rewind moved the verdict to %s", got)
+	}
+	r.publishApplied(t, runA, "t_a", "2026-09-28T15:10:00", at.Add(time.Minute), "2026-09-28T15:00:00Z")
+
+	r.track(t, runB, "t_b")
+	// It spoke since the rewind: not held to its driver's clock.
+	r.publishApplied(t, runB, "t_b", "2026-09-28T16:10:00", at.Add(-time.Minute), "2026-09-28T16:00:00Z")
+}
+
+// TestRewindsReadAgainWhenNoTableIsNamed: a rewind the service did not
+// hear (the LISTEN connection was down; the notification after says only
+// that some verdict may have changed) was not known to the registry, and a
+// tracker started after it applied a progress from before it. RereadRewinds
+// (the service calls it on every notification without a table) reads the
+// rewinds again, so the start judges its run by the latest one.
+func TestRewindsReadAgainWhenNoTableIsNamed(t *testing.T) {
+	r := newRig(t)
+	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	at := r.clock.Now().Add(-time.Hour)
+	r.store.rewind("t_c", utc("2026-09-28T14:00:00Z"), at) // not heard
+	r.reg.RereadRewinds()
+	eventually(t, "the rewinds read again", func() bool {
+		r.store.mu.Lock()
+		defer r.store.mu.Unlock()
+		return r.store.rewindReads == 2
+	})
+	r.bus.retain(listener.Run{QueryID: queryA, RunID: runStopped, Kind: progress.KindTerminated, Terminated: true, Stored: at.Add(time.Minute)})
+	r.track(t, runStopped, "t_c")
+	r.publishAt(t, runStopped, "t_c", "2026-09-28T18:10:00", at.Add(-time.Minute), 1)
+	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("a progress from before a rewind not heard moved the verdict to %s", got)
+	}
+}
