@@ -229,3 +229,53 @@ func TestTrackAfterARewindKeepsIt(t *testing.T) {
 		t.Fatalf("after the track, is-final 15:00 exits %d, want 1: the rewind was undone", code)
 	}
 }
+
+// TestARewindNotHeardIsReadAgain: a rewind committed while the service's
+// LISTEN connection was down (here: the row set back without its
+// announcement, then the connection cut) was never recorded; the service
+// heard only that some verdict may have changed, and a track of the old
+// run afterwards applied its last progress, from before the rewind. Every
+// notification without a table has the service read the rewinds again.
+func TestARewindNotHeardIsReadAgain(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	pg := []string{"--postgres-url", pgURL}
+	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
+	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: t.TempDir(), config: cfg})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
+	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
+	s.logged(t, "the run's end", "run terminated")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// The rewind's writes, as finalizer rewind makes them, with no
+	// announcement: what a service whose LISTEN connection was down sees.
+	for _, q := range []string{
+		`UPDATE table_finalization SET finalized_until = '2026-09-28T14:00:00Z', run_id = NULL, batch_id = NULL, rewound_at = now() WHERE table_name = 'bronze.orders'`,
+		`UPDATE table_finalization_feeds SET finalized_until = '2026-09-28T14:00:00Z' WHERE table_name = 'bronze.orders' AND finalized_until > '2026-09-28T14:00:00Z'`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var killed int
+	if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query ILIKE 'listen%'`).Scan(&killed); err != nil || killed == 0 {
+		t.Fatalf("cut the LISTEN connection: %d cut, %v", killed, err)
+	}
+	s.logged(t, "the reconnect", "control database connection re-established")
+	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "bronze.orders"); code != 0 {
+		t.Fatalf("track: exit %d\n%s%s", code, out, e)
+	}
+	eventually(t, "the old progress taken", func() bool {
+		return strings.Contains(s.stderr.String(), "posted before the table's last rewind") ||
+			finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z") == 0
+	})
+	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
+		t.Fatalf("after the track, is-final 15:00 exits %d, want 1: the rewind not heard was undone", code)
+	}
+}
