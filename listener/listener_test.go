@@ -421,10 +421,12 @@ func TestRetained(t *testing.T) {
 	}
 	// Stored: when the stream stored each run's newest event (the
 	// server's clock, the test's too).
+	stored := map[string]time.Time{}
 	for i, r := range runs {
 		if r.Stored.IsZero() || r.Stored.After(before) || before.Sub(r.Stored) > time.Minute {
 			t.Errorf("%s: stored at %v, want a moment before %v", r.RunID, r.Stored, before)
 		}
+		stored[r.RunID] = r.Stored
 		runs[i].Stored = time.Time{}
 	}
 	want := []listener.Run{
@@ -439,6 +441,16 @@ func TestRetained(t *testing.T) {
 		if name, err := l.RunName(ctxT(t), r.QueryID, r.RunID); err != nil || name != r.Name {
 			t.Errorf("RunName(%s) = %q, %v; want %q", r.RunID, name, err, r.Name)
 		}
+		// RetainedRun: one run's Terminated and Stored, as Retained
+		// lists them (a registry reads it before a start into a
+		// rewound table).
+		one, found, err := l.RetainedRun(ctxT(t), r.QueryID, r.RunID)
+		if err != nil || !found || one.Terminated != r.Terminated || !one.Stored.Equal(stored[r.RunID]) {
+			t.Errorf("RetainedRun(%s) = %+v, %v, %v; want terminated %v, stored %v", r.RunID, one, found, err, r.Terminated, stored[r.RunID])
+		}
+	}
+	if _, found, err := l.RetainedRun(ctxT(t), qa, "00000000-0000-4000-8000-00000000dead"); err != nil || found {
+		t.Errorf("RetainedRun of a run never seen: found %v, %v", found, err)
 	}
 }
 
