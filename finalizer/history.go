@@ -148,8 +148,30 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	return true
 }
 
+// quietBeforeRewind is beforeRewind for a quiet signal (ADR 0014) at at:
+// an idle event, or a progress that says its source was caught up, of a
+// run found terminated or silent since its table's last rewind, sent
+// before that rewind. Its quiet move would undo the rewind as the
+// progress would (a restart's recovery, or a track after the rewind,
+// re-reads the run's retained idle event and last progress), so it is
+// not used either.
+func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
+	if t.cfg.host == nil {
+		return false
+	}
+	rw := t.cfg.host.rewoundAt()
+	if rw.IsZero() || !at.Before(rw) {
+		return false
+	}
+	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
+	t.log.Info("a quiet signal sent before the table's last rewind is not used (its quiet move would undo the rewind)",
+		zap.String("signal", sig), zap.Time("caught_up_at", at), zap.Time("rewound_at", rw))
+	return true
+}
+
 // outcomeBeforeRewind counts, in finalizer_candidates_total, a progress
-// posted before its table's last rewind (beforeRewind).
+// or a quiet signal posted before its table's last rewind (beforeRewind,
+// quietBeforeRewind).
 const outcomeBeforeRewind = "before_rewind"
 
 // rewound tells the worker that the table's verdict may have been moved

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -106,5 +107,50 @@ func TestRewindsReadAgainWhenNoTableIsNamed(t *testing.T) {
 	r.publishAt(t, runStopped, "t_c", "2026-09-28T18:10:00", at.Add(-time.Minute), 1)
 	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
 		t.Fatalf("a progress from before a rewind not heard moved the verdict to %s", got)
+	}
+}
+
+// TestAQuietSignalFromBeforeARewindIsNotUsed: a run with a quiet rule
+// (ADR 0014), silent since its table's rewind, tracked after it (or by a
+// restart's recovery): its retained idle event, or its last progress that
+// said its source was caught up, both sent before the rewind, made a quiet
+// move that undid the rewind (beforeRewind held the progress, not the
+// quiet signal): 14:00 -> 22:00 with no new data. Neither is used; a quiet
+// signal sent after the rewind is.
+func TestAQuietSignalFromBeforeARewindIsNotUsed(t *testing.T) {
+	for _, signal := range []string{"idle_event", "caught_up"} {
+		t.Run(signal, func(t *testing.T) {
+			r, at := rewoundRig(t)
+			r.bus.retain(listener.Run{QueryID: queryA, RunID: runA, Kind: progress.KindIdle, Stored: at.Add(-2 * time.Minute)})
+			spec, err := progress.ParseSpec(quietSpec("5m"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := r.reg.Track(context.Background(), finalizer.Request{QueryID: queryA, RunID: runA, Table: "t_a", Spec: spec}); err != nil || !ok {
+				t.Fatalf("track: %v %v", ok, err)
+			}
+			sent := at.Add(-10 * time.Minute)
+			var old *progress.Event
+			if signal == "idle_event" {
+				old = idle(runA)
+			} else {
+				old = caughtUp("2026-09-28T13:40:00", "2026-09-28T13:41:00Z")
+			}
+			old.Timestamp = sent
+			r.bus.Publish(old)
+			eventually(t, "the old quiet signal taken", func() bool {
+				return r.logs.FilterMessageSnippet("quiet signal sent before the table's last rewind").Len() == 1 ||
+					!r.store.Verdict("t_a").Equal(utc("2026-09-28T14:00:00Z"))
+			})
+			if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+				t.Fatalf("a quiet signal sent before the rewind moved the verdict to %s", got)
+			}
+			newer := idle(runA)
+			newer.Timestamp = at.Add(30 * time.Minute)
+			r.bus.Publish(newer)
+			eventually(t, "a quiet signal sent after the rewind used", func() bool {
+				return r.store.Verdict("t_a").Equal(at.Add(25 * time.Minute).Truncate(time.Hour))
+			})
+		})
 	}
 }

@@ -1177,6 +1177,10 @@ func (t *Tracker) applyQuiet(ctx context.Context) {
 		t.log.Debug("quiet signal not used while the newest progress is held", zap.String("guard", t.heldBy))
 		return
 	}
+	if t.quietBeforeRewind(at, sig) {
+		t.quietAt, t.quietSig = time.Time{}, ""
+		return
+	}
 	now := t.cfg.Clock.Now()
 	if limit := now.Add(t.cfg.FutureSkew); at.After(limit) {
 		// A time this far ahead is a bad clock or a bad value: it says
