@@ -1055,7 +1055,7 @@ func (r *Registry) joinBusy(ctx context.Context, fj FeederJoiner, e *entry) (con
 	since := r.cfg.Clock.Now()
 	for {
 		if ok, n := r.refuseLog.Allow("join-busy"); ok {
-			r.log.Warn("another session holds the table locked in the control database (an open transaction: a reader's SELECT ... FOR SHARE, an operator's UPDATE); this run waits to join the table's feeders before it is tracked, and the other runs are tracked meanwhile; find the session in pg_stat_activity (state 'idle in transaction') and end it",
+			r.log.Warn("another session holds the table locked in the control database (an open transaction: a reader's SELECT ... FOR SHARE, an operator's UPDATE); this run waits to join the table's feeders before it is tracked, and the table does not move meanwhile (its other feeders' advances wait for the join; runs of other tables are tracked as usual); find the session in pg_stat_activity (state 'idle in transaction') and end it",
 				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("run_id", req.RunID),
 				zap.Duration("waiting", r.cfg.Clock.Now().Sub(since).Round(time.Second)), zap.Duration("retry_in", delay), zap.Int("suppressed", n))
 		}

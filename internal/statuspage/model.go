@@ -155,7 +155,6 @@ func holdsBack(v control.Verdict, runs []runRow, feeders []control.Feeder) (stat
 	}
 }
 
-// fmtTime prints a time in UTC, to the second.
 // fmtLastEvent prints a run's last event: its time, or, when nothing was
 // heard live since its tracker started (a restart read its events from
 // the stream), that it was heard of by none since then.
@@ -166,6 +165,7 @@ func fmtLastEvent(r runRow) string {
 	return fmtTime(r.LastEvent)
 }
 
+// fmtTime prints a time in UTC, to the second.
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "never"
