@@ -121,3 +121,44 @@ func TestAdvancesWaitForABusyJoinOfTheirTable(t *testing.T) {
 		t.Fatalf("after the lock: %v; want the waiting query's join first, then the later start's, and the table's advance after it", got)
 	}
 }
+
+// A shutdown while a new query's join waits for the lock: the known
+// feeder's advance held for the join was sent by its tracker's stop once
+// the join gave up (the registry closing), and with the lock gone by then
+// the table moved past data the new query wrote, which it never joined.
+// The table stays pending through the shutdown; the held advance is left
+// to the run's retained progress, which the next start's recovery applies
+// after the new query joined.
+func TestCloseSendsNoAdvanceHeldForAJoin(t *testing.T) {
+	const queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
+	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, locked: true}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.NewNop(),
+		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
+		MaxBatch: -1,
+		Rules: []finalizer.Rule{
+			{Table: "t", Query: "live", Spec: hourSpec(t)},
+			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
+		}})
+	live := func(commitTS string) listener.Run {
+		ev := cdcProgress(runA, commitTS)
+		ev.Name = "live"
+		return listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev}
+	}
+	reg.Discovered(live("2026-09-28T10:05:00"))
+	eventually(t, "the known feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
+	reg.Discovered(listener.Run{QueryID: queryB, RunID: runB, Name: "backfill", Kind: progress.KindStarted,
+		Event: &progress.Event{Kind: progress.KindStarted, QueryID: queryB, RunID: runB, Name: "backfill", BatchID: -1,
+			Timestamp: utc("2026-09-28T11:00:00Z")}})
+	time.Sleep(50 * time.Millisecond) // the busy join tried, the run waiting
+	reg.Discovered(live("2026-09-28T13:05:00"))
+	time.Sleep(50 * time.Millisecond) // the held advance tried
+	n := len(store.events())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := reg.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.events()[n:]; len(got) != 0 {
+		t.Fatalf("at shutdown, the new query not joined: %v (verdict %v); want no advance of the table", got, store.Verdict("t"))
+	}
+}

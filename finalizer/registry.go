@@ -802,7 +802,11 @@ func (r *Registry) joinLater(e *entry, busy bool) error {
 		defer r.wg.Done()
 		defer func() {
 			r.mu.Lock()
-			if r.joining[table] == done {
+			// At shutdown the table stays pending: the new feeder never
+			// joined, and its trackers' stops must not send the advances
+			// held for it (a lock that goes meanwhile would let them move
+			// the table past its data); its recovery joins it first.
+			if r.joining[table] == done && !r.closed {
 				delete(r.joining, table)
 				r.waitingJoins.Add(-1)
 			}

@@ -829,8 +829,11 @@ func (t *Tracker) retry(ctx context.Context) bool {
 	// An advance held for a new feeder's join (errJoinPending) is
 	// retried until it joined, at the last delay once the retries are
 	// used: the lock may be held for hours, and the run's next event may
-	// be as far.
-	if pending := errors.Is(t.stepErr, errJoinPending); t.retries < t.cfg.Retries || pending {
+	// be as far. A stopping tracker's is not: it gets the usual retries,
+	// then is left to the run's retained progress (a shutdown keeps the
+	// table pending, so its stop never sends it; see joinLater).
+	pending := errors.Is(t.stepErr, errJoinPending) && !t.stopReq.Load()
+	if t.retries < t.cfg.Retries || pending {
 		d := t.cfg.RetryDelay << min(t.retries, max(t.cfg.Retries-1, 0))
 		if t.retries < t.cfg.Retries {
 			t.retries++
