@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
@@ -160,5 +162,57 @@ func TestCloseSendsNoAdvanceHeldForAJoin(t *testing.T) {
 	}
 	if got := store.events()[n:]; len(got) != 0 {
 		t.Fatalf("at shutdown, the new query not joined: %v (verdict %v); want no advance of the table", got, store.Verdict("t"))
+	}
+}
+
+// retiringLockedStore is a lockedJoinStore that logs retirements.
+type retiringLockedStore struct{ *lockedJoinStore }
+
+func (s retiringLockedStore) RetireFeeder(_ context.Context, _, query, _ string) ([]control.Feeder, control.Verdict, bool, error) {
+	s.mu.Lock()
+	s.log = append(s.log, "retire "+query)
+	s.mu.Unlock()
+	return nil, control.Verdict{}, true, nil
+}
+
+// A retirement on a clean termination moves the table to its other
+// feeders' lowest watermark (control.Store.RetireFeeder): while a new
+// query's join waits for the lock, it moved the table on their word as
+// the held advances would have (548db1a held only the advances). It is
+// refused while the join waits, and said so.
+func TestRetireWaitsForABusyJoinOfTheTable(t *testing.T) {
+	const queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
+	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, locked: true}
+	core, logs := observer.New(zapcore.WarnLevel)
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: retiringLockedStore{store}, Logger: zap.New(core),
+		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
+		MaxBatch: -1,
+		Rules: []finalizer.Rule{
+			{Table: "t", Query: "live", Spec: hourSpec(t), Retire: finalizer.RetireOnCleanTermination},
+			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
+		}})
+	defer func() {
+		store.unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := reg.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	ev := cdcProgress(runA, "2026-09-28T10:05:00")
+	ev.Name = "live"
+	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev})
+	eventually(t, "the known feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
+	reg.Discovered(listener.Run{QueryID: queryB, RunID: runB, Name: "backfill", Kind: progress.KindStarted,
+		Event: &progress.Event{Kind: progress.KindStarted, QueryID: queryB, RunID: runB, Name: "backfill", BatchID: -1,
+			Timestamp: utc("2026-09-28T11:00:00Z")}})
+	time.Sleep(50 * time.Millisecond) // the busy join tried, the run waiting
+	n := len(store.events())
+	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindTerminated, Event: terminated(runA)})
+	eventually(t, "the retirement refused", func() bool {
+		return logs.FilterMessageSnippet("could not retire the query").Len() == 1 || len(store.events()) > n
+	})
+	if got := store.events()[n:]; len(got) != 0 {
+		t.Fatalf("while the new query's join waits: %v; want no retirement", got)
 	}
 }

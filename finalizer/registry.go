@@ -987,6 +987,12 @@ func (r *Registry) subscribe(e *entry) (*Tracker, RunSubscription, error) {
 				// still writes the table.
 				return errStillWriting
 			}
+			if r.joinPending(req.Table) {
+				// A retirement moves the table to its other feeders'
+				// lowest watermark: not before a new feeder waiting to
+				// join it holds it (as an advance, Tracker.write).
+				return errJoinPending
+			}
 			_, _, _, err := fs.RetireFeeder(ctx, req.Table, req.QueryID, why)
 			if errors.Is(err, control.ErrNoFeeder) {
 				return nil // never reported, or retired already
