@@ -138,11 +138,12 @@ type fakeStore struct {
 	rows    map[string]control.Verdict
 	rewinds map[string]time.Time
 	// rewindReads counts Rewinds calls.
-	rewindReads int
-	calls       []control.Advance
-	failures    int
-	err         error
-	called      chan struct{}
+	rewindReads    int
+	rewindFailures int // Rewinds fails this many times first
+	calls          []control.Advance
+	failures       int
+	err            error
+	called         chan struct{}
 }
 
 var errDown = errors.New("postgresql unavailable: connection refused")
@@ -186,6 +187,10 @@ func (s *fakeStore) Rewinds(context.Context) (map[string]time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rewindReads++
+	if s.rewindFailures > 0 {
+		s.rewindFailures--
+		return nil, errors.New("the control database does not answer")
+	}
 	out := make(map[string]time.Time, len(s.rewinds))
 	for k, v := range s.rewinds {
 		out[k] = v

@@ -1,6 +1,7 @@
 package finalizer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,7 +27,9 @@ import (
 func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []listener.Run) error {
 	// Before any tracker starts: a run silent since its table's rewind
 	// does not apply its retained progress, posted before it, again.
-	r.loadRewinds(ctx)
+	if !r.loadRewinds(ctx) {
+		return fmt.Errorf("recover: read the tables' rewinds: %w", cmp.Or(ctx.Err(), ErrClosed))
+	}
 	r.noteSilent(runs)
 	if h, ok := r.cfg.Bus.(CatchUpHolder); ok {
 		release := h.HoldCatchUps()

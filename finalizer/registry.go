@@ -406,20 +406,42 @@ func (r *Registry) noteRewinds(at map[string]time.Time) {
 	}
 }
 
-// loadRewinds reads when each table was last rewound (RewindLister), once,
-// before a recovery starts any tracker. A failed read is logged: the
-// trackers then know only of the rewinds this service hears of.
-func (r *Registry) loadRewinds(ctx context.Context) {
+// loadRewinds reads when each table was last rewound (RewindLister)
+// before a recovery starts any tracker, and again on RereadRewinds. A
+// failed read is retried (1 s, doubling to 30 s, each read bounded by the
+// advance timeout) until it succeeds, ctx ends or the registry closes:
+// without the rewinds a run's progress posted before its table's rewind
+// would be applied again (a wrong verdict), while the wait only delays
+// the recovery's trackers, whose advances need the same database. It
+// reports whether the rewinds were read.
+func (r *Registry) loadRewinds(ctx context.Context) bool {
 	rl, ok := r.cfg.Store.(RewindLister)
 	if !ok {
-		return
+		return true
 	}
-	at, err := rl.Rewinds(ctx)
-	if err != nil {
-		r.log.Warn("could not read the tables' rewinds; a run's progress posted before its table's rewind may be applied again", zap.Error(err))
-		return
+	wait := time.Second
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
+		at, err := rl.Rewinds(actx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				r.log.Info("read the tables' rewinds after a failure; the trackers waiting for them start", zap.Int("attempt", attempt))
+			}
+			r.noteRewinds(at)
+			return true
+		}
+		r.log.Warn("could not read the tables' rewinds from the control database; the trackers of the recovery wait for them (a progress posted before its table's rewind must not be applied again), retrying",
+			zap.Int("attempt", attempt), zap.Duration("in", wait), zap.Error(err))
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return false
+		case <-r.stop:
+			return false
+		}
+		wait = min(2*wait, 30*time.Second)
 	}
-	r.noteRewinds(at)
 }
 
 // RereadRewinds has the registry read every table's rewound_at again
@@ -447,9 +469,7 @@ func (r *Registry) rereadLoop() {
 			return
 		case <-r.reread:
 		}
-		ctx, cancel := context.WithTimeout(r.ctx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
-		r.loadRewinds(ctx)
-		cancel()
+		r.loadRewinds(r.ctx)
 	}
 }
 

@@ -73,3 +73,54 @@ func TestRecoveryAppliesNoProgressFromBeforeARewind(t *testing.T) {
 }
 
 const runStopped = "0d0d0d0d-2222-4333-8444-555555555555"
+
+// TestRecoveryWaitsForTheRewinds: a restart's recovery whose read of the
+// tables' rewinds failed went on without them, and a terminated run's
+// last progress, posted before its table's rewind, could be applied again
+// (found in review). The read is retried until it succeeds; the
+// recovery's trackers start only after it, and the rewind holds.
+func TestRecoveryWaitsForTheRewinds(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
+	rewoundAt := r.clock.Now().Add(-time.Hour)
+	r.store.rewind("t_c", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	r.store.mu.Lock()
+	r.store.rewindFailures = 1
+	r.store.mu.Unlock()
+	if err := r.reg.Recover(context.Background(), nil, []listener.Run{
+		{QueryID: queryA, RunID: runStopped, Name: "c", Kind: progress.KindTerminated, Terminated: true, Stored: rewoundAt.Add(time.Minute)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.logs.FilterMessageSnippet("could not read the tables' rewinds").Len(); n != 1 {
+		t.Fatalf("%d warnings of the failed read, want 1", n)
+	}
+	eventually(t, "tracked", func() bool { return r.reg.Tracked() == 1 })
+	last := cdcProgress(runStopped, "2026-09-28T18:10:00")
+	last.Name, last.Timestamp = "c", rewoundAt.Add(-time.Minute)
+	r.bus.Publish(last)
+	eventually(t, "the stopped run's last progress taken", func() bool {
+		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
+			!r.store.Verdict("t_c").Equal(utc("2026-09-28T14:00:00Z"))
+	})
+	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("after a failed read of the rewinds, the last progress of a run stopped after the rewind moved the verdict to %s", got)
+	}
+}
+
+// TestRecoveryEndsWhileTheRewindsCannotBeRead: a recovery waiting for the
+// rewinds returns when its context ends, and starts nothing.
+func TestRecoveryEndsWhileTheRewindsCannotBeRead(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
+	r.store.mu.Lock()
+	r.store.rewindFailures = 1 << 30
+	r.store.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := r.reg.Recover(ctx, nil, []listener.Run{{QueryID: queryA, RunID: runA, Name: "a", Kind: progress.KindProgress, Stored: r.clock.Now()}})
+	if err == nil {
+		t.Fatal("Recover returned nil while the rewinds could not be read")
+	}
+	if n := r.reg.Tracked(); n != 0 {
+		t.Fatalf("%d runs tracked before the rewinds were read", n)
+	}
+}
