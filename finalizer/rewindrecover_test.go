@@ -34,16 +34,7 @@ func TestRecoveryAppliesNoProgressFromBeforeARewind(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "tracked", func() bool { return r.reg.Tracked() == 3 })
-	last := cdcProgress(runStopped, "2026-09-28T18:10:00")
-	last.Name, last.Timestamp = "c", rewoundAt.Add(-time.Minute)
-	r.bus.Publish(last)
-	eventually(t, "the stopped run's last progress taken", func() bool {
-		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
-			!r.store.Verdict("t_c").Equal(utc("2026-09-28T14:00:00Z"))
-	})
-	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
-		t.Fatalf("the last progress of a run stopped after the rewind moved the verdict to %s", got)
-	}
+	stoppedRunStaysRewound(t, r, rewoundAt)
 	old := cdcProgress(runA, "2026-09-28T18:10:00")
 	old.Name, old.Timestamp = "a", rewoundAt.Add(-3*time.Minute)
 	r.bus.Publish(old)
@@ -95,16 +86,7 @@ func TestRecoveryWaitsForTheRewinds(t *testing.T) {
 		t.Fatalf("%d warnings of the failed read, want 1", n)
 	}
 	eventually(t, "tracked", func() bool { return r.reg.Tracked() == 1 })
-	last := cdcProgress(runStopped, "2026-09-28T18:10:00")
-	last.Name, last.Timestamp = "c", rewoundAt.Add(-time.Minute)
-	r.bus.Publish(last)
-	eventually(t, "the stopped run's last progress taken", func() bool {
-		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
-			!r.store.Verdict("t_c").Equal(utc("2026-09-28T14:00:00Z"))
-	})
-	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
-		t.Fatalf("after a failed read of the rewinds, the last progress of a run stopped after the rewind moved the verdict to %s", got)
-	}
+	stoppedRunStaysRewound(t, r, rewoundAt)
 }
 
 // TestRecoveryEndsWhileTheRewindsCannotBeRead: a recovery waiting for the
@@ -122,5 +104,23 @@ func TestRecoveryEndsWhileTheRewindsCannotBeRead(t *testing.T) {
 	}
 	if n := r.reg.Tracked(); n != 0 {
 		t.Fatalf("%d runs tracked before the rewinds were read", n)
+	}
+}
+
+// stoppedRunStaysRewound publishes the last progress of runStopped (table
+// t_c, rewound to 14:00 at rewoundAt), posted a minute before the rewind
+// and delivered again as a recovery's catch-up would, and fails t if it
+// moved the verdict.
+func stoppedRunStaysRewound(t *testing.T, r *rig, rewoundAt time.Time) {
+	t.Helper()
+	last := cdcProgress(runStopped, "2026-09-28T18:10:00")
+	last.Name, last.Timestamp = "c", rewoundAt.Add(-time.Minute)
+	r.bus.Publish(last)
+	eventually(t, "the stopped run's last progress taken", func() bool {
+		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
+			!r.store.Verdict("t_c").Equal(utc("2026-09-28T14:00:00Z"))
+	})
+	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("the last progress of a run stopped after the rewind moved the verdict to %s", got)
 	}
 }

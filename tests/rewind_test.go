@@ -203,16 +203,8 @@ func TestRestartKeepsARewind(t *testing.T) {
 // by the recovery's rule: terminated, or nothing stored since the rewind,
 // it applies no progress posted before the rewind.
 func TestTrackAfterARewindKeepsIt(t *testing.T) {
-	pgURL := pgtest.URL(t)
+	s, pgURL := serveATerminatedRun(t)
 	pg := []string{"--postgres-url", pgURL}
-	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
-	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: t.TempDir(), config: cfg})
-	pub := connect(t, s.natsURL)
-	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
-	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
-	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
-	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
-	s.logged(t, "the run's end", "run terminated")
 	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
 		"--reason", "reprocessing from 14:00", "--by", "ops"}, pg...)...); code != 0 {
 		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
@@ -237,16 +229,8 @@ func TestTrackAfterARewindKeepsIt(t *testing.T) {
 // run afterwards applied its last progress, from before the rewind. Every
 // notification without a table has the service read the rewinds again.
 func TestARewindNotHeardIsReadAgain(t *testing.T) {
-	pgURL := pgtest.URL(t)
+	s, pgURL := serveATerminatedRun(t)
 	pg := []string{"--postgres-url", pgURL}
-	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
-	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: t.TempDir(), config: cfg})
-	pub := connect(t, s.natsURL)
-	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
-	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
-	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
-	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
-	s.logged(t, "the run's end", "run terminated")
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, pgURL)
 	if err != nil {
@@ -278,4 +262,22 @@ func TestARewindNotHeardIsReadAgain(t *testing.T) {
 	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
 		t.Fatalf("after the track, is-final 15:00 exits %d, want 1: the rewind not heard was undone", code)
 	}
+}
+
+// serveATerminatedRun starts serve on a fresh PostgreSQL with one rule
+// (bronze.orders, fed by orders-v1) and has one run of the query post a
+// progress to 18:10 and terminate: the table is final until 18:00, and
+// the stream keeps the run's last progress.
+func serveATerminatedRun(t *testing.T) (*proc, string) {
+	t.Helper()
+	pgURL := pgtest.URL(t)
+	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
+	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: t.TempDir(), config: cfg})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
+	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
+	s.logged(t, "the run's end", "run terminated")
+	return s, pgURL
 }
