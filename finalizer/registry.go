@@ -357,6 +357,7 @@ func (r *Registry) markSilent(m map[string]time.Time) {
 // the run is not noted silent already: nothing for the usual start. A
 // failed read holds the run to the rewind (late, never wrong).
 func (r *Registry) judgeSilence(ctx context.Context, req Request) {
+	r.awaitRereads(ctx)
 	rw := r.rewinds.Load()
 	if rw == nil || (*rw)[req.Table].IsZero() {
 		return
@@ -454,6 +455,7 @@ func (r *Registry) loadRewinds(ctx context.Context) bool {
 // goroutine; never blocks. A request made during a read is served by
 // another read.
 func (r *Registry) RereadRewinds() {
+	r.rereadAsked.Add(1)
 	select {
 	case r.reread <- struct{}{}:
 	default:
@@ -469,7 +471,42 @@ func (r *Registry) rereadLoop() {
 			return
 		case <-r.reread:
 		}
-		r.loadRewinds(r.ctx)
+		asked := r.rereadAsked.Load()
+		if !r.loadRewinds(r.ctx) {
+			return
+		}
+		r.rereadMu.Lock()
+		if asked > r.rereadServed.Load() {
+			r.rereadServed.Store(asked)
+		}
+		close(r.rereadWake)
+		r.rereadWake = make(chan struct{})
+		r.rereadMu.Unlock()
+	}
+}
+
+// awaitRereads waits until every RereadRewinds asked for before it was
+// called has been served (or ctx ends, or the registry closes): a start
+// right after the control database's reconnect must know a rewind made
+// while the LISTEN connection was down, or it would apply a progress
+// posted before it. One atomic load each when none is pending.
+func (r *Registry) awaitRereads(ctx context.Context) {
+	want := r.rereadAsked.Load()
+	for r.rereadServed.Load() < want {
+		r.rereadMu.Lock()
+		wake := r.rereadWake
+		served := r.rereadServed.Load()
+		r.rereadMu.Unlock()
+		if served >= want {
+			return
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return
+		case <-r.stop:
+			return
+		}
 	}
 }
 
@@ -504,10 +541,17 @@ type Registry struct {
 	wg     sync.WaitGroup // every goroutine the registry started
 	queued chan struct{}  // a run was queued for a decision
 	reread chan struct{}  // the tables' rewinds are to be read again (RereadRewinds)
-	stop   chan struct{}
-	every  time.Duration // janitor interval
-	store  Store         // what trackers advance through: cfg.Store, or its group commit
-	commit *committer    // nil without group commit
+	// rereadAsked counts RereadRewinds calls, rereadServed the count a
+	// completed read covered; rereadWake is closed (and replaced, under
+	// rereadMu) when a read completes (awaitRereads).
+	rereadAsked  atomic.Uint64
+	rereadServed atomic.Uint64
+	rereadMu     sync.Mutex
+	rereadWake   chan struct{}
+	stop         chan struct{}
+	every        time.Duration // janitor interval
+	store        Store         // what trackers advance through: cfg.Store, or its group commit
+	commit       *committer    // nil without group commit
 	// saves and joins are the group commits of explicit tracks and feeder
 	// joins (ADR 0023); nil when the stores cannot batch them.
 	saves *gather[control.Track, error]
@@ -632,22 +676,23 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Registry{
-		every:     every,
-		cfg:       cfg,
-		log:       cfg.Logger,
-		ctx:       ctx,
-		cancel:    cancel,
-		queued:    make(chan struct{}, 1),
-		earlyKick: make(chan struct{}, 1),
-		reread:    make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		trackers:  make(map[trackKey]*entry),
-		runs:      make(map[string][]*entry),
-		queries:   make(map[string][]*entry),
-		starting:  make(map[string]int),
-		finished:  newMemo[finishedRun](cfg.Remember),
-		ignored:   newMemo[JoinResult](cfg.Remember),
-		expired:   newMemo[expiredRun](cfg.Remember),
+		every:      every,
+		cfg:        cfg,
+		log:        cfg.Logger,
+		ctx:        ctx,
+		cancel:     cancel,
+		queued:     make(chan struct{}, 1),
+		earlyKick:  make(chan struct{}, 1),
+		reread:     make(chan struct{}, 1),
+		rereadWake: make(chan struct{}),
+		stop:       make(chan struct{}),
+		trackers:   make(map[trackKey]*entry),
+		runs:       make(map[string][]*entry),
+		queries:    make(map[string][]*entry),
+		starting:   make(map[string]int),
+		finished:   newMemo[finishedRun](cfg.Remember),
+		ignored:    newMemo[JoinResult](cfg.Remember),
+		expired:    newMemo[expiredRun](cfg.Remember),
 
 		undecided:   newMemo[JoinResult](cfg.Remember),
 		awaitName:   newMemo[JoinResult](cfg.Remember),
