@@ -495,8 +495,12 @@ func (l *Listener) check(es eventSubject, data []byte) (*progress.Event, string,
 
 // drop counts a message that is not delivered and logs it, rate-limited
 // per outcome and kind. Ignored events are logged at debug level only.
+//
+// The count comes after the log line: whoever sees the count (a test, the
+// metrics) sees the line written too (CI: a test read the count before the
+// line and found one warning missing).
 func (l *Listener) drop(es eventSubject, subject, outcome string, err error) {
-	l.event(es.kind, outcome)
+	defer l.event(es.kind, outcome)
 	if outcome == OutcomeIgnored {
 		l.log.Debug("event ignored", zap.String("subject", subject), zap.Error(err))
 		return
