@@ -135,10 +135,10 @@ func (t *Tracker) checkRewound() {
 // progress: late, never wrong). A progress without a timestamp is applied,
 // as before.
 func (t *Tracker) beforeRewind(ev *progress.Event) bool {
-	if t.cfg.host == nil || ev.Timestamp.IsZero() {
+	if ev.Timestamp.IsZero() {
 		return false
 	}
-	at := t.cfg.host.rewoundAt()
+	at := t.rewindAt()
 	if at.IsZero() || !ev.Timestamp.Before(at) {
 		return false
 	}
@@ -156,10 +156,7 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 // re-reads the run's retained idle event and last progress), so it is
 // not used either.
 func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
-	if t.cfg.host == nil {
-		return false
-	}
-	rw := t.cfg.host.rewoundAt()
+	rw := t.rewindAt()
 	if rw.IsZero() || !at.Before(rw) {
 		return false
 	}
@@ -167,6 +164,39 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 	t.log.Info("a quiet signal sent before the table's last rewind is not used (its quiet move would undo the rewind)",
 		zap.String("signal", sig), zap.Time("caught_up_at", at), zap.Time("rewound_at", rw))
 	return true
+}
+
+// rewindAt is the rewind of the tracker's table its run is held to (no
+// progress or quiet signal sent before it is used), zero when none:
+//   - the table's last rewind, when the run was found silent or
+//     terminated since it (Registry.rewoundAt: by a restart's recovery,
+//     or judgeSilence at the tracker's start, from the stream);
+//   - a rewind that came after the start was judged (heard while the
+//     tracker started or ran, or read again after the notification
+//     channel was down: Registry.rewoundSince), while the run has not
+//     been heard of live since that rewind. Nothing else tells whether
+//     such a run still posts: the progress in its slot, or the one a
+//     catch-up from the stream offers again (a reconnect, its final
+//     catch-up), was sent before the rewind, and would undo it. A run
+//     heard live after the rewind posts as usual and is not held (its
+//     driver's clock is not trusted against this service's). At worst a
+//     run that was posting waits for its next progress: late, never
+//     wrong.
+func (t *Tracker) rewindAt() time.Time {
+	if t.cfg.host == nil {
+		return time.Time{}
+	}
+	at, since := t.cfg.host.rewoundAt()
+	if since.IsZero() || !since.After(at) {
+		return at
+	}
+	t.mu.Lock()
+	heardSince := t.heard && t.lastEvent.After(since)
+	t.mu.Unlock()
+	if heardSince {
+		return at
+	}
+	return since
 }
 
 // outcomeBeforeRewind counts, in finalizer_candidates_total, a progress

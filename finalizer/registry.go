@@ -253,6 +253,10 @@ type entry struct {
 	// ls is the run's subscription when the Bus subscribes into one the
 	// registry keeps (intoSubscriber); sub is then &ls.
 	ls listener.RunSubscription
+	// judged is the registry's rewinds the start was judged against
+	// (judgeSilence), set before the tracker begins: a rewind noted after
+	// it holds the run until it is heard of live (rewoundSince).
+	judged *map[string]time.Time
 }
 
 // started, catchUp and exited make e its tracker's runHost.
@@ -270,7 +274,28 @@ func (e *entry) exited() { e.r.reap(e) }
 
 func (e *entry) joinPending() bool { return e.r.joinPending(e.req.Table) }
 
-func (e *entry) rewoundAt() time.Time { return e.r.rewoundAt(e.req.RunID, e.req.Table) }
+func (e *entry) rewoundAt() (silent, since time.Time) {
+	return e.r.rewoundAt(e.req.RunID, e.req.Table), e.r.rewoundSince(e.judged, e.req.Table)
+}
+
+// rewoundSince is when table was last rewound, when that rewind is not in
+// judged, the rewinds a tracker's start was judged against (judgeSilence);
+// zero otherwise. A rewind noted after the judgment (heard while the
+// tracker started or ran, or read again after the notification channel
+// was down) is one its run was never judged against: Tracker.rewindAt
+// holds the run to it until the run is heard of live after it. One atomic
+// load and a pointer compare while no rewind came since.
+func (r *Registry) rewoundSince(judged *map[string]time.Time, table string) time.Time {
+	rw := r.rewinds.Load()
+	if rw == nil || rw == judged {
+		return time.Time{}
+	}
+	at := (*rw)[table]
+	if judged != nil && !at.After((*judged)[table]) {
+		return time.Time{}
+	}
+	return at
+}
 
 // rewoundAt is when table was last rewound, for a run found (by a
 // recovery, or judgeSilence at its start) silent since before that rewind (the stream stored nothing of it since,
@@ -356,20 +381,25 @@ func (r *Registry) markSilent(m map[string]time.Time) {
 // run from the stream (RunStater) only when req's table was rewound and
 // the run is not noted silent already: nothing for the usual start. A
 // failed read holds the run to the rewind (late, never wrong).
-func (r *Registry) judgeSilence(ctx context.Context, req Request) {
+//
+// It returns the rewinds it judged against (the entry's judged): a rewind
+// noted after it, while the tracker starts or runs, is one the run was
+// not judged against, and the tracker holds the run to it until it is
+// heard of live after it (Registry.rewoundSince, Tracker.rewindAt).
+func (r *Registry) judgeSilence(ctx context.Context, req Request) (judged *map[string]time.Time) {
 	r.awaitRereads(ctx)
 	rw := r.rewinds.Load()
 	if rw == nil || (*rw)[req.Table].IsZero() {
-		return
+		return rw
 	}
 	if sl := r.silent.Load(); sl != nil {
 		if _, ok := (*sl)[req.RunID]; ok {
-			return
+			return rw
 		}
 	}
 	rs, ok := r.cfg.Bus.(RunStater)
 	if !ok {
-		return
+		return rw
 	}
 	run, found, err := rs.RetainedRun(ctx, req.QueryID, req.RunID)
 	switch {
@@ -380,6 +410,7 @@ func (r *Registry) judgeSilence(ctx context.Context, req Request) {
 	case found:
 		r.noteSilent([]listener.Run{run})
 	}
+	return rw
 }
 
 // noteRewinds records when tables were rewound, keeping the later time of
@@ -828,7 +859,7 @@ func (r *Registry) replaces(req Request) bool {
 // run waits for waits behind it without trying, so that the runs of one
 // table are tracked in the order they were started.
 func (r *Registry) launch(ctx context.Context, e *entry) error {
-	r.judgeSilence(ctx, e.req)
+	e.judged = r.judgeSilence(ctx, e.req)
 	if err := r.persist(ctx, e); err != nil {
 		return r.finish(e, err)
 	}

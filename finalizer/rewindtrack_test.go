@@ -154,3 +154,76 @@ func TestAQuietSignalFromBeforeARewindIsNotUsed(t *testing.T) {
 		})
 	}
 }
+
+// TestARewindHeardWhileATrackerStartsHoldsItsRun: a rewind heard after a
+// tracker's start judged its run (no rewind of its table then) and before
+// the tracker began: the run's last progress, read again from the stream
+// by the subscription's catch-up and posted before the rewind, was applied
+// and undid it (14:00 -> 18:00). The start was judged against rewinds
+// that no longer held; the tracker holds the run to the later rewind until
+// it is heard of live after it.
+func TestARewindHeardWhileATrackerStartsHoldsItsRun(t *testing.T) {
+	r := newRig(t)
+	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	posted := r.clock.Now().Add(-time.Minute)
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		// The operator's rewind commits and is heard while the tracker
+		// subscribes; the catch-up then offers the run's last progress.
+		r.store.rewind("t_c", utc("2026-09-28T14:00:00Z"), r.clock.Now())
+		r.reg.Rewound("t_c", utc("2026-09-28T14:00:00Z"))
+		last := cdcProgress(runID, "2026-09-28T18:10:00")
+		last.Timestamp = posted
+		box.OfferRetained(last)
+	}
+	r.track(t, runStopped, "t_c")
+	eventually(t, "the retained progress taken", func() bool {
+		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
+			!r.store.Verdict("t_c").Equal(utc("2026-09-28T14:00:00Z"))
+	})
+	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("a progress from before a rewind heard while its tracker started moved the verdict to %s", got)
+	}
+	// Heard live after the rewind, the run posts as usual, whatever its
+	// driver's clock says.
+	r.clock.Advance(time.Second)
+	r.publishApplied(t, runStopped, "t_c", "2026-09-28T15:10:00", posted, "2026-09-28T15:00:00Z")
+}
+
+// TestARewindHoldsARunningTrackersPendingProgress: a tracker running when
+// its table is rewound, with a progress of its run taken before the rewind
+// and not yet applied (its advance failed and waits for its retry, or sat
+// in the run's slot): the retry applied it after the rewind and undid it
+// (14:00 -> 18:00). The run was not heard of since the rewind, so nothing
+// says it still posts: the progress is held, and the run's next progress,
+// heard live after the rewind, is applied as usual.
+func TestARewindHoldsARunningTrackersPendingProgress(t *testing.T) {
+	r := newRig(t)
+	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.track(t, runA, "t_a")
+	r.store.setFailing(1, nil)
+	last := cdcProgress(runA, "2026-09-28T18:10:00")
+	last.Timestamp = r.clock.Now().Add(-2 * time.Minute)
+	r.bus.Publish(last)
+	eventually(t, "the advance failed, its retry armed", func() bool {
+		r.store.mu.Lock()
+		defer r.store.mu.Unlock()
+		return len(r.store.calls) >= 1 && r.store.failures == 0 && r.clock.Waiting() > 0
+	})
+
+	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now())
+	r.reg.Rewound("t_a", utc("2026-09-28T14:00:00Z"))
+	r.clock.Advance(time.Second) // the retry
+	eventually(t, "the retry taken", func() bool {
+		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
+			!r.store.Verdict("t_a").Equal(utc("2026-09-28T14:00:00Z"))
+	})
+	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("a progress taken before the rewind, retried after it, moved the verdict to %s", got)
+	}
+	r.clock.Advance(time.Second)
+	r.publishApplied(t, runA, "t_a", "2026-09-28T16:10:00", r.clock.Now(), "2026-09-28T16:00:00Z")
+}

@@ -309,9 +309,12 @@ type runHost interface {
 	// for its feeder join (another session holds the table locked): the
 	// table must not move before that feeder holds it.
 	joinPending() bool
-	// rewoundAt is when an operator last rewound the tracker's table;
-	// zero when never (see Tracker.beforeRewind).
-	rewoundAt() time.Time
+	// rewoundAt is when an operator last rewound the tracker's table, in
+	// silent when the run was found silent or terminated since that
+	// rewind at the tracker's start or a restart's recovery, in since when
+	// the rewind came after the start was judged; zero otherwise (see
+	// Tracker.rewindAt).
+	rewoundAt() (silent, since time.Time)
 }
 
 // errJoinPending fails an advance while another query's start into the
@@ -351,7 +354,7 @@ func (h *funcHost) notifier(*Tracker) *listener.Notifier { return nil }
 
 func (h *funcHost) joinPending() bool { return false }
 
-func (h *funcHost) rewoundAt() time.Time { return time.Time{} }
+func (h *funcHost) rewoundAt() (silent, since time.Time) { return time.Time{}, time.Time{} }
 
 // Notify schedules the tracker, or only stamps its status
 // (listener.Notifier, see begin and notified).
