@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -451,29 +453,47 @@ func (r *Registry) loadRewinds(ctx context.Context) bool {
 	if !ok {
 		return true
 	}
-	wait := time.Second
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
-		at, err := rl.Rewinds(actx)
-		cancel()
-		if err == nil {
-			if attempt > 1 {
-				r.log.Info("read the tables' rewinds after a failure; the trackers waiting for them start", zap.Int("attempt", attempt))
-			}
-			r.noteRewinds(at)
-			return true
-		}
-		r.log.Warn("could not read the tables' rewinds from the control database; the trackers of the recovery wait for them (a progress posted before its table's rewind must not be applied again), retrying",
-			zap.Int("attempt", attempt), zap.Duration("in", wait), zap.Error(err))
+	// The retries end with ctx or the registry's Close (r.stop; r.ctx
+	// ends only after Close waited for this loop's owner).
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // ends with rctx, at the latest when this returns
 		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return false
 		case <-r.stop:
-			return false
+			cancel()
+		case <-rctx.Done():
 		}
-		wait = min(2*wait, 30*time.Second)
+	}()
+	attempt := 0
+	read := func() error {
+		attempt++
+		actx, cancel := context.WithTimeout(rctx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
+		defer cancel()
+		at, err := rl.Rewinds(actx)
+		if err != nil {
+			return err
+		}
+		r.noteRewinds(at)
+		return nil
 	}
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(time.Second),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0),
+		backoff.WithMaxInterval(30*time.Second),
+		backoff.WithMaxElapsedTime(0),
+	)
+	err := backoff.RetryNotify(read, backoff.WithContext(b, rctx), func(err error, in time.Duration) {
+		r.log.Warn("could not read the tables' rewinds from the control database; the trackers of the recovery wait for them (a progress posted before its table's rewind must not be applied again), retrying",
+			zap.Int("attempt", attempt), zap.Duration("in", in), zap.Error(err))
+	})
+	if err != nil {
+		return false
+	}
+	if attempt > 1 {
+		r.log.Info("read the tables' rewinds after a failure; the trackers waiting for them start", zap.Int("attempt", attempt))
+	}
+	return true
 }
 
 // RereadRewinds has the registry read every table's rewound_at again

@@ -107,6 +107,27 @@ func TestRecoveryEndsWhileTheRewindsCannotBeRead(t *testing.T) {
 	}
 }
 
+// TestCloseEndsAReReadThatCannotRead: a re-read of the rewinds retried
+// while the database does not answer ends at Close, which does not wait
+// for its deadline.
+func TestCloseEndsAReReadThatCannotRead(t *testing.T) {
+	r := newRig(t)
+	r.store.mu.Lock()
+	r.store.rewindFailures = 1 << 30
+	r.store.mu.Unlock()
+	r.reg.RereadRewinds()
+	eventually(t, "the re-read tried", func() bool {
+		r.store.mu.Lock()
+		defer r.store.mu.Unlock()
+		return r.store.rewindReads >= 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.reg.Close(ctx); err != nil {
+		t.Fatalf("Close: %v (the re-read kept it waiting)", err)
+	}
+}
+
 // stoppedRunStaysRewound publishes the last progress of runStopped (table
 // t_c, rewound to 14:00 at rewoundAt), posted a minute before the rewind
 // and delivered again as a recovery's catch-up would, and fails t if it
