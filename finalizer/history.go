@@ -142,6 +142,14 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	if at.IsZero() || !ev.Timestamp.Before(at) {
 		return false
 	}
+	// Shown in the run's status and the held-runs gauge until a progress
+	// from after the rewind is applied (setHeld("")): an operator asking
+	// why the table stays rewound sees why.
+	t.setHeld(outcomeBeforeRewind)
+	t.mu.Lock()
+	t.held = outcomeBeforeRewind + ": the run's progress was posted at " + ev.Timestamp.UTC().Format(time.RFC3339) +
+		", before its table was rewound at " + at.UTC().Format(time.RFC3339) + "; its next progress posted after the rewind moves the verdict"
+	t.mu.Unlock()
 	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
 	t.log.Info("a progress posted before the table's last rewind is not applied (it would undo the rewind)",
 		zap.Time("posted", ev.Timestamp), zap.Time("rewound_at", at), zap.Int64("batch_id", ev.BatchID))

@@ -2,6 +2,7 @@ package finalizer_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,10 +186,16 @@ func TestARewindHeardWhileATrackerStartsHoldsItsRun(t *testing.T) {
 	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
 		t.Fatalf("a progress from before a rewind heard while its tracker started moved the verdict to %s", got)
 	}
+	// The operator sees why the table does not move.
+	st := r.reg.Status()
+	if len(st) != 1 || !strings.HasPrefix(st[0].Held, "before_rewind: ") {
+		t.Fatalf("status %+v, want the run held before_rewind", st)
+	}
 	// Heard live after the rewind, the run posts as usual, whatever its
 	// driver's clock says.
 	r.clock.Advance(time.Second)
 	r.publishApplied(t, runStopped, "t_c", "2026-09-28T15:10:00", posted, "2026-09-28T15:00:00Z")
+	eventually(t, "the hold cleared", func() bool { st := r.reg.Status(); return len(st) == 1 && st[0].Held == "" })
 }
 
 // TestARewindHoldsARunningTrackersPendingProgress: a tracker running when
