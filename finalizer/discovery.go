@@ -54,8 +54,9 @@ func (r *Registry) SetRescan(fn func()) {
 
 // missedRun notes that a discovered run was dropped, for the discovery
 // loop to rescan once its queue is empty. r.mu held.
-func (r *Registry) missedRun() {
+func (r *Registry) missedRun(runID string) {
 	r.missed = true
+	r.dropped.put(runID, struct{}{})
 	select {
 	case r.queued <- struct{}{}:
 	default:
@@ -211,7 +212,7 @@ func (r *Registry) Discovered(run listener.Run) {
 	}
 	if len(r.pending) >= r.maxPending {
 		r.cfg.Metrics.Refused.WithLabelValues(RefusedBusy).Inc()
-		r.missedRun()
+		r.missedRun(run.RunID)
 		if ok, n := r.refuseLog.Allow(RefusedBusy); ok {
 			r.log.Warn("too many discovered runs wait for a decision; this one is found again by a rescan of the stream once they are decided, or by its next event",
 				zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID), zap.Int("waiting", len(r.pending)),
@@ -241,9 +242,14 @@ func (r *Registry) Discovered(run listener.Run) {
 // for room had finished, so its termination was there at every rescan
 // and restart since, and the run was tracked to its end then. Tracking it
 // again would apply nothing (the verdict only moves forward) and end at
-// once (ADR 0017 addendum). A live event, a run not terminated, or one
-// without a storage time is never taken for it. r.mu held.
+// once (ADR 0017 addendum). A live event, a run not terminated, one
+// without a storage time, or one discovery dropped (its start failed, or
+// too many runs waited: missedRun) and not tracked since is never taken
+// for it: such a run was never tracked to its end. r.mu held.
 func (r *Registry) knownFinished(run listener.Run) bool {
+	if _, ok := r.dropped.get(run.RunID); ok {
+		return false
+	}
 	return run.Event == nil && run.Terminated && !run.Stored.IsZero() && !r.forgotten.IsZero() &&
 		run.Stored.Before(r.forgotten.Add(-forgetMargin))
 }
@@ -586,7 +592,7 @@ func (r *Registry) consider(ctx context.Context, runID string, async func(table 
 				r.log.Error("could not track run; a rescan of the stream tries again", zap.String("table", e.req.Table), zap.String("query_id", run.QueryID),
 					zap.String("run_id", run.RunID), zap.Error(err))
 				r.mu.Lock()
-				r.missedRun()
+				r.missedRun(run.RunID)
 				r.mu.Unlock()
 			}
 		}

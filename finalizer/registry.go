@@ -625,6 +625,10 @@ type Registry struct {
 	// stored well before it finished long ago (knownFinished).
 	forgotten time.Time
 	ignored   *memo[JoinResult] // runs no rule matches, or refused
+	// dropped holds the runs discovery dropped (a start failed, too many
+	// waited: missedRun) and has not tracked since: a rescan never takes
+	// one for a run tracked to its end long ago (knownFinished).
+	dropped *memo[struct{}]
 	// expired holds the requests of runs whose trackers the janitor
 	// stopped after a silence: the run is not known, so its next event
 	// tracks it again into the same tables (a re-read of the events it
@@ -743,6 +747,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		starting:   make(map[string]int),
 		finished:   newMemo[finishedRun](cfg.Remember),
 		ignored:    newMemo[JoinResult](cfg.Remember),
+		dropped:    newMemo[struct{}](cfg.Remember),
 		expired:    newMemo[expiredRun](cfg.Remember),
 
 		undecided:   newMemo[JoinResult](cfg.Remember),
@@ -850,6 +855,7 @@ func (r *Registry) register(reqs []Request, p *pendingRun) (es []*entry, capped 
 		r.starting[req.RunID]++
 		r.finished.del(req.RunID)
 		r.ignored.del(req.RunID)
+		r.dropped.del(req.RunID)
 		r.undecided.del(req.RunID)
 		r.forgetExpired(req)
 		es = append(es, e)
@@ -944,7 +950,7 @@ func (r *Registry) joinLater(e *entry, busy bool) error {
 			r.log.Error("could not track run; a rescan of the stream tries again", zap.String("table", e.req.Table),
 				zap.String("query_id", e.req.QueryID), zap.String("run_id", e.req.RunID), zap.Error(err))
 			r.mu.Lock()
-			r.missedRun()
+			r.missedRun(e.req.RunID)
 			r.mu.Unlock()
 		}
 	}()
