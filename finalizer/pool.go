@@ -150,8 +150,10 @@ type fanOut[T any] struct {
 	wg      sync.WaitGroup
 }
 
-func newFanOut[T any](max int, fn func(T)) *fanOut[T] {
-	return &fanOut[T]{max: max, fn: fn, next: make(chan T)}
+// newFanOut returns a fanOut of up to max goroutines (at least one: with
+// none, feed would block for ever).
+func newFanOut[T any](n int, fn func(T)) *fanOut[T] {
+	return &fanOut[T]{max: max(n, 1), fn: fn, next: make(chan T)}
 }
 
 func (f *fanOut[T]) feed(v T) {

@@ -109,7 +109,7 @@ func TestPoolEveryStepRunsOnce(t *testing.T) {
 // fanOut runs every value fed, on no more goroutines than its max nor
 // than the values, and wait returns once all are done.
 func TestFanOut(t *testing.T) {
-	for _, tc := range []struct{ max, n int }{{4, 100}, {16, 3}, {1, 10}} {
+	for _, tc := range []struct{ max, n int }{{4, 100}, {16, 3}, {1, 10}, {0, 5}, {-1, 5}} {
 		var running, most, done atomic.Int32
 		f := newFanOut(tc.max, func(int) {
 			if r := running.Add(1); r > most.Load() {
@@ -123,7 +123,7 @@ func TestFanOut(t *testing.T) {
 			f.feed(i)
 		}
 		f.wait()
-		if int(done.Load()) != tc.n || int(most.Load()) > min(tc.max, tc.n) || f.started > min(tc.max, tc.n) {
+		if int(done.Load()) != tc.n || int(most.Load()) > min(max(tc.max, 1), tc.n) || f.started > min(max(tc.max, 1), tc.n) {
 			t.Fatalf("max %d, %d values: %d done, %d at once, %d goroutines", tc.max, tc.n, done.Load(), most.Load(), f.started)
 		}
 	}
