@@ -272,6 +272,32 @@ func classify(err error) error {
 	return nil
 }
 
+// Refused reports whether err is a refusal of the request itself, which
+// no retry changes: a request this package would not send (ErrInvalid*),
+// a schema this binary must not touch (ErrSchemaTooNew), or what
+// PostgreSQL refuses for its content (a data exception such as a NUL
+// byte in a name, class 22; an integrity violation, 23; a syntax or
+// access rule violation, 42). Any other failure (ErrBusy, ErrUnavailable,
+// ErrNotMigrated, a context's end, a serialization failure, a statement
+// cancelled) may pass when tried again.
+func Refused(err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrInvalidAdvance), errors.Is(err, ErrInvalidTable), errors.Is(err, ErrInvalidTrack),
+		errors.Is(err, ErrInvalidName), errors.Is(err, ErrInvalidRewind), errors.Is(err, ErrSchemaTooNew):
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 {
+		switch pgErr.Code[:2] {
+		case "22", "23", "42":
+			return true
+		}
+	}
+	return false
+}
+
 // sharedHint remembers the tables the last advance found shared (several
 // feeders), so that their next advance goes to the feeders table directly
 // instead of trying the sole statement first. It is only a hint: a table

@@ -320,7 +320,12 @@ func (r *Registry) joinEarly(run listener.Run) {
 
 // earlyJoinLoop applies the joins joinEarly queues until the hold held is
 // released (then it applies those left and returns) or the registry
-// closes. A join that fails is left to the run's start, which joins again.
+// closes (the joins not applied keep their tables pending through the
+// shutdown, as Close does for those still queued). A join that did not
+// succeed for a reason a retry may change holds its table until it joins
+// (joinEarlyLater): the table's feeders the recovery started would
+// otherwise move it on their live events before the run's start, after
+// the release, joined it. The start waits behind it.
 func (r *Registry) earlyJoinLoop(held chan struct{}) {
 	defer r.wg.Done()
 	fj, ok := r.cfg.Store.(FeederJoiner)
@@ -337,13 +342,26 @@ func (r *Registry) earlyJoinLoop(held chan struct{}) {
 		joins := r.earlyJoins
 		r.earlyJoins = nil
 		r.mu.Unlock()
-		for _, j := range joins {
+		for i, j := range joins {
 			if !ok {
 				break
 			}
+			select {
+			case <-r.stop:
+				r.mu.Lock()
+				for _, j := range joins[i:] {
+					r.markJoinPending(Request{QueryID: j.Query, Table: j.Table, QueryName: j.Name}, ErrClosed)
+				}
+				r.mu.Unlock()
+				return
+			default:
+			}
 			req := Request{QueryID: j.Query, Table: j.Table, QueryName: j.Name}
-			if _, err := r.joinFeeder(r.ctx, fj, req); err != nil {
-				r.log.Debug("could not join the feeder of a run named during the recovery; its start joins it",
+			switch _, err := r.joinFeeder(r.stopCtx, fj, req); {
+			case joinRetryable(err):
+				r.joinEarlyLater(j, err)
+			case err != nil:
+				r.log.Debug("the feeder join of a run named during the recovery was refused; its start joins it again",
 					zap.String("table", j.Table), zap.String("query_id", j.Query), zap.Error(err))
 			}
 		}

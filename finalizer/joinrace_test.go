@@ -2,7 +2,9 @@ package finalizer_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,11 +21,13 @@ import (
 
 // lockedJoinStore is a fakeStore whose joins of query busy fail with
 // control.ErrBusy (another session holds the table locked, and the other
-// feeders' joins are known ones, read without the lock) until unlock;
-// it logs the joins that succeed and every advance, in order.
+// feeders' joins are known ones, read without the lock), or with err when
+// set (the database unavailable, a try that timed out), until unlock; it
+// logs the joins that succeed and every advance, in order.
 type lockedJoinStore struct {
 	*fakeStore
 	busy   string
+	err    error
 	mu     sync.Mutex
 	locked bool
 	log    []string
@@ -33,6 +37,9 @@ func (s *lockedJoinStore) JoinFeeder(_ context.Context, _, query, _ string) (con
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if query == s.busy && s.locked {
+		if s.err != nil {
+			return control.Joined{}, s.err
+		}
 		return control.Joined{}, control.ErrBusy
 	}
 	s.log = append(s.log, "join "+query)
@@ -59,19 +66,36 @@ func (s *lockedJoinStore) events() []string {
 }
 
 // The locked-table join race: a new query's run starts into a table
-// another session holds locked, so its feeder join waits (joinBusy);
+// another session holds locked, so its feeder join waits (joinLater);
 // the table's known feeder is tracked and keeps reporting. Its advances
 // must wait for the join: after the lock goes, its retries would race the
 // join's, and the table would move on its word past data the new query
 // was writing since its start. And a start of another query into the
 // table while the join waits (the busy-join start order) waits behind it.
-func TestAdvancesWaitForABusyJoinOfTheirTable(t *testing.T) {
+// The same for any join that did not succeed for a reason a retry may
+// change: the database unavailable at the start, a try that timed out
+// (before, only the lock held the table: the run was tracked without
+// joining, and the known feeder moved the table past its data).
+func TestAdvancesWaitForAFailedJoinOfTheirTable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"busy", control.ErrBusy},
+		{"unavailable", fmt.Errorf("join feeder: %w: dial tcp 127.0.0.1:5432: connect: connection refused", control.ErrUnavailable)},
+		{"timed out", fmt.Errorf("join feeder: %w", context.DeadlineExceeded)},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testAdvancesWaitForAFailedJoin(t, tc.err) })
+	}
+}
+
+func testAdvancesWaitForAFailedJoin(t *testing.T, joinErr error) {
 	const (
 		queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
 		queryC = "0c0c0c0c-bc9c-4be8-97a9-b135d2943028"
 		runC   = "0c0c0c0c-2222-4333-8444-555555555555"
 	)
-	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, locked: true}
+	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, err: joinErr, locked: true}
 	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.NewNop(),
 		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
 		MaxBatch: -1,
@@ -113,6 +137,12 @@ func TestAdvancesWaitForABusyJoinOfTheirTable(t *testing.T) {
 	if got := store.events()[n:]; len(got) != 0 {
 		t.Fatalf("while the new query's join waits for the lock: %v; want no advance of the table and no other start", got)
 	}
+	// Said where an operator looks (finalizer status): the table waits
+	// for the new query's join, and why.
+	if w := reg.JoinWaits(); len(w) < 1 || w[0].Table != "t" || w[0].QueryID != queryB || w[0].RunID != runB ||
+		!strings.Contains(w[0].LastError, joinErr.Error()) {
+		t.Fatalf("join waits %+v, want table t waiting for query %s's join, run %s, with its error", w, queryB, runB)
+	}
 	store.unlock()
 	eventually(t, "the new query joined and the known feeder advanced", func() bool {
 		ev := store.events()
@@ -122,6 +152,49 @@ func TestAdvancesWaitForABusyJoinOfTheirTable(t *testing.T) {
 	if got[0] != "join "+queryB || slices.Index(got, "join "+queryC) < 1 {
 		t.Fatalf("after the lock: %v; want the waiting query's join first, then the later start's, and the table's advance after it", got)
 	}
+	eventually(t, "no join waits", func() bool { return len(reg.JoinWaits()) == 0 })
+}
+
+// A join the database refuses for what it is (control.Refused: here an
+// invalid query id) is not tried again, and does not hold the table: no
+// retry changes it. The run is tracked, and the table's other feeder
+// moves it as before.
+func TestARefusedJoinDoesNotHoldTheTable(t *testing.T) {
+	const queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
+	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, locked: true,
+		err: fmt.Errorf("join feeder: %w: a feeder must be a non-empty query id", control.ErrInvalidAdvance)}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.NewNop(),
+		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
+		MaxBatch: -1,
+		Rules: []finalizer.Rule{
+			{Table: "t", Query: "live", Spec: hourSpec(t)},
+			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
+		}})
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := reg.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	live := func(commitTS string) listener.Run {
+		ev := cdcProgress(runA, commitTS)
+		ev.Name = "live"
+		return listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev}
+	}
+	reg.Discovered(live("2026-09-28T10:05:00"))
+	eventually(t, "the known feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
+	reg.Discovered(listener.Run{QueryID: queryB, RunID: runB, Name: "backfill", Kind: progress.KindStarted,
+		Event: &progress.Event{Kind: progress.KindStarted, QueryID: queryB, RunID: runB, Name: "backfill", BatchID: -1,
+			Timestamp: utc("2026-09-28T11:00:00Z")}})
+	eventually(t, "the refused run tracked", func() bool {
+		return slices.ContainsFunc(reg.Status(), func(s finalizer.TrackerStatus) bool { return s.RunID == runB })
+	})
+	if w := reg.JoinWaits(); len(w) != 0 {
+		t.Fatalf("join waits %+v after a refused join, want none", w)
+	}
+	reg.Discovered(live("2026-09-28T13:05:00"))
+	eventually(t, "the known feeder moved the table", func() bool { return store.Verdict("t").Equal(utc("2026-09-28T13:00:00Z")) })
 }
 
 // A shutdown while a new query's join waits for the lock: the known
@@ -214,5 +287,146 @@ func TestRetireWaitsForABusyJoinOfTheTable(t *testing.T) {
 	})
 	if got := store.events()[n:]; len(got) != 0 {
 		t.Fatalf("while the new query's join waits: %v; want no retirement", got)
+	}
+}
+
+// A run a restart lists without a name is named by a live event while the
+// recovery holds discovery: its query is joined to the table's feeders at
+// once (joinEarly), its start waits for the release. When that early
+// join failed (another session holding the table locked, the database
+// unavailable), it was dropped with a DEBUG line, and the table's feeder
+// the recovery started moved the table on its live events, past data the
+// new query was writing, before the run's start joined it. The table now
+// waits for the early join, tried again until it joins; the run's start,
+// after the release, joins behind it.
+func TestAFailedEarlyJoinHoldsTheTable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"busy", control.ErrBusy},
+		{"unavailable", fmt.Errorf("join feeder: %w: connection reset by peer", control.ErrUnavailable)},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testAFailedEarlyJoinHoldsTheTable(t, tc.err) })
+	}
+}
+
+func testAFailedEarlyJoinHoldsTheTable(t *testing.T, joinErr error) {
+	const queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
+	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, err: joinErr, locked: true}
+	core, logs := observer.New(zapcore.InfoLevel)
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.New(core),
+		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
+		MaxBatch: -1,
+		Rules: []finalizer.Rule{
+			{Table: "t", Query: "live", Spec: hourSpec(t)},
+			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
+		}})
+	defer func() {
+		store.unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := reg.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	release := reg.HoldDiscovery()
+	defer release()
+	runs := []listener.Run{
+		{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress},
+		{QueryID: queryB, RunID: runB, Kind: progress.KindIdle}, // no name in the stream
+	}
+	if err := reg.Recover(context.Background(), nil, runs); err != nil {
+		t.Fatal(err)
+	}
+	live := func(commitTS string) listener.Run {
+		ev := cdcProgress(runA, commitTS)
+		ev.Name = "live"
+		return listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev}
+	}
+	reg.Discovered(live("2026-09-28T10:05:00"))
+	eventually(t, "the recovered feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
+	// The nameless run's name, live, under the hold: its early join fails.
+	reg.Discovered(listener.Run{QueryID: queryB, RunID: runB, Name: "backfill", Kind: progress.KindProgress,
+		Event: &progress.Event{Kind: progress.KindProgress, QueryID: queryB, RunID: runB, Name: "backfill"}})
+	eventually(t, "the table waits for the early join", func() bool {
+		w := reg.JoinWaits()
+		return len(w) == 1 && w[0].Table == "t" && w[0].QueryID == queryB && w[0].RunID == "" && w[0].LastError != ""
+	})
+	n := len(store.events())
+	reg.Discovered(live("2026-09-28T13:05:00"))
+	time.Sleep(300 * time.Millisecond) // the recovered feeder's tries and retries
+	if got := store.events()[n:]; len(got) != 0 {
+		t.Fatalf("while the early join waits: %v (verdict %v); want no advance of the table", got, store.Verdict("t"))
+	}
+	if logs.FilterMessageSnippet("waits to join the table's feeders").FilterField(zap.String("table", "t")).Len() == 0 {
+		t.Error("no WARN says that table t waits for a join")
+	}
+	store.unlock()
+	eventually(t, "the early join, then the held advance", func() bool {
+		ev := store.events()[n:]
+		return slices.Contains(ev, "join "+queryB) && slices.Contains(ev, "advance "+queryA)
+	})
+	if got := store.events()[n:]; got[0] != "join "+queryB {
+		t.Fatalf("after the lock: %v; want the early join before the table's advance", got)
+	}
+	if logs.FilterMessageSnippet("joined the table's feeders after waiting").Len() == 0 {
+		t.Error("no INFO says the query joined")
+	}
+	// The run's start, after the release, joins again and is tracked.
+	release()
+	eventually(t, "the named run tracked after the release", func() bool {
+		return slices.ContainsFunc(reg.Status(), func(s finalizer.TrackerStatus) bool { return s.RunID == runB })
+	})
+}
+
+// The same early join still failing at shutdown: the table stays pending
+// through it, so the stopping recovered feeder's held advance is not sent
+// (a lock that went meanwhile would let it move the table past the new
+// query's data, never joined); its run's retained progress re-applies it
+// after the next start's join.
+func TestCloseSendsNoAdvanceHeldForAnEarlyJoin(t *testing.T) {
+	const queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
+	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, locked: true}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.NewNop(),
+		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
+		MaxBatch: -1,
+		Rules: []finalizer.Rule{
+			{Table: "t", Query: "live", Spec: hourSpec(t)},
+			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
+		}})
+	release := reg.HoldDiscovery()
+	defer release()
+	runs := []listener.Run{
+		{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress},
+		{QueryID: queryB, RunID: runB, Kind: progress.KindIdle},
+	}
+	if err := reg.Recover(context.Background(), nil, runs); err != nil {
+		t.Fatal(err)
+	}
+	live := func(commitTS string) listener.Run {
+		ev := cdcProgress(runA, commitTS)
+		ev.Name = "live"
+		return listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev}
+	}
+	reg.Discovered(live("2026-09-28T10:05:00"))
+	eventually(t, "the recovered feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
+	reg.Discovered(listener.Run{QueryID: queryB, RunID: runB, Name: "backfill", Kind: progress.KindProgress,
+		Event: &progress.Event{Kind: progress.KindProgress, QueryID: queryB, RunID: runB, Name: "backfill"}})
+	eventually(t, "the table waits for the early join", func() bool { return len(reg.JoinWaits()) == 1 })
+	n := len(store.events())
+	reg.Discovered(live("2026-09-28T13:05:00"))
+	time.Sleep(50 * time.Millisecond) // the held advance tried
+	store.unlock() // the lock goes as the service shuts down
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := reg.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The early join may be retried with success before the close:
+	// then, and only then, the advance may follow it.
+	got := store.events()[n:]
+	if i := slices.Index(got, "advance "+queryA); i >= 0 && !slices.Contains(got[:i], "join "+queryB) {
+		t.Fatalf("the new query not joined: %v (verdict %v); want no advance of the table before its join", got, store.Verdict("t"))
 	}
 }

@@ -208,9 +208,10 @@ func (r *Registry) sharedTableRuns(tracks []control.Track, runs []listener.Run) 
 // recovery is started, up to RecoverParallelism at once (in the groups of
 // the store's group commit, when it has one): their runs' starts join
 // them again, which changes nothing for a feeder the table knows. A join
-// that fails (the table locked by another session, the database) is left
-// to the run's start, which waits for a lock and logs a failure. A table
-// or name the start refuses is not joined.
+// that did not succeed for a reason a retry may change (the table locked
+// by another session, the database) holds its table until it joins
+// (joinEarlyLater); the starts into the table wait behind it. A table or
+// name the start refuses is not joined.
 func (r *Registry) prejoin(ctx context.Context, joins []control.FeederJoin) {
 	fj, ok := r.cfg.Store.(FeederJoiner)
 	if !ok || len(joins) == 0 {
@@ -218,8 +219,13 @@ func (r *Registry) prejoin(ctx context.Context, joins []control.FeederJoin) {
 	}
 	next := newFanOut(r.cfg.RecoverParallelism, func(j control.FeederJoin) {
 		req := Request{QueryID: j.Query, Table: j.Table, QueryName: j.Name}
-		if _, err := r.joinFeeder(ctx, fj, req); err != nil {
-			r.log.Debug("could not join a feeder of a shared table before the recovery's starts; its run's start joins it",
+		switch _, err := r.joinFeeder(ctx, fj, req); {
+		case joinRetryable(err):
+			// The table waits for it: the feeders started before its
+			// run would move it on their live events.
+			r.joinEarlyLater(j, err)
+		case err != nil:
+			r.log.Debug("the feeder join of a shared table was refused before the recovery's starts; its run's start joins it again",
 				zap.String("table", j.Table), zap.String("query_id", j.Query), zap.Error(err))
 		}
 	})

@@ -561,21 +561,6 @@ func (r *Registry) awaitRereads(ctx context.Context) {
 	}
 }
 
-// joinPending reports whether a start into table waits for its busy
-// feeder join (joinLater). A tracker of the table advances only once it
-// joined: after the lock goes, the table's other feeders' retries would
-// otherwise race the join's, and the table could move on their word past
-// data the new feeder was writing since its start. Lock-free while no
-// start waits (the common case: every advance asks).
-func (r *Registry) joinPending(table string) bool {
-	if r.waitingJoins.Load() == 0 {
-		return false
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.joining[table] != nil
-}
-
 func (e *entry) notifier(t *Tracker) *listener.Notifier {
 	e.nt = (*trackerNotify)(t)
 	return &e.nt
@@ -643,15 +628,21 @@ type Registry struct {
 	// carries the name decides those rules too.
 	awaitName *memo[JoinResult]
 	pending   map[string]*pendingRun // runs waiting for a decision
-	// joining holds, per table, the last start into it that waits for its
-	// feeder join (another session holds the table locked, joinBusy):
-	// closed when that start ended. A later start into the table waits
-	// behind it (launch), so that the runs of one table join in the order
-	// they were started, and none is tracked before an earlier one joined.
-	joining map[string]chan struct{}
+	// joining holds, per table, the feeder joins that did not succeed
+	// and are tried again (joinwait.go), in the order they began: a
+	// start's (joinLater) or an early one's (joinEarlyLater). The table
+	// is pending while any waits (joinPending); each waits for the one
+	// before it, and a later start into the table waits behind the last
+	// (launch), so that the runs of one table join in the order they
+	// were started, and none is tracked before an earlier one joined.
+	joining map[string][]*joinWait
 	// waitingJoins counts the tables of joining, read without r.mu by
 	// joinPending.
 	waitingJoins atomic.Int32
+	// stopCtx ends when Close begins (r.stop): the joins tried again end
+	// with it, where r.ctx ends only at the shutdown's deadline.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
 	// rewinds maps each table an operator rewound to when (control's
 	// rewound_at, or when this service heard of it), and silent maps each
 	// run found (by a recovery, or at its start: judgeSilence) with
@@ -753,13 +744,14 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		undecided:   newMemo[JoinResult](cfg.Remember),
 		awaitName:   newMemo[JoinResult](cfg.Remember),
 		pending:     make(map[string]*pendingRun),
-		joining:     make(map[string]chan struct{}),
+		joining:     make(map[string][]*joinWait),
 		maxPending:  DefaultMaxPending,
 		rescanEvery: minRescanEvery,
 
 		refuseLog: lograte.New(cfg.Clock.Now, refuseLogEvery),
 		sampler:   newLogSampler(cfg.Clock.Now, sampleEvery, sampleBurst),
 	}
+	r.stopCtx, r.stopCancel = context.WithCancel(ctx)
 	r.finished.evicted = func(_ string, f finishedRun) {
 		if f.at.After(r.forgotten) {
 			r.forgotten = f.at
@@ -876,85 +868,28 @@ func (r *Registry) replaces(req Request) bool {
 
 // launch starts a registered entry's tracker: it persists the track (when
 // explicit), joins its query to the table's feeders, subscribes and
-// starts the worker. On an error the entry is dropped. When another
-// session holds the table locked (the join's control.ErrBusy), the run
-// waits for its join before it is tracked, on a goroutine of the
-// registry's (joinLater), and launch returns at once: neither discovery
-// (its slots), a restart's recovery nor an explicit track waits for a lock
-// another session may hold for hours. A start into a table that such a
-// run waits for waits behind it without trying, so that the runs of one
-// table are tracked in the order they were started.
+// starts the worker. On an error the entry is dropped. When the join did
+// not succeed for a reason a retry may change (another session holds the
+// table locked, control.ErrBusy; the database unavailable; a try that
+// timed out), the run waits for its join before it is tracked, on a
+// goroutine of the registry's (joinLater), the table pending meanwhile,
+// and launch returns at once: neither discovery (its slots), a restart's
+// recovery nor an explicit track waits for a lock another session may
+// hold for hours, or for the database to come back. A start into a table
+// that such a join holds waits behind it without trying, so that the runs
+// of one table are tracked in the order they were started.
 func (r *Registry) launch(ctx context.Context, e *entry) error {
 	e.judged = r.judgeSilence(ctx, e.req)
 	if err := r.persist(ctx, e); err != nil {
 		return r.finish(e, err)
 	}
-	r.mu.RLock()
-	behind := r.joining[e.req.Table] != nil
-	r.mu.RUnlock()
-	if !behind {
-		busy := r.join(ctx, e)
-		if !busy {
-			return r.finish(e, nil)
-		}
+	if r.joinPending(e.req.Table) {
+		return r.joinLater(e, nil)
 	}
-	return r.joinLater(e, !behind)
-}
-
-// joinLater has e's start wait, on a goroutine of the registry's, behind
-// the start into its table already waiting (if any), then join again
-// (tried already when busy, and failed with control.ErrBusy) and, once
-// joined, be subscribed and started.
-func (r *Registry) joinLater(e *entry, busy bool) error {
-	table := e.req.Table
-	done := make(chan struct{})
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return r.finish(e, ErrClosed)
+	if failed := r.join(ctx, e); failed != nil {
+		return r.joinLater(e, failed)
 	}
-	prev := r.joining[table]
-	if prev == nil {
-		r.waitingJoins.Add(1)
-	}
-	r.joining[table] = done
-	r.wg.Add(1)
-	r.mu.Unlock()
-	go func() {
-		defer r.wg.Done()
-		defer func() {
-			r.mu.Lock()
-			// At shutdown the table stays pending: the new feeder never
-			// joined, and its trackers' stops must not send the advances
-			// held for it (a lock that goes meanwhile would let them move
-			// the table past its data); its recovery joins it first.
-			if r.joining[table] == done && !r.closed {
-				delete(r.joining, table)
-				r.waitingJoins.Add(-1)
-			}
-			r.mu.Unlock()
-			close(done)
-		}()
-		var err error
-		if prev != nil {
-			select {
-			case <-prev:
-			case <-r.stop:
-				err = ErrClosed
-			}
-		}
-		if err == nil && (prev == nil && busy || r.join(r.ctx, e)) {
-			err = r.waitJoin(r.ctx, e)
-		}
-		if err := r.finish(e, err); err != nil && !errors.Is(err, ErrClosed) && r.ctx.Err() == nil {
-			r.log.Error("could not track run; a rescan of the stream tries again", zap.String("table", e.req.Table),
-				zap.String("query_id", e.req.QueryID), zap.String("run_id", e.req.RunID), zap.Error(err))
-			r.mu.Lock()
-			r.missedRun(e.req.RunID)
-			r.mu.Unlock()
-		}
-	}()
-	return nil
+	return r.finish(e, nil)
 }
 
 // finish subscribes a prepared entry and starts its tracker, or drops the
@@ -1018,50 +953,13 @@ func (r *Registry) persist(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// join joins e's query to its table's feeders. It reports busy when
-// another session holds the table locked (control.ErrBusy): the join is
-// to be tried again (waitJoin) before the run is subscribed.
-func (r *Registry) join(ctx context.Context, e *entry) (busy bool) {
-	fj, ok := r.cfg.Store.(FeederJoiner)
-	if !ok {
-		return false
-	}
-	// A query is a feeder from the moment it is mapped to the table, not
-	// from its first verdict: a first batch still running, or a run held
-	// by a guard, must hold the table against the other feeders. Failing
-	// that, its first advance records it.
-	j, err := r.joinFeeder(ctx, fj, e.req)
-	if errors.Is(err, control.ErrBusy) {
-		return true
-	}
-	r.noteJoin(e.req, j, err)
-	return false
-}
-
-// waitJoin tries e's busy join again until it is joined (joinBusy), and
-// says what came of it (noteJoin). It fails only when ctx ends or the
-// registry closes; a run stopped meanwhile (superseded) is started and
-// stopped at once by finish, so that its stop is recorded.
-func (r *Registry) waitJoin(ctx context.Context, e *entry) error {
-	fj, _ := r.cfg.Store.(FeederJoiner)
-	j, err := r.joinBusy(ctx, fj, e)
-	switch {
-	case errors.Is(err, ErrClosed):
-		return err
-	case ctx.Err() != nil:
-		return fmt.Errorf("join feeder of %s: %w", e.req.Table, ctx.Err())
-	case errors.Is(err, errStoppedWhileBusy):
-		return nil
-	}
-	r.noteJoin(e.req, j, err)
-	return nil
-}
-
 // noteJoin logs what a join that did not succeed plainly means.
 func (r *Registry) noteJoin(req Request, j control.Joined, err error) {
 	switch {
 	case err != nil:
-		r.log.Warn("could not record the query as a feeder of the table before it reports; it holds the table from its first verdict",
+		// A refusal of the join itself (joinRetryable): no retry
+		// changes it.
+		r.log.Warn("the control database refused the query as a feeder of the table (no retry changes it); the run is tracked, and its query holds the table only from its first verdict",
 			zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("run_id", req.RunID), zap.Error(err))
 	case j.Retired():
 		// A retired query runs again (restarted from its checkpoint):
@@ -1160,62 +1058,11 @@ func (r *Registry) joinFeeder(ctx context.Context, fj FeederJoiner, req Request)
 		res := r.joins.do(ctx, control.FeederJoin{Table: req.Table, Query: req.QueryID, Name: req.QueryName})
 		return res.Joined, res.Err
 	}
+	// Each try bounded, as a group's is: a try that timed out is tried
+	// again (joinRetryable), not waited for.
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
+	defer cancel()
 	return fj.JoinFeeder(ctx, req.Table, req.QueryID, req.QueryName)
-}
-
-// errStoppedWhileBusy: the run was stopped (superseded) while its join
-// waited for another session's lock.
-var errStoppedWhileBusy = errors.New("the tracker was stopped while the table was locked")
-
-// Bounds of the wait between two tries of a join that another session's
-// lock failed (control.ErrBusy): from the tracker's retry delay, doubling.
-const maxJoinBusyDelay = 30 * time.Second
-
-// joinBusy tries the join of e's query to its table again while another
-// session holds the table locked (control.ErrBusy: an open transaction
-// that read its control row FOR SHARE or updated it, ADR 0008 addendum),
-// from the tracker's retry delay doubling to maxJoinBusyDelay, until it
-// is joined, ctx ends, the registry closes or e is stopped. The run waits
-// (its events wait in its mailbox): tracked without its join, it would
-// not hold the table against the table's other feeders once the lock
-// goes. The other runs of its group were joined and tracked at once.
-func (r *Registry) joinBusy(ctx context.Context, fj FeederJoiner, e *entry) (control.Joined, error) {
-	req := e.req
-	delay := cmp.Or(r.cfg.Tracker.RetryDelay, DefaultRetryDelay)
-	timer := r.cfg.Clock.NewTimer()
-	defer timer.Stop()
-	since := r.cfg.Clock.Now()
-	for {
-		if ok, n := r.refuseLog.Allow("join-busy"); ok {
-			r.log.Warn("another session holds the table locked in the control database (an open transaction: a reader's SELECT ... FOR SHARE, an operator's UPDATE); this run waits to join the table's feeders before it is tracked, and the table does not move meanwhile (its other feeders' advances wait for the join; runs of other tables are tracked as usual); find the session in pg_stat_activity (state 'idle in transaction') and end it",
-				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("run_id", req.RunID),
-				zap.Duration("waiting", r.cfg.Clock.Now().Sub(since).Round(time.Second)), zap.Duration("retry_in", delay), zap.Int("suppressed", n))
-		}
-		timer.Start(delay)
-		select {
-		case <-timer.C():
-		case <-ctx.Done():
-			return control.Joined{}, ctx.Err()
-		case <-r.stop:
-			return control.Joined{}, ErrClosed
-		}
-		r.mu.RLock()
-		stopped := e.stopReason
-		r.mu.RUnlock()
-		if stopped != "" {
-			return control.Joined{}, errStoppedWhileBusy
-		}
-		j, err := r.joinFeeder(ctx, fj, req)
-		if !errors.Is(err, control.ErrBusy) {
-			if ok, n := r.refuseLog.Allow("join-busy-done"); ok && err == nil {
-				r.log.Info("the table's lock went; the run joined its feeders and is tracked",
-					zap.String("table", req.Table), zap.String("run_id", req.RunID),
-					zap.Duration("waited", r.cfg.Clock.Now().Sub(since).Round(time.Millisecond)), zap.Int("suppressed", n))
-			}
-			return j, err
-		}
-		delay = min(2*delay, maxJoinBusyDelay)
-	}
 }
 
 // stopEntry asks e's tracker to apply what is pending and stop, for
@@ -1551,6 +1398,13 @@ func (r *Registry) Close(ctx context.Context) error {
 	}
 	r.closed = true
 	close(r.stop)
+	r.stopCancel()
+	// The early joins not tried yet keep their tables pending through the
+	// shutdown, as a join that failed does (markJoinPending).
+	for _, j := range r.earlyJoins {
+		r.markJoinPending(Request{QueryID: j.Query, Table: j.Table, QueryName: j.Name}, ErrClosed)
+	}
+	r.earlyJoins = nil
 	var all []*entry
 	for _, e := range r.trackers {
 		all = append(all, e)

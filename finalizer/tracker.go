@@ -305,9 +305,10 @@ type runHost interface {
 	// listener.Notifier, set to it, so that the mailbox points at it
 	// without an allocation; nil when the host keeps none.
 	notifier(t *Tracker) *listener.Notifier
-	// joinPending reports whether a start into the tracker's table waits
-	// for its feeder join (another session holds the table locked): the
-	// table must not move before that feeder holds it.
+	// joinPending reports whether the tracker's table waits for a new
+	// feeder's join that did not succeed (another session holds the
+	// table locked, the database is unavailable): the table must not move
+	// before that feeder holds it.
 	joinPending() bool
 	// rewoundAt is when an operator last rewound the tracker's table, in
 	// silent when the run was found silent or terminated since that
@@ -317,9 +318,9 @@ type runHost interface {
 	rewoundAt() (silent, since time.Time)
 }
 
-// errJoinPending fails an advance while another query's start into the
-// table waits for its feeder join; the tracker retries it.
-var errJoinPending = errors.New("a new feeder of the table waits to join it (another session holds the table locked in the control database); the table does not move before it joined")
+// errJoinPending fails an advance while the table waits for another
+// query's feeder join (Registry.JoinWaits); the tracker retries it.
+var errJoinPending = errors.New("a new feeder of the table waits to join it (its join failed: another session holds the table locked in the control database, or the database is unavailable; retried); the table does not move before it joined")
 
 // notifier returns the host's listener.Notifier of t, or nil.
 func (t *Tracker) notifier() *listener.Notifier {

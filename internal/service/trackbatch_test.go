@@ -134,7 +134,7 @@ func TestRunsTrackedTogetherEachJoinAndPersist(t *testing.T) {
 		}
 	}
 	check("tracked")
-	if logs.FilterMessageSnippet("could not record the query as a feeder").Len() == 0 {
+	if logs.FilterMessageSnippet("refused the query as a feeder").Len() == 0 {
 		t.Error("the refused join was not logged")
 	}
 
