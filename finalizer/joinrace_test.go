@@ -417,7 +417,7 @@ func TestCloseSendsNoAdvanceHeldForAnEarlyJoin(t *testing.T) {
 	n := len(store.events())
 	reg.Discovered(live("2026-09-28T13:05:00"))
 	time.Sleep(50 * time.Millisecond) // the held advance tried
-	store.unlock() // the lock goes as the service shuts down
+	store.unlock()                    // the lock goes as the service shuts down
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := reg.Close(ctx); err != nil {
