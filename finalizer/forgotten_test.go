@@ -14,6 +14,22 @@ import (
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
+// forgetfulRegistry is a registry on bus that remembers two finished runs,
+// tracking the runs of query "live" into table t, closed at the test's end.
+func forgetfulRegistry(t *testing.T, bus finalizer.Bus) (*finalizer.Registry, *fakeClock) {
+	t.Helper()
+	clock := newFakeClock(utc("2026-09-29T00:00:00Z"))
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: newFakeStore(),
+		Clock: clock, Logger: zap.NewNop(), Remember: 2,
+		Rules: []finalizer.Rule{{Table: "t", Query: "live", Spec: hourSpec(t)}}})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = reg.Close(ctx)
+	})
+	return reg, clock
+}
+
 // A run that terminated long ago and that the registry no longer
 // remembers as finished (beyond Remember) was tracked once more by a
 // rescan while the stream retained its termination, and ended at once,
@@ -22,15 +38,7 @@ import (
 // stored since (a run that ended during an outage) is still tracked, and
 // so is any run's live event.
 func TestRescanLeavesARunForgottenLongAgo(t *testing.T) {
-	clock := newFakeClock(utc("2026-09-29T00:00:00Z"))
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: newFakeStore(),
-		Clock: clock, Logger: zap.NewNop(), Remember: 2,
-		Rules: []finalizer.Rule{{Table: "t", Query: "live", Spec: hourSpec(t)}}})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = reg.Close(ctx)
-	})
+	reg, clock := forgetfulRegistry(t, newFakeBus())
 	run := func(i int) string { return fmt.Sprintf("cccccccc-0000-4000-8000-%012d", i) }
 	old := clock.Now()
 	for i := range 3 { // the first is forgotten for room
@@ -93,16 +101,8 @@ func (b *failingBus) Subscribe(queryID, runID string, box *listener.Mailbox) (fi
 // alone: its last progress never applied, the table it feeds held where
 // it stood. A run discovery dropped is never taken for a finished one.
 func TestRescanTracksARunWhoseStartFailedLongAgo(t *testing.T) {
-	clock := newFakeClock(utc("2026-09-29T00:00:00Z"))
 	bus := &failingBus{fakeBus: newFakeBus(), fail: map[string]bool{}}
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: newFakeStore(),
-		Clock: clock, Logger: zap.NewNop(), Remember: 2,
-		Rules: []finalizer.Rule{{Table: "t", Query: "live", Spec: hourSpec(t)}}})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = reg.Close(ctx)
-	})
+	reg, clock := forgetfulRegistry(t, bus)
 	run := func(i int) string { return fmt.Sprintf("dddddddd-0000-4000-8000-%012d", i) }
 	dropped := run(7)
 	bus.mu.Lock()
