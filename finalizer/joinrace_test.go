@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -315,7 +316,8 @@ func testAFailedEarlyJoinHoldsTheTable(t *testing.T, joinErr error) {
 	const queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
 	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, err: joinErr, locked: true}
 	core, logs := observer.New(zapcore.InfoLevel)
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.New(core),
+	m := finalizer.NewMetrics(nil, time.Now)
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.New(core), Metrics: m,
 		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
 		MaxBatch: -1,
 		Rules: []finalizer.Rule{
@@ -362,6 +364,9 @@ func testAFailedEarlyJoinHoldsTheTable(t *testing.T, joinErr error) {
 	if logs.FilterMessageSnippet("waits to join the table's feeders").FilterField(zap.String("table", "t")).Len() == 0 {
 		t.Error("no WARN says that table t waits for a join")
 	}
+	if v := testutil.ToFloat64(m.JoinWaitingTables); v != 1 {
+		t.Errorf("finalizer_join_waiting_tables = %v while t waits, want 1", v)
+	}
 	store.unlock()
 	eventually(t, "the early join, then the held advance", func() bool {
 		ev := store.events()[n:]
@@ -372,6 +377,9 @@ func testAFailedEarlyJoinHoldsTheTable(t *testing.T, joinErr error) {
 	}
 	if logs.FilterMessageSnippet("joined the table's feeders after waiting").Len() == 0 {
 		t.Error("no INFO says the query joined")
+	}
+	if v := testutil.ToFloat64(m.JoinWaitingTables); v != 0 {
+		t.Errorf("finalizer_join_waiting_tables = %v once joined, want 0", v)
 	}
 	// The run's start, after the release, joins again and is tracked.
 	release()

@@ -124,6 +124,7 @@ func (r *Registry) addJoinWait(req Request, failed error) *joinWait {
 		r.waitingJoins.Add(1)
 	}
 	r.joining[req.Table] = append(ws, w)
+	r.cfg.Metrics.JoinWaitingTables.Set(float64(len(r.joining)))
 	return w
 }
 
@@ -151,6 +152,7 @@ func (r *Registry) unqueueJoin(table string, w *joinWait) {
 		if len(ws) == 0 {
 			delete(r.joining, table)
 			r.waitingJoins.Add(-1)
+			r.cfg.Metrics.JoinWaitingTables.Set(float64(len(r.joining)))
 		} else {
 			r.joining[table] = ws
 		}

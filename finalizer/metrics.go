@@ -47,6 +47,10 @@ type Metrics struct {
 	// StaleRuns is the number of live trackers whose run has been silent for
 	// longer than the stale threshold.
 	StaleRuns prometheus.Gauge
+	// JoinWaitingTables is the number of tables that wait for a new
+	// feeder's join that did not succeed and is retried
+	// (Registry.JoinWaits): they do not move meanwhile.
+	JoinWaitingTables prometheus.Gauge
 	// AdvanceSeconds is the latency of one advance statement.
 	AdvanceSeconds prometheus.Histogram
 	// AdvanceBatchSize is the number of advances each group commit applied
@@ -158,6 +162,10 @@ func NewMetrics(prom prometheus.Registerer, now func() time.Time) *Metrics {
 			Name: "finalizer_stale_runs",
 			Help: "Trackers whose run has sent no event for longer than the stale threshold.",
 		}),
+		JoinWaitingTables: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "finalizer_join_waiting_tables",
+			Help: "Tables that do not move because a new feeder's join to them did not succeed (another session holds the table locked, the database is unavailable) and is retried; finalizer status says which query waits and why.",
+		}),
 		AdvanceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "finalizer_advance_seconds",
 			Help:    "Latency of one advance statement.",
@@ -200,7 +208,7 @@ func NewMetrics(prom prometheus.Registerer, now func() time.Time) *Metrics {
 	}
 	if prom != nil {
 		prom.MustRegister(m.Events, m.Candidates, m.HeldRuns, m.QuietAdvances, m.Advances, m.Writes, m.FailedAdvances,
-			m.Retries, m.TrackedRuns, m.StaleRuns, m.AdvanceSeconds, m.AdvanceBatchSize, m.Reasserts, m.Refused,
+			m.Retries, m.TrackedRuns, m.StaleRuns, m.JoinWaitingTables, m.AdvanceSeconds, m.AdvanceBatchSize, m.Reasserts, m.Refused,
 			m.HistorySigns, m.Rewinds, tableCollector{m})
 	}
 	return m

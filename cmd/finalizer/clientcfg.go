@@ -159,7 +159,7 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 			return nil
 		}
 	}
-	runs, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
+	runs, _, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
 	for _, r := range runs {
 		if r.Table == table {
 			return nil

@@ -86,7 +86,17 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		if len(page) > limit {
 			page, next = page[:limit], runCursor(page[limit-1])
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"runs": page, "next": next})
+		doc := map[string]any{"runs": page, "next": next}
+		if after == "" {
+			// The runs waiting to join a table's feeders before they are
+			// tracked, and holding it meanwhile: on the first page.
+			waits := registry.JoinWaits()
+			if waits == nil {
+				waits = []finalizer.JoinWait{}
+			}
+			doc["join_waits"] = waits
+		}
+		writeJSON(w, http.StatusOK, doc)
 	})
 	mux.HandleFunc("GET /v1/tables", func(w http.ResponseWriter, r *http.Request) {
 		limit, ok := pageLimit(w, r)
@@ -101,6 +111,7 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			return
 		}
 		page := tableStatuses(vs, fs, registry.Status(), time.Now().UTC(), "") // sorted by table
+		attachJoinWaits(page, registry.JoinWaits())
 		if err := withActions(r.Context(), svc, page, ""); err != nil {
 			httpError(w, err)
 			return
@@ -130,6 +141,7 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			v = control.Verdict{Table: table} // held before its first verdict
 		}
 		st := []tableStatus{toTableStatus(v, time.Now().UTC(), registry.Status(), fs)}
+		attachJoinWaits(st, registry.JoinWaits())
 		if err := withActions(r.Context(), svc, st, table); err != nil {
 			httpError(w, err)
 			return

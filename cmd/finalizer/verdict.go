@@ -209,6 +209,10 @@ type tableStatus struct {
 	Feeders []feederStatus            `json:"feeders"`
 	HeldBy  string                    `json:"held_by,omitempty"`
 	Runs    []finalizer.TrackerStatus `json:"runs"`
+	// JoinWaits are the new feeders whose join to the table did not
+	// succeed and is retried (finalizer.Registry.JoinWaits): the table
+	// does not move before they joined, and HeldBy says so first.
+	JoinWaits []finalizer.JoinWait `json:"join_waits,omitempty"`
 	// Actions are the table's actions with events waiting or
 	// dead-lettered (issue 19); none when all were delivered.
 	Actions []actionStatus `json:"actions,omitempty"`
@@ -329,6 +333,43 @@ func heldBy(f control.Feeder, state string) string {
 	return s
 }
 
+// attachJoinWaits adds to each of tables the feeder joins it waits for
+// (finalizer.Registry.JoinWaits), which are then what holds it back: its
+// trackers do not advance it before they joined. A silent "not yet" would
+// leave an operator to guess.
+func attachJoinWaits(tables []tableStatus, waits []finalizer.JoinWait) {
+	if len(waits) == 0 {
+		return
+	}
+	of := map[string][]finalizer.JoinWait{}
+	for _, w := range waits {
+		of[w.Table] = append(of[w.Table], w)
+	}
+	for i := range tables {
+		t := &tables[i]
+		if ws := of[t.Table]; len(ws) > 0 {
+			t.JoinWaits = ws
+			t.HeldBy = joinWaitHeldBy(ws[0])
+		}
+	}
+}
+
+// joinWaitHeldBy says why a table waits for a feeder's join.
+func joinWaitHeldBy(w finalizer.JoinWait) string {
+	who := "query " + shortFeeder(w.QueryID)
+	if w.QueryName != "" {
+		who = "query " + w.QueryName
+	}
+	if w.RunID != "" {
+		who += " (run " + short(w.RunID) + ")"
+	}
+	s := fmt.Sprintf("held until %s joins its feeders (waiting since %s; retried", who, w.Since.UTC().Format(time.RFC3339))
+	if w.LastError != "" {
+		s += ": " + w.LastError
+	}
+	return s + ")"
+}
+
 // tableStatuses joins verdicts, feeders (every table's) and runs: a table
 // with feeders and no verdict yet is listed too.
 func tableStatuses(verdicts []control.Verdict, feeders []control.Feeder, runs []finalizer.TrackerStatus, now time.Time, only string) []tableStatus {
@@ -422,13 +463,14 @@ typo: the nearest known name is suggested).`,
 					return usageError(err)
 				}
 			}
-			runs, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
+			runs, waits, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
 			now := time.Now().UTC()
 			known := runs
 			if runsErr != nil || c.httpURL == "" {
 				known = nil
 			}
 			out := tableStatuses(verdicts, feeders, known, now, table)
+			attachJoinWaits(out, waits)
 			if bs, err := s.ActionBacklogs(ctx, table); err == nil {
 				attachActions(out, bs, nil, now)
 			} else if !errors.Is(err, control.ErrNotMigrated) {
@@ -456,20 +498,22 @@ typo: the nearest known name is suggested).`,
 	return cmd
 }
 
-// fetchRuns reads the tracked runs from the service's HTTP API.
-func fetchRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, error) {
+// fetchRuns reads the tracked runs, and the feeder joins the tables wait
+// for, from the service's HTTP API.
+func fetchRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, []finalizer.JoinWait, error) {
 	if base == "" {
-		return []finalizer.TrackerStatus{}, nil
+		return []finalizer.TrackerStatus{}, nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	runs, err := getRuns(ctx, base, token)
-	return runs, redact.Error(err, base)
+	runs, waits, err := getRuns(ctx, base, token)
+	return runs, waits, redact.Error(err, base)
 }
 
 // getRuns is fetchRuns before its error is redacted.
-func getRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, error) {
+func getRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, []finalizer.JoinWait, error) {
 	runs := []finalizer.TrackerStatus{}
+	var waits []finalizer.JoinWait
 	shown := redact.URLs(base)
 	after := ""
 	for { // every page of GET /v1/runs
@@ -479,31 +523,35 @@ func getRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
-			return runs, err
+			return runs, waits, err
 		}
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return runs, fmt.Errorf("service not reachable at %s: %w", shown, err)
+			return runs, waits, fmt.Errorf("service not reachable at %s: %w", shown, err)
 		}
 		if resp.StatusCode != http.StatusOK {
 			resp.Body.Close()
-			return runs, fmt.Errorf("service at %s answered %s", shown, resp.Status)
+			return runs, waits, fmt.Errorf("service at %s answered %s", shown, resp.Status)
 		}
 		var doc struct {
-			Runs []finalizer.TrackerStatus `json:"runs"`
-			Next string                    `json:"next"`
+			Runs      []finalizer.TrackerStatus `json:"runs"`
+			JoinWaits []finalizer.JoinWait      `json:"join_waits"` // the first page's
+			Next      string                    `json:"next"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&doc)
 		resp.Body.Close()
 		if err != nil {
-			return runs, fmt.Errorf("service at %s: %w", shown, err)
+			return runs, waits, fmt.Errorf("service at %s: %w", shown, err)
 		}
 		runs = append(runs, doc.Runs...)
+		if after == "" {
+			waits = doc.JoinWaits
+		}
 		if doc.Next == "" || doc.Next == after {
-			return runs, nil
+			return runs, waits, nil
 		}
 		after = doc.Next
 	}

@@ -66,6 +66,12 @@ type Runs interface {
 	Status() []finalizer.TrackerStatus
 }
 
+// joinWaiter is Runs that also says which tables wait for a new feeder's
+// join (*finalizer.Registry does).
+type joinWaiter interface {
+	JoinWaits() []finalizer.JoinWait
+}
+
 // Options configure New. Verdicts and Runs are required.
 type Options struct {
 	Verdicts     Verdicts

@@ -28,6 +28,7 @@ type fakeSource struct {
 	verdicts []control.Verdict
 	runs     []finalizer.TrackerStatus
 	feeders  []control.Feeder
+	waits    []finalizer.JoinWait
 	err      error
 	watch    func(control.Notification)
 	lists    int           // calls of List
@@ -83,6 +84,12 @@ func (f *fakeSource) Status() []finalizer.TrackerStatus {
 	defer f.mu.Unlock()
 	f.statuses++
 	return append([]finalizer.TrackerStatus(nil), f.runs...)
+}
+
+func (f *fakeSource) JoinWaits() []finalizer.JoinWait {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]finalizer.JoinWait(nil), f.waits...)
 }
 
 // move sets a table's verdict and announces it, as the control table's
@@ -200,6 +207,31 @@ func TestPageShowsTablesRunsAndWhatHoldsThemBack(t *testing.T) {
 	}
 	if code, _, _ := get(t, srv.URL+"/nope"); code != http.StatusNotFound {
 		t.Errorf("GET /nope = %d, want 404", code)
+	}
+}
+
+// A table waiting for a new feeder's join that did not succeed does not
+// move (its trackers hold their advances): the page says so, with the
+// query, the run and the error, instead of a running run that does not
+// move it.
+func TestPageShowsATableWaitingForAJoin(t *testing.T) {
+	now := time.Now().UTC()
+	src := &fakeSource{
+		verdicts: []control.Verdict{{Table: "silver.all", FinalizedUntil: now.Add(-2 * time.Hour), UpdatedAt: now.Add(-time.Hour)}},
+		runs:     []finalizer.TrackerStatus{{RunID: runA, QueryID: queryA, Table: "silver.all", LastEvent: now}},
+		waits: []finalizer.JoinWait{{Table: "silver.all", QueryID: "0b0b0b0b-bc9c-4be8-97a9-b135d2943028", QueryName: "region-eu",
+			RunID: runB, Since: now.Add(-5 * time.Minute), LastError: "the table is locked by another session"}},
+	}
+	_, srv := newPage(t, src, Options{})
+	_, _, body := get(t, srv.URL+"/")
+	for _, want := range []string{
+		`<span class="badge st-held">held</span>`,
+		"held until query region-eu (run 0f5b2b7c) joins its feeders (waiting since",
+		"retried: the table is locked by another session",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks %q", want)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
 )
 
 // readTimeout bounds one read of the verdicts.
@@ -69,9 +70,25 @@ func (p *Page) refresh(read bool) {
 		byTable[r.Table] = append(byTable[r.Table], r)
 	}
 	sortRuns(runs)
+	var waits map[string]finalizer.JoinWait // the first a table waits for
+	if jw, ok := p.o.Runs.(joinWaiter); ok {
+		for _, w := range jw.JoinWaits() {
+			if _, ok := waits[w.Table]; !ok {
+				if waits == nil {
+					waits = make(map[string]finalizer.JoinWait)
+				}
+				waits[w.Table] = w
+			}
+		}
+	}
 	tables := make([]tableRow, 0, len(p.verdicts))
 	for _, v := range p.verdicts {
 		state, why := holdsBack(v, byTable[v.Table], p.feeders[v.Table])
+		if w, ok := waits[v.Table]; ok && v.Mark == "" {
+			// Its trackers do not advance it before the new feeder
+			// joined: that, not its runs, holds it back.
+			state, why = TableHeld, joinWaitWhy(w)
+		}
 		ms := p.hist.moves(v.Table)
 		r := tableRow{Table: v.Table, Until: v.FinalizedUntil, UpdatedAt: v.UpdatedAt, RunID: v.RunID, BatchID: v.BatchID,
 			State: state, HeldBy: why, RewoundAt: v.RewoundAt, Moves: len(ms)}
