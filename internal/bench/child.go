@@ -451,5 +451,8 @@ func (s *childService) rss() uint64 { return procRSS(s.pid) }
 // cpu returns the child's user and system CPU time so far.
 func (s *childService) cpu() time.Duration { return procCPU(s.pid) }
 
+// switches returns the service process's context switches so far.
+func (s *childService) switches() int64 { return procSwitches(s.pid) }
+
 // errNoChild is returned where --service-process cannot run.
 var errNoChild = errors.New("--service-process needs Linux (/proc)")

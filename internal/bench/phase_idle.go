@@ -60,6 +60,9 @@ type idleWindowResult struct {
 	sent     int
 	cycles   uint64  // collections that ended in the window
 	markS    float64 // CPU seconds the collector's marking took in it
+	// switches are the context switches of this process's threads over
+	// the window; svcSwitches the service process's (0 in process).
+	switches, svcSwitches int64
 }
 
 // idle measures what N quiet runs cost the service: every run posts one
@@ -153,11 +156,29 @@ func (r *runner) idle(ctx context.Context, svc underTest) error {
 		res.ServiceRounds = append(res.ServiceRounds, totalLess)
 		res.IdleEventsGCCycles += quiet.cycles
 		res.IdleEventsGCMarkCPUSeconds += quiet.markS
-		r.say("idle: round %d of %d: idle events %.1f%% of one core (process %.1f%%, generator %.1f%%, %d collections), a progress with new data %.1f%% (process %.1f%%, generator %.1f%%)",
-			round, rounds, 100*res.IdleEventsServiceRounds[round-1], 100*quiet.share, 100*qgen, quiet.cycles,
+		// Context switches per idle event: the service process's own, or
+		// in process the whole process's less the generator's windows'
+		// (per event sent, the baselines' mean).
+		if quiet.sent > 0 {
+			sw := float64(quiet.svcSwitches) / float64(quiet.sent)
+			if r.child == nil {
+				sw = float64(quiet.switches) / float64(quiet.sent)
+				if n := prevI.sent + nextI.sent; n > 0 {
+					sw -= float64(prevI.switches+nextI.switches) / float64(n)
+				}
+			}
+			res.IdleEventsSwitchesPerEventRounds = append(res.IdleEventsSwitchesPerEventRounds, sw)
+		}
+		sw := 0.0
+		if n := len(res.IdleEventsSwitchesPerEventRounds); n > 0 {
+			sw = res.IdleEventsSwitchesPerEventRounds[n-1]
+		}
+		r.say("idle: round %d of %d: idle events %.1f%% of one core (process %.1f%%, generator %.1f%%, %d collections, %.2f context switches per event), a progress with new data %.1f%% (process %.1f%%, generator %.1f%%)",
+			round, rounds, 100*res.IdleEventsServiceRounds[round-1], 100*quiet.share, 100*qgen, quiet.cycles, sw,
 			100*res.ServiceRounds[round-1], 100*total.share, 100*gen)
 	}
 	res.IdleEventsServiceCoreShare, res.IdleEventsTotalCoreShare = median(res.IdleEventsServiceRounds), median(quietTotals)
+	res.IdleEventsSwitchesPerEvent = median(res.IdleEventsSwitchesPerEventRounds)
 	res.ServiceCoreShare, res.TotalCoreShare = median(res.ServiceRounds), median(totals)
 	res.IdleEventsGeneratorCoreShare, res.GeneratorCoreShare = median(res.IdleEventsGeneratorRounds), median(res.GeneratorRounds)
 	r.res.Idle = res
@@ -244,9 +265,11 @@ func (r *runner) idleWindow(ctx context.Context, rate float64, d time.Duration, 
 	stats := newRuntimeStats()
 	rt0 := stats.read()
 	childCPU := func() time.Duration { return 0 }
+	childSwitches := func() int64 { return 0 }
 	if r.child != nil {
-		childCPU = r.child.cpu
+		childCPU, childSwitches = r.child.cpu, r.child.switches
 	}
+	sw0, svcSw0 := cputime.Switches(), childSwitches()
 	svc0, cpu0, start := childCPU(), cputime.Process(), time.Now()
 	for {
 		elapsed := time.Since(start)
@@ -292,6 +315,7 @@ func (r *runner) idleWindow(ctx context.Context, rate float64, d time.Duration, 
 	}
 	wall := time.Since(start).Seconds()
 	res.share, res.svcShare = (cputime.Process()-cpu0).Seconds()/wall, (childCPU()-svc0).Seconds()/wall
+	res.switches, res.svcSwitches = cputime.Switches()-sw0, childSwitches()-svcSw0
 	rt1 := stats.read()
 	res.cycles, res.markS = rt1.cycles-rt0.cycles, rt1.markS-rt0.markS
 	if len(touched) > 0 {

@@ -330,4 +330,12 @@ type Idle struct {
 	// their marking took, over every round.
 	IdleEventsGCCycles         uint64  `json:"idle_events_gc_cycles"`
 	IdleEventsGCMarkCPUSeconds float64 `json:"idle_events_gc_mark_cpu_s"`
+	// IdleEventsSwitchesPerEvent is the median over the rounds of the
+	// context switches per idle event in the idle events' window: the
+	// service process's threads' (/proc/<pid>/task/*/status), or in
+	// process this process's (getrusage) less the generator's baseline
+	// windows' per event. Most of the idle cost is the kernel switching
+	// threads (BENCHMARKS.md, "Idle cost (sixth pass)").
+	IdleEventsSwitchesPerEvent       float64   `json:"idle_events_switches_per_event"`
+	IdleEventsSwitchesPerEventRounds []float64 `json:"idle_events_switches_per_event_rounds,omitempty"`
 }

@@ -24,3 +24,16 @@ func TestProcessCountsWork(t *testing.T) {
 		t.Fatalf("CPU time %v then %v after 50 ms of work (%d loops)", before, after, x)
 	}
 }
+
+func TestSwitchesCountsWaits(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no getrusage")
+	}
+	before := cputime.Switches()
+	for range 5 {
+		time.Sleep(time.Millisecond) // every thread idle: one sleeps in the kernel
+	}
+	if after := cputime.Switches(); after <= before {
+		t.Fatalf("context switches %d then %d after 5 sleeps", before, after)
+	}
+}

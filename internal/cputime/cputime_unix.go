@@ -20,3 +20,14 @@ func Process() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// Switches returns the context switches of all the process's threads so
+// far, voluntary (a thread that waited: a futex sleep, the network
+// poller) and involuntary, or 0 when the system does not say.
+func Switches() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return int64(ru.Nvcsw + ru.Nivcsw)
+}
