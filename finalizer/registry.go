@@ -925,9 +925,17 @@ func (r *Registry) finish(e *entry, err error) error {
 	if stop {
 		t.Stop()
 	}
-	req := e.req
-	r.logSampled(zapcore.InfoLevel, "tracking", "tracking run", zap.String("table", req.Table), zap.String("query_id", req.QueryID),
-		zap.String("run_id", req.RunID), zap.String("spec", req.Spec.String()), zap.Bool("explicit", req.Explicit))
+	// The line's fields (the spec's text above all) are made only when
+	// it is written: at 100,000 starts nearly all are sampled away.
+	if ce, n := r.checkSampled(zapcore.InfoLevel, "tracking", "tracking run"); ce != nil {
+		req := &e.req
+		fields := []zap.Field{zap.String("table", req.Table), zap.String("query_id", req.QueryID),
+			zap.String("run_id", req.RunID), zap.String("spec", req.Spec.String()), zap.Bool("explicit", req.Explicit)}
+		if n > 0 {
+			fields = append(fields, zap.Int("suppressed", n))
+		}
+		ce.Write(fields...)
+	}
 	return nil
 }
 
@@ -1449,14 +1457,24 @@ func (r *Registry) Close(ctx context.Context) error {
 // logSampled logs msg at lvl, or at DEBUG when a line of the same class
 // went through within sampleLogEvery (see Tracker.logSampled).
 func (r *Registry) logSampled(lvl zapcore.Level, class, msg string, fields ...zap.Field) {
-	if ok, n := r.sampler.allow(class); !ok {
-		lvl = zapcore.DebugLevel
-	} else if n > 0 {
-		fields = append(fields, zap.Int("suppressed", n))
-	}
-	if ce := r.log.Check(lvl, msg); ce != nil {
+	if ce, n := r.checkSampled(lvl, class, msg); ce != nil {
+		if n > 0 {
+			fields = append(fields, zap.Int("suppressed", n))
+		}
 		ce.Write(fields...)
 	}
+}
+
+// checkSampled is logSampled for a caller whose fields cost: it counts
+// the line in the sampler and returns the entry to write them to (nil
+// when the line, sampled down to DEBUG, is not written), with how many
+// lines of its class were held back since the last one let through.
+func (r *Registry) checkSampled(lvl zapcore.Level, class, msg string) (*zapcore.CheckedEntry, int) {
+	ok, n := r.sampler.allow(class)
+	if !ok {
+		lvl, n = zapcore.DebugLevel, 0
+	}
+	return r.log.Check(lvl, msg), n
 }
 
 // forgetExpired drops req's table from the run's expired requests (it is

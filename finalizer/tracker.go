@@ -485,7 +485,9 @@ const (
 // the box already holds.
 func (t *Tracker) begin(ctx context.Context, p *pool, onExit func()) {
 	t.ctx, t.pool, t.onExit = ctx, p, onExit
-	t.log.Debug("tracker started", zap.String("spec", t.cfg.Spec.String()))
+	if t.log.enabled(zapcore.DebugLevel) { // the spec's text only for a line written
+		t.log.Debug("tracker started", zap.Stringer("spec", &t.cfg.Spec))
+	}
 	t.state.Store(stateIdle) // after the fields above: submit reads them once it sees it
 	if n := t.notifier(); n != nil {
 		t.cfg.Box.SetNotifier(n)
@@ -1273,7 +1275,7 @@ func (t *Tracker) hold(guard, why string, ev *progress.Event) {
 		// not fit the source (offset:/commit_ts on a Kafka source): say so
 		// once, or the run sits "running" with a verdict that never moves.
 		t.logSampled(zapcore.WarnLevel, "hold:"+guard, "progress has no usable time; the verdict waits: check the tracking spec's time and source against the progress (logged once per run)",
-			zap.String("guard", guard), zap.String("reason", why), zap.String("spec", t.cfg.Spec.String()), zap.Int64("batch_id", ev.BatchID))
+			zap.String("guard", guard), zap.String("reason", why), zap.Stringer("spec", &t.cfg.Spec), zap.Int64("batch_id", ev.BatchID))
 	case first && guard != progress.NoTime.String():
 		t.logSampled(zapcore.WarnLevel, "hold:"+guard, "progress gives no candidate; the verdict waits (logged once per run and guard)",
 			zap.String("guard", guard), zap.String("reason", why), zap.Int64("batch_id", ev.BatchID))
