@@ -77,19 +77,27 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 		r.consider(ctx, s.run.RunID, nil)
 	})
 	feed := starts.feed
+	// The explicit tracks of one client or rule mostly share their spec's
+	// document: each distinct document is decoded and parsed once (a
+	// Spec is a value whose zones are shared and never changed).
+	specs := make(map[string]progress.Spec)
 	for _, t := range tracks {
 		if !t.DoneAt.IsZero() {
 			continue
 		}
-		var opts progress.SpecOptions
-		if err := json.Unmarshal(t.Spec, &opts); err != nil {
-			note(fmt.Errorf("track of run %s: bad spec: %w", t.RunID, err))
-			continue
-		}
-		spec, err := progress.ParseSpec(opts)
-		if err != nil {
-			note(fmt.Errorf("track of run %s: %w", t.RunID, err))
-			continue
+		spec, ok := specs[string(t.Spec)]
+		if !ok {
+			var opts progress.SpecOptions
+			if err := json.Unmarshal(t.Spec, &opts); err != nil {
+				note(fmt.Errorf("track of run %s: bad spec: %w", t.RunID, err))
+				continue
+			}
+			var err error
+			if spec, err = progress.ParseSpec(opts); err != nil {
+				note(fmt.Errorf("track of run %s: %w", t.RunID, err))
+				continue
+			}
+			specs[string(t.Spec)] = spec
 		}
 		feed(start{req: Request{QueryID: t.QueryID, RunID: t.RunID, Table: t.Table, Spec: spec, Explicit: true, resumed: true}, track: true})
 	}

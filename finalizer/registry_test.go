@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -306,4 +308,47 @@ func TestUnnamedQueryStopsAwaitingItsName(t *testing.T) {
 		t.Fatal("an unnamed query's run still awaits its name after a progress without one")
 	}
 	eventually(t, "the progress applied", func() bool { return r.store.Verdict("by_id." + queryA).Equal(utc("2026-09-28T14:00:00Z")) })
+}
+
+// Recover parses each distinct spec document of the explicit tracks once
+// and gives every track the spec of its own document: tracks that share a
+// document, one with another, and one whose document is not a spec (it
+// alone is refused, the others resume).
+func TestRecoverGivesEachTrackItsSpec(t *testing.T) {
+	store, bus := newFakeStore(), newFakeBus()
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Tracks: &fakeTracks{}, Clock: newFakeClock(utc("2026-09-28T15:00:00Z"))})
+	defer reg.Close(context.Background())
+	hour := []byte(`{"granularity":"hour"}`)
+	day := []byte(`{"granularity":"day","delay":"5m"}`)
+	run := func(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
+	tracks := []control.Track{
+		{QueryID: queryA, RunID: run(1), Table: "t1", Spec: hour},
+		{QueryID: queryA, RunID: run(2), Table: "t2", Spec: day},
+		{QueryID: queryA, RunID: run(3), Table: "t3", Spec: []byte(`{"granularity":"fortnight"}`)},
+		{QueryID: queryA, RunID: run(4), Table: "t4", Spec: hour},
+		{QueryID: queryA, RunID: run(5), Table: "t5", Spec: day},
+		{QueryID: queryA, RunID: run(6), Table: "t6", Spec: []byte(`not json`)},
+		{QueryID: queryA, RunID: run(7), Table: "t7", Spec: hour},
+	}
+	err := reg.Recover(context.Background(), tracks, nil)
+	if err == nil || (!strings.Contains(err.Error(), run(3)) && !strings.Contains(err.Error(), run(6))) {
+		t.Fatalf("Recover = %v, want the error of a bad spec", err)
+	}
+	want := map[string]string{}
+	for _, tr := range tracks {
+		var opts progress.SpecOptions
+		if json.Unmarshal(tr.Spec, &opts) != nil {
+			continue
+		}
+		if s, err := progress.ParseSpec(opts); err == nil {
+			want[tr.RunID] = s.String()
+		}
+	}
+	got := map[string]string{}
+	for _, st := range reg.Status() {
+		got[st.RunID] = st.Spec
+	}
+	if len(want) != 5 || !maps.Equal(got, want) {
+		t.Fatalf("resumed specs %v, want %v", got, want)
+	}
 }
