@@ -504,9 +504,6 @@ func (r *Registry) consider(ctx context.Context, runID string, async func(table 
 	}
 	p.claimed = true
 	run := p.run
-	r.mu.Unlock()
-
-	r.mu.Lock()
 	x, _ := r.expired.get(runID)
 	again := x.reqs
 	r.mu.Unlock()

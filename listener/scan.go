@@ -260,17 +260,24 @@ type retainedSnapshot struct {
 // sequence of its last message, as the server reports them now; ok is
 // false when it does not answer.
 func (l *Listener) streamCreated(ctx context.Context) (created time.Time, lastSeq uint64, ok bool) {
+	info, ok := l.streamState(ctx)
+	return info.Created, info.State.LastSeq, ok
+}
+
+// streamState returns the event stream's info as the server reports it
+// now; ok is false when it does not answer.
+func (l *Listener) streamState(ctx context.Context) (*jetstream.StreamInfo, bool) {
 	st, err := l.eventStream(ctx)
 	if err != nil {
-		return time.Time{}, 0, false
+		return &jetstream.StreamInfo{}, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
 	defer cancel()
 	info, err := st.Info(cctx)
 	if err != nil {
-		return time.Time{}, 0, false
+		return &jetstream.StreamInfo{}, false
 	}
-	return info.Created, info.State.LastSeq, true
+	return info, true
 }
 
 // snapshotUsable reports whether snap still describes the stream whose

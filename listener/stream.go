@@ -317,14 +317,22 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 		name   string
 		stored time.Time
 	}
-	all := make(map[key]*seen)
+	var all map[key]*seen
 	// Under a hold of catch-ups, what is read is kept for the release
 	// (HoldCatchUps): the runs' events, checked once here.
 	var snap *retainedSnapshot
 	if hold, gen := l.snapshotting(); hold {
-		if created, _, ok := l.streamCreated(ctx); ok {
-			snap = &retainedSnapshot{runs: make(map[string][]retainedMsg), gen: gen, created: created}
+		if info, ok := l.streamState(ctx); ok {
+			// A restart's listing: the maps are made at about the size
+			// they reach (a run has from one to four subjects, most two
+			// or three), not grown from nothing through 100,000 runs.
+			hint := int(min(info.State.NumSubjects/2, maxListingHint))
+			all = make(map[key]*seen, hint)
+			snap = &retainedSnapshot{runs: make(map[string][]retainedMsg, hint), gen: gen, created: info.Created}
 		}
+	}
+	if all == nil {
+		all = make(map[key]*seen)
 	}
 	last, err := l.scanStream(ctx, eventKinds, 0, func(subject string, data []byte, stored time.Time) {
 		es, ok := l.splitSubject(subject)
@@ -387,6 +395,10 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 	})
 	return runs, nil
 }
+
+// maxListingHint bounds the size a restart's listing makes its maps at
+// (Retained), whatever the stream reports.
+const maxListingHint = 1 << 20
 
 // retainedName returns the query name from the run's retained progress or
 // started event (whichever are looked at), or "".
