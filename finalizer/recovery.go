@@ -101,11 +101,14 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 		}
 		feed(start{req: Request{QueryID: t.QueryID, RunID: t.RunID, Table: t.Table, Spec: spec, Explicit: true, resumed: true}, track: true})
 	}
-	for i := range runs {
-		if !r.recoverPending(runs[i]) {
-			continue
+	// The retained runs are made pending a chunk at a time, so that as
+	// many wait for a decision as before (those in flight and a chunk):
+	// discovery's cap of waiting runs counts them.
+	for lo := 0; lo < len(runs); lo += recoverChunk {
+		chunk := runs[lo:min(lo+recoverChunk, len(runs))]
+		for _, i := range r.recoverPending(chunk) {
+			feed(start{run: &chunk[i]})
 		}
-		feed(start{run: &runs[i]})
 	}
 	starts.wait()
 	if first != nil {
@@ -114,24 +117,40 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 	return first
 }
 
-// recoverPending makes a retained run pending, as discovery would, unless
-// it is known already; it reports whether the run needs a decision. The
-// pending cap does not apply: recovery waits for its decisions.
-func (r *Registry) recoverPending(run listener.Run) bool {
+// recoverChunk is how many retained runs Recover makes pending in one
+// hold of the registry's lock.
+const recoverChunk = 256
+
+// recoverPending makes the retained runs pending, as discovery would,
+// unless known already, and returns the indices of those that need a
+// decision. The pending cap does not apply: recovery waits for its
+// decisions. All in one hold of the registry's lock: one hold per run
+// made Recover's one feeding goroutine queue behind the starts already
+// fed (1,000 at once), whose workers then waited for it (issue 12, eighth
+// pass).
+func (r *Registry) recoverPending(runs []listener.Run) []int {
+	need := make([]int, 0, len(runs))
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || len(r.runs[run.RunID]) > 0 {
-		return false
+	for i := range runs {
+		run := &runs[i]
+		if r.closed {
+			return nil
+		}
+		if len(r.runs[run.RunID]) > 0 {
+			continue
+		}
+		need = append(need, i)
+		if p := r.pending[run.RunID]; p != nil {
+			p.merge(*run)
+			continue
+		}
+		p := &pendingRun{run: *run}
+		p.run.Event = nil
+		p.merge(*run)
+		r.pending[run.RunID] = p
 	}
-	if p := r.pending[run.RunID]; p != nil {
-		p.merge(run)
-		return true
-	}
-	p := &pendingRun{run: run}
-	p.run.Event = nil
-	p.merge(run)
-	r.pending[run.RunID] = p
-	return true
+	return need
 }
 
 // sharedTableRuns returns the runs of a recovery that must not step before

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/control"
@@ -351,4 +352,40 @@ func TestRecoverGivesEachTrackItsSpec(t *testing.T) {
 	if len(want) != 5 || !maps.Equal(got, want) {
 		t.Fatalf("resumed specs %v, want %v", got, want)
 	}
+}
+
+// A restart's recovery of more retained runs than discovery lets wait for
+// a decision (DefaultMaxPending) keeps as many waiting as it has in
+// flight, so that a run first seen live while it recovers is not refused
+// as busy: Recover makes its runs pending a chunk at a time, not all at
+// once.
+func TestRecoverLeavesRoomForDiscovery(t *testing.T) {
+	m := finalizer.NewMetrics(nil, nil)
+	bus := newFakeBus()
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: newFakeStore(), Metrics: m, Logger: zap.NewNop(),
+		Clock: newFakeClock(utc("2026-09-28T15:00:00Z")),
+		Rules: []finalizer.Rule{{Table: "bronze.{name}", Query: "*", Spec: hourSpec(t)}}})
+	defer reg.Close(context.Background())
+	n := finalizer.DefaultMaxPending + 2000
+	runs := make([]listener.Run, n)
+	for i := range runs {
+		runs[i] = listener.Run{QueryID: fmt.Sprintf("10000000-0000-4000-8000-%012d", i), RunID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i),
+			Name: fmt.Sprintf("q%d", i), Kind: progress.KindProgress}
+	}
+	live := "20000000-0000-4000-8000-000000000001"
+	var once sync.Once
+	bus.mu.Lock()
+	bus.afterSubscribe = func(string, *listener.Mailbox) {
+		once.Do(func() {
+			reg.Discovered(listener.Run{QueryID: queryA, RunID: live, Name: "live", Kind: progress.KindStarted})
+		})
+	}
+	bus.mu.Unlock()
+	if err := reg.Recover(context.Background(), nil, runs); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.Refused.WithLabelValues(finalizer.RefusedBusy)); got != 0 {
+		t.Fatalf("%v runs refused as busy during the recovery, want 0", got)
+	}
+	eventually(t, "every run tracked, the live one too", func() bool { return reg.Tracked() == n+1 })
 }
