@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -22,16 +23,32 @@ import (
 // the table locked, control.ErrBusy; the database unavailable; a try that
 // timed out) leaves the table pending: its trackers hold their advances
 // (Tracker.write, errJoinPending) and a later start into it waits behind,
-// while the join is tried again on a goroutine of the registry's until it
-// succeeds, the registry closes or its run is stopped. Only a refusal of
-// the join itself (joinRetryable) lets the run be tracked without it.
+// while the join is tried again (joinLoop) until it succeeds, the
+// registry closes or its run is stopped. Only a refusal of the join
+// itself (joinRetryable) lets the run be tracked without it.
+//
+// The waits of a table are a list, in the order they began; only its
+// first is tried, the next one once it ended (the runs of a table are
+// tracked in the order they were started). One goroutine of the
+// registry's (joinLoop) tries the first wait of every table when it is
+// due, up to maxJoinTries at once (on goroutines that end with the try,
+// so that the tries of many tables ride in the group commit's groups):
+// a wait costs its list entry and no goroutine, so that the database
+// down while 100,000 runs start (a restart) costs what their entries do.
 
-// joinWait is one feeder join a table waits for (Registry.joining).
+// joinWait is one feeder join a table waits for (Registry.joining). Its
+// fields but req, e and since are guarded by Registry.mu.
 type joinWait struct {
 	req   Request // QueryID, QueryName; RunID "" for an early join
+	e     *entry  // the start that waits; nil for an early join
 	since time.Time
-	err   error         // the last try's; guarded by Registry.mu
-	done  chan struct{} // closed once it ended (joined, or given up)
+	err   error // the last try's
+	// next is when the wait is tried next, once it is its table's first
+	// (zero: at once); b spaces its tries once one failed.
+	next   time.Time
+	b      *backoff.ExponentialBackOff
+	trying bool // a try is in flight
+	ended  bool // joined, refused, or its run stopped: out of the list
 }
 
 // JoinWait is a table waiting for a feeder join that did not succeed and
@@ -95,30 +112,40 @@ func joinRetryable(err error) bool {
 	return err != nil && !control.Refused(err)
 }
 
-// queueJoin adds a wait for req's join (failed is the error of its try,
-// nil when it was not tried) to its table's, the table pending from now
-// on, and returns it with the end of the wait before it (nil when none).
-// Once the registry is closed it marks the table pending for good
-// (markJoinPending) and reports false; otherwise the caller runs the wait
-// on a goroutine counted in r.wg and ends it with unqueueJoin.
-func (r *Registry) queueJoin(req Request, failed error) (w *joinWait, prev <-chan struct{}, ok bool) {
+// queueJoin adds a wait for req's join (e: the start that waits, nil for
+// an early join; failed: the error of its try, nil when it was not tried)
+// to its table's, the table pending from now on, for joinLoop. Once the
+// registry is closed it marks the table pending for good (markJoinPending)
+// and reports false.
+func (r *Registry) queueJoin(req Request, e *entry, failed error) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.closed {
 		r.markJoinPending(req, failed)
-		return nil, nil, false
+		r.mu.Unlock()
+		return false
 	}
-	w = r.addJoinWait(req, failed)
-	if ws := r.joining[req.Table]; len(ws) > 1 {
-		prev = ws[len(ws)-2].done
+	w := r.addJoinWait(req, failed)
+	w.e = e
+	var next time.Duration
+	if failed != nil && len(r.joining[req.Table]) == 1 {
+		// Its table's first, tried already: the next try after the
+		// first delay. Behind another, it is tried once it is the
+		// first, at once.
+		w.b = r.joinBackOff()
+		next = w.b.NextBackOff()
+		w.next = w.since.Add(next)
 	}
-	r.wg.Add(1)
-	return w, prev, true
+	r.kickJoins()
+	r.mu.Unlock()
+	if failed != nil {
+		r.warnJoinWait(req, failed, 0, next)
+	}
+	return true
 }
 
 // addJoinWait appends a wait for req's join to its table's. r.mu held.
 func (r *Registry) addJoinWait(req Request, failed error) *joinWait {
-	w := &joinWait{req: req, since: r.cfg.Clock.Now(), err: failed, done: make(chan struct{})}
+	w := &joinWait{req: req, since: r.cfg.Clock.Now(), err: failed}
 	ws := r.joining[req.Table]
 	if len(ws) == 0 {
 		r.waitingJoins.Add(1)
@@ -135,30 +162,203 @@ func (r *Registry) addJoinWait(req Request, failed error) *joinWait {
 // the new feeder's data); the next start's recovery joins it first. r.mu
 // held.
 func (r *Registry) markJoinPending(req Request, failed error) {
-	w := r.addJoinWait(req, failed)
-	close(w.done)
+	r.addJoinWait(req, failed).ended = true
 }
 
-// unqueueJoin ends w, a wait of table's: the table is no longer pending
-// once none waits. At shutdown the table stays pending (markJoinPending's
-// reason): the wait ends, its entry stays.
-func (r *Registry) unqueueJoin(table string, w *joinWait) {
-	r.mu.Lock()
-	if !r.closed {
-		ws := r.joining[table]
-		if i := slices.Index(ws, w); i >= 0 {
-			ws = slices.Delete(slices.Clone(ws), i, i+1)
+// endJoinWait takes w, the first wait of its table, out of the list: the
+// table is no longer pending once none waits, else the next wait is tried
+// at once. At shutdown the table stays pending (markJoinPending's reason).
+// r.mu held.
+func (r *Registry) endJoinWait(w *joinWait) {
+	w.ended = true
+	if r.closed {
+		return
+	}
+	table := w.req.Table
+	ws := r.joining[table]
+	if i := slices.Index(ws, w); i >= 0 {
+		ws = slices.Delete(slices.Clone(ws), i, i+1)
+	}
+	if len(ws) == 0 {
+		delete(r.joining, table)
+		r.waitingJoins.Add(-1)
+		r.cfg.Metrics.JoinWaitingTables.Set(float64(len(r.joining)))
+		return
+	}
+	r.joining[table] = ws
+	ws[0].next, ws[0].err = time.Time{}, nil // tried before its wait: again now
+	r.kickJoins()
+}
+
+// kickJoins wakes joinLoop. Never blocks.
+func (r *Registry) kickJoins() {
+	select {
+	case r.joinKick <- struct{}{}:
+	default:
+	}
+}
+
+// joinBackOff spaces the tries of a join that did not succeed: from the
+// tracker's retry delay, doubling to maxJoinRetryDelay, for ever.
+func (r *Registry) joinBackOff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(cmp.Or(r.cfg.Tracker.RetryDelay, DefaultRetryDelay)),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0),
+		backoff.WithMaxInterval(maxJoinRetryDelay),
+		backoff.WithMaxElapsedTime(0),
+		backoff.WithClockProvider(r.cfg.Clock),
+	)
+}
+
+// maxJoinTries is how many joins joinLoop tries at once: enough for a
+// restart's waits to fill the group commit's groups (ADR 0023).
+const maxJoinTries = 2 * DefaultMaxTrackBatch
+
+// maxJoinRetryDelay bounds the wait between two tries of a join that did
+// not succeed: from the tracker's retry delay, doubling.
+const maxJoinRetryDelay = 30 * time.Second
+
+// joinLoop tries the first wait of every table when it is due (joinTry),
+// until the registry closes; then it ends the starts still waiting
+// (ErrClosed: not tracked; their tables stay pending).
+func (r *Registry) joinLoop() {
+	defer r.wg.Done()
+	sem := make(chan struct{}, maxJoinTries)
+	var (
+		tries sync.WaitGroup
+		stop  func() bool // the wake-up armed for the next due wait
+	)
+	defer func() {
+		if stop != nil {
+			stop()
 		}
-		if len(ws) == 0 {
-			delete(r.joining, table)
-			r.waitingJoins.Add(-1)
-			r.cfg.Metrics.JoinWaitingTables.Set(float64(len(r.joining)))
-		} else {
-			r.joining[table] = ws
+		tries.Wait()
+		r.mu.Lock()
+		var left []*entry
+		for _, ws := range r.joining {
+			for _, w := range ws {
+				if w.e != nil && !w.ended {
+					w.ended = true
+					left = append(left, w.e)
+				}
+			}
+		}
+		r.mu.Unlock()
+		for _, e := range left {
+			_ = r.finish(e, ErrClosed)
+		}
+	}()
+	for {
+		select {
+		case <-r.joinKick:
+		case <-r.stop:
+			return
+		}
+		if stop != nil {
+			stop()
+			stop = nil
+		}
+		now := r.cfg.Clock.Now()
+		var (
+			due  []*joinWait
+			wake time.Time
+		)
+		r.mu.Lock()
+		for _, ws := range r.joining {
+			w := ws[0]
+			switch {
+			case w.ended || w.trying:
+			case !w.next.After(now):
+				w.trying = true
+				due = append(due, w)
+			case wake.IsZero() || w.next.Before(wake):
+				wake = w.next
+			}
+		}
+		r.mu.Unlock()
+		for _, w := range due {
+			select {
+			case sem <- struct{}{}:
+			case <-r.stop:
+				return
+			}
+			tries.Add(1)
+			go func() {
+				defer tries.Done()
+				defer func() { <-sem }()
+				r.joinTry(w)
+			}()
+		}
+		if !wake.IsZero() {
+			stop = r.cfg.Clock.AfterFunc(wake.Sub(now), r.kickJoins)
 		}
 	}
+}
+
+// joinTry tries w's join once and settles what came of it: joined, or
+// refused for good (said by noteJoin), or its run stopped meanwhile
+// (superseded: it is started and stopped at once by finish, so that its
+// stop is recorded): the run is tracked and the wait ends; failed again:
+// the next try after the back-off, said at WARN (rate-limited).
+func (r *Registry) joinTry(w *joinWait) {
+	r.mu.RLock()
+	stopped := w.e != nil && w.e.stopReason != ""
+	r.mu.RUnlock()
+	var (
+		j   control.Joined
+		err error
+	)
+	if !stopped {
+		fj, _ := r.cfg.Store.(FeederJoiner)
+		j, err = r.joinFeeder(r.stopCtx, fj, w.req)
+	}
+	now := r.cfg.Clock.Now()
+	r.mu.Lock()
+	w.trying = false
+	if r.closed {
+		r.mu.Unlock()
+		return // joinLoop ends the start
+	}
+	if !stopped && joinRetryable(err) {
+		w.err = err
+		if w.b == nil {
+			w.b = r.joinBackOff()
+		}
+		next := w.b.NextBackOff()
+		w.next = now.Add(next)
+		r.kickJoins()
+		r.mu.Unlock()
+		r.warnJoinWait(w.req, err, now.Sub(w.since), next)
+		return
+	}
+	w.ended = true
+	e, retried := w.e, w.b != nil
 	r.mu.Unlock()
-	close(w.done)
+	switch {
+	case err == nil && !stopped && retried:
+		if ok, n := r.refuseLog.Allow("join-wait-done"); ok {
+			r.log.Info("the query joined the table's feeders after waiting; the table moves again, and its run is tracked",
+				zap.String("table", w.req.Table), zap.String("query_id", w.req.QueryID), zap.String("run_id", w.req.RunID),
+				zap.Duration("waited", now.Sub(w.since).Round(time.Millisecond)), zap.Int("suppressed", n))
+		}
+	case err != nil:
+		r.noteJoin(w.req, j, err)
+	}
+	// The table stays pending until the run's tracker started: the next
+	// start into it, waiting behind, is tracked after it.
+	if e != nil {
+		if err := r.finish(e, nil); err != nil && !errors.Is(err, ErrClosed) && r.ctx.Err() == nil {
+			r.log.Error("could not track run; a rescan of the stream tries again", zap.String("table", e.req.Table),
+				zap.String("query_id", e.req.QueryID), zap.String("run_id", e.req.RunID), zap.Error(err))
+			r.mu.Lock()
+			r.missedRun(e.req.RunID)
+			r.mu.Unlock()
+		}
+	}
+	r.mu.Lock()
+	r.endJoinWait(w)
+	r.mu.Unlock()
 }
 
 // join joins e's query to its table's feeders. It returns the error of a
@@ -181,166 +381,27 @@ func (r *Registry) join(ctx context.Context, e *entry) (failed error) {
 	return nil
 }
 
-// joinLater has e's start wait, on a goroutine of the registry's, behind
-// the joins its table waits for already (if any), then join (again, when
-// failed, the error of the try launch made, is not nil and nothing was
-// waiting) until it joined, and only then be subscribed and started. The
-// table is pending from here until it joined.
+// joinLater has e's start wait behind the joins its table waits for
+// already (if any), then join (again, when failed, the error of the try
+// launch made, is not nil) until it joined, and only then be subscribed
+// and started (joinLoop). The table is pending from here until it
+// joined.
 func (r *Registry) joinLater(e *entry, failed error) error {
-	w, prev, ok := r.queueJoin(e.req, failed)
-	if !ok {
+	if !r.queueJoin(e.req, e, failed) {
 		return r.finish(e, ErrClosed)
 	}
-	go func() {
-		defer r.wg.Done()
-		// The table stays pending until the run's tracker started: the
-		// next start into it, waiting behind, is tracked after it.
-		defer r.unqueueJoin(e.req.Table, w)
-		err := r.awaitJoin(w, e, prev, failed)
-		if err := r.finish(e, err); err != nil && !errors.Is(err, ErrClosed) && r.ctx.Err() == nil {
-			r.log.Error("could not track run; a rescan of the stream tries again", zap.String("table", e.req.Table),
-				zap.String("query_id", e.req.QueryID), zap.String("run_id", e.req.RunID), zap.Error(err))
-			r.mu.Lock()
-			r.missedRun(e.req.RunID)
-			r.mu.Unlock()
-		}
-	}()
-	return nil
-}
-
-// awaitJoin waits for prev, then joins e's query until it is joined
-// (retryJoin), and says what came of it (noteJoin). It fails only when the
-// registry closes; a run stopped meanwhile (superseded) is started and
-// stopped at once by finish, so that its stop is recorded.
-func (r *Registry) awaitJoin(w *joinWait, e *entry, prev <-chan struct{}, failed error) error {
-	if prev != nil {
-		select {
-		case <-prev:
-			failed = nil // tried before the wait: again now
-		case <-r.stop:
-			return ErrClosed
-		}
-	}
-	if failed == nil {
-		if failed = r.join(r.stopCtx, e); failed == nil {
-			return nil
-		}
-	}
-	stopped := func() bool {
-		r.mu.RLock()
-		defer r.mu.RUnlock()
-		return e.stopReason != ""
-	}
-	j, err := r.retryJoin(w, e.req, failed, stopped)
-	switch {
-	case errors.Is(err, ErrClosed):
-		return err
-	case errors.Is(err, errStoppedWhileWaiting):
-		return nil
-	}
-	r.noteJoin(e.req, j, err)
 	return nil
 }
 
 // joinEarlyLater holds j's table for j's join, made before its run's
 // start (prejoin, earlyJoinLoop), which failed with failed (joinRetryable):
-// the table is pending, and the join tried again on a goroutine of the
-// registry's, until it joined, is refused, or the registry closes. The
-// run's start, later, waits behind it and joins again (a read, for a
-// feeder the table knows). Without it, the table's feeders a restart's
-// recovery started moved the table on their live events before the run's
-// start joined it.
+// the table is pending, and the join tried again (joinLoop) until it
+// joined, is refused, or the registry closes. The run's start, later,
+// waits behind it and joins again (a read, for a feeder the table knows).
+// Without it, the table's feeders a restart's recovery started moved the
+// table on their live events before the run's start joined it.
 func (r *Registry) joinEarlyLater(j control.FeederJoin, failed error) {
-	req := Request{QueryID: j.Query, Table: j.Table, QueryName: j.Name}
-	w, prev, ok := r.queueJoin(req, failed)
-	if !ok {
-		return
-	}
-	go func() {
-		defer r.wg.Done()
-		defer r.unqueueJoin(req.Table, w)
-		if prev != nil {
-			select {
-			case <-prev:
-				failed = nil
-			case <-r.stop:
-				return
-			}
-		}
-		joined, err := r.retryJoin(w, req, failed, nil)
-		if err != nil && !errors.Is(err, ErrClosed) {
-			r.noteJoin(req, joined, err)
-		}
-	}()
-}
-
-// errStoppedWhileWaiting: the run was stopped (superseded) while its
-// join was tried again.
-var errStoppedWhileWaiting = errors.New("the tracker was stopped while its join to the table's feeders waited")
-
-// maxJoinRetryDelay bounds the wait between two tries of a join that did
-// not succeed: from the tracker's retry delay, doubling.
-const maxJoinRetryDelay = 30 * time.Second
-
-// retryJoin tries req's join (failed: the error of the try just made; nil
-// to try at once) from the tracker's retry delay doubling to
-// maxJoinRetryDelay, each try bounded by the advance timeout, until it is
-// joined, refused for good (joinRetryable: its error is returned), the
-// registry closes (ErrClosed) or stopped reports true
-// (errStoppedWhileWaiting). Why the table waits is logged at WARN
-// (rate-limited) and recorded in w for JoinWaits; the join at INFO.
-func (r *Registry) retryJoin(w *joinWait, req Request, failed error, stopped func() bool) (control.Joined, error) {
-	fj, _ := r.cfg.Store.(FeederJoiner)
-	since := w.since
-	op := func() (control.Joined, error) {
-		if r.stopCtx.Err() != nil {
-			return control.Joined{}, backoff.Permanent(ErrClosed)
-		}
-		if failed != nil {
-			err := failed
-			failed = nil
-			return control.Joined{}, err
-		}
-		if stopped != nil && stopped() {
-			return control.Joined{}, backoff.Permanent(errStoppedWhileWaiting)
-		}
-		j, err := r.joinFeeder(r.stopCtx, fj, req)
-		switch {
-		case err == nil:
-			return j, nil
-		case r.stopCtx.Err() != nil:
-			return j, backoff.Permanent(ErrClosed)
-		case !joinRetryable(err):
-			return j, backoff.Permanent(err)
-		}
-		return j, err
-	}
-	notify := func(err error, next time.Duration) {
-		r.mu.Lock()
-		w.err = err
-		r.mu.Unlock()
-		r.warnJoinWait(req, err, r.cfg.Clock.Now().Sub(since), next)
-	}
-	b := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(cmp.Or(r.cfg.Tracker.RetryDelay, DefaultRetryDelay)),
-		backoff.WithMultiplier(2),
-		backoff.WithRandomizationFactor(0),
-		backoff.WithMaxInterval(maxJoinRetryDelay),
-		backoff.WithMaxElapsedTime(0),
-		backoff.WithClockProvider(r.cfg.Clock),
-	)
-	j, err := backoff.RetryNotifyWithTimerAndData(op, backoff.WithContext(b, r.stopCtx), notify, r.cfg.Clock.NewTimer())
-	switch {
-	case err == nil:
-		if ok, n := r.refuseLog.Allow("join-wait-done"); ok {
-			r.log.Info("the query joined the table's feeders after waiting; the table moves again, and its run is tracked",
-				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("run_id", req.RunID),
-				zap.Duration("waited", r.cfg.Clock.Now().Sub(since).Round(time.Millisecond)), zap.Int("suppressed", n))
-		}
-	case r.stopCtx.Err() != nil && !errors.Is(err, errStoppedWhileWaiting):
-		return j, ErrClosed
-	}
-	return j, err
+	r.queueJoin(Request{QueryID: j.Query, Table: j.Table, QueryName: j.Name}, nil, failed)
 }
 
 // warnJoinWait says, at WARN (rate-limited per kind), which table waits

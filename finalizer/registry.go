@@ -631,14 +631,17 @@ type Registry struct {
 	// joining holds, per table, the feeder joins that did not succeed
 	// and are tried again (joinwait.go), in the order they began: a
 	// start's (joinLater) or an early one's (joinEarlyLater). The table
-	// is pending while any waits (joinPending); each waits for the one
-	// before it, and a later start into the table waits behind the last
-	// (launch), so that the runs of one table join in the order they
-	// were started, and none is tracked before an earlier one joined.
+	// is pending while any waits (joinPending); joinLoop tries only the
+	// first, the next once it ended, and a later start into the table
+	// waits behind the last (launch), so that the runs of one table join
+	// in the order they were started, and none is tracked before an
+	// earlier one joined.
 	joining map[string][]*joinWait
 	// waitingJoins counts the tables of joining, read without r.mu by
 	// joinPending.
 	waitingJoins atomic.Int32
+	// joinKick wakes joinLoop: a wait was added, ended or is due.
+	joinKick chan struct{}
 	// stopCtx ends when Close begins (r.stop): the joins tried again end
 	// with it, where r.ctx ends only at the shutdown's deadline.
 	stopCtx    context.Context
@@ -729,6 +732,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		cancel:     cancel,
 		queued:     make(chan struct{}, 1),
 		earlyKick:  make(chan struct{}, 1),
+		joinKick:   make(chan struct{}, 1),
 		reread:     make(chan struct{}, 1),
 		rereadWake: make(chan struct{}),
 		stop:       make(chan struct{}),
@@ -783,7 +787,8 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 				func(_ control.FeederJoin, err error) control.JoinedResult { return control.JoinedResult{Err: err} })
 		}
 	}
-	r.wg.Add(3)
+	r.wg.Add(4)
+	go r.joinLoop()
 	go r.discoverLoop()
 	go r.janitorLoop()
 	go r.rereadLoop()
@@ -871,9 +876,9 @@ func (r *Registry) replaces(req Request) bool {
 // starts the worker. On an error the entry is dropped. When the join did
 // not succeed for a reason a retry may change (another session holds the
 // table locked, control.ErrBusy; the database unavailable; a try that
-// timed out), the run waits for its join before it is tracked, on a
-// goroutine of the registry's (joinLater), the table pending meanwhile,
-// and launch returns at once: neither discovery (its slots), a restart's
+// timed out), the run waits for its join before it is tracked (joinLater:
+// joinLoop tries it again), the table pending meanwhile, and launch
+// returns at once: neither discovery (its slots), a restart's
 // recovery nor an explicit track waits for a lock another session may
 // hold for hours, or for the database to come back. A start into a table
 // that such a join holds waits behind it without trying, so that the runs
