@@ -26,3 +26,12 @@ func DiscoverMsg(s *DiscoverySubscription, subject string, data []byte) {
 
 // MaxFallbacks is maxFallbacks, for tests.
 const MaxFallbacks = maxFallbacks
+
+// RouterPasses is how many times the router goroutine was woken to route
+// what the connection's read loop left to it (routerQueue).
+func RouterPasses(l *Listener) int64 {
+	if q := l.rq.Load(); q != nil {
+		return q.passes.Load()
+	}
+	return 0
+}

@@ -60,7 +60,7 @@ const (
 	DefaultPendingBytes = 256 << 20
 	// DefaultRouterPendingMsgs and DefaultRouterPendingBytes are the pending
 	// limits of the one event subscription that serves every run and
-	// discovery (ADR 0009): a backlog of about 400,000 progress events.
+	// discovery (ADR 0009): a backlog of 262,144 messages (routerChanLen).
 	DefaultRouterPendingMsgs  = 4 << 20
 	DefaultRouterPendingBytes = 1 << 30
 	// DefaultReensureFor is how long the listener keeps retrying to
@@ -171,9 +171,11 @@ type Options struct {
 
 	// RouterPendingMsgs and RouterPendingBytes bound the backlog of the
 	// one event subscription (ADR 0009); 0 means DefaultRouterPendingMsgs
-	// and DefaultRouterPendingBytes. Beyond them the client drops messages
-	// (a slow consumer), and the listener catches every run up from the
-	// stream once the backlog is down again.
+	// and DefaultRouterPendingBytes. The backlog is a channel of the
+	// smaller of RouterPendingMsgs and RouterPendingBytes / 4 KiB messages
+	// (routerChanLen). Beyond it the client drops messages (a slow
+	// consumer), and the listener catches every run up from the stream
+	// once the backlog is down again.
 	RouterPendingMsgs, RouterPendingBytes int
 
 	// MaxPayload is the largest payload parsed; 0 means DefaultMaxPayload.
@@ -255,10 +257,11 @@ func (o Options) withDefaults() Options {
 }
 
 // natsOptions returns the nats.go options for o's authentication and TLS.
-func (o Options) natsOptions() ([]nats.Option, error) {
-	// Every TCP connection through quietReadDialer (reads that do not
-	// wake the runtime's monitor thread; o.Dialer, when set, dials).
-	opts := []nats.Option{nats.SetCustomDialer(quietReadDialer{inner: o.Dialer})}
+// Every connection is dialed through quietReadDialer (reads that do not
+// wake the runtime's monitor thread; o.Dialer, when set, dials), whose
+// reads call hook first (the event subscription's routing, routerQueue).
+func (o Options) natsOptions(hook *routerHook) ([]nats.Option, error) {
+	opts := []nats.Option{nats.SetCustomDialer(quietReadDialer{inner: o.Dialer, hook: hook})}
 	if o.User != "" || o.Password != "" {
 		opts = append(opts, nats.UserInfo(o.User, o.Password))
 	}
@@ -336,7 +339,8 @@ type Listener struct {
 
 	// The event subscription and its routing table (ADR 0009).
 	routerMu      sync.Mutex
-	router        *nats.Subscription // <prefix>.*.*.*, made by the first Subscribe or Discover
+	router        *nats.Subscription          // <prefix>.*.*.*, made by the first Subscribe or Discover
+	rq            atomic.Pointer[routerQueue] // its channel and routing (routerQueue), set with it
 	routerFlushed bool
 	routeMu       sync.RWMutex
 	routes        map[string][]*RunSubscription // run id -> its run subscriptions
@@ -393,7 +397,8 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 	if _, err := splitPrefix(o.APIPrefix); err != nil {
 		return nil, fmt.Errorf("api prefix: %w", err)
 	}
-	authOpts, err := o.natsOptions()
+	hook := new(routerHook)
+	authOpts, err := o.natsOptions(hook)
 	if err != nil {
 		return nil, err
 	}
@@ -506,6 +511,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 	l.wg.Add(2)
 	go l.maintain()
 	go l.rescanLoop()
+	hook.l.Store(l)
 	return l, nil
 }
 
@@ -797,9 +803,8 @@ func (l *Listener) subscriptions() ([]*RunSubscription, []*DiscoverySubscription
 }
 
 // afterSlowConsumer recovers what the event subscription dropped as a slow
-// consumer (its backlog beyond Options.RouterPendingMsgs or
-// RouterPendingBytes: a flood of large payloads): once the backlog is down
-// to half the limits, every run is caught up from the stream, which holds
+// consumer (its backlog beyond its channel, routerChanLen: a flood of large
+// payloads): once the backlog is down to half the channel, every run is caught up from the stream, which holds
 // each run's newest events, and discovery rescans. When more was dropped
 // meanwhile, it does so again. It runs on maintain's goroutine.
 func (l *Listener) afterSlowConsumer() {
@@ -814,12 +819,9 @@ func (l *Listener) afterSlowConsumer() {
 		if err != nil {
 			return // unsubscribed: closing
 		}
+		q := l.rq.Load()
 		for {
-			msgs, bytes, err := sub.Pending()
-			if err != nil {
-				return
-			}
-			if msgs <= l.opts.RouterPendingMsgs/2 && bytes <= l.opts.RouterPendingBytes/2 {
+			if q == nil || len(q.ch) <= cap(q.ch)/2 {
 				break
 			}
 			select {

@@ -2,6 +2,8 @@ package listener
 
 import (
 	"net"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -24,8 +26,12 @@ import (
 // back from it: quietRead issues it as a raw system call through the
 // connection's syscall.RawConn, and waits for readiness on the runtime's
 // network poller exactly as net.Conn.Read does.
+//
+// Every connection is also a routedConn: its Read first routes what the
+// event subscription holds (routerHook, see routerQueue).
 type quietReadDialer struct {
 	inner nats.CustomDialer
+	hook  *routerHook
 }
 
 // Dial dials and wraps the connection (a *net.TCPConn; anything else, e.g.
@@ -41,7 +47,7 @@ func (d quietReadDialer) Dial(network, address string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return quietRead(c), nil
+	return &routedConn{Conn: quietRead(c), hook: d.hook}, nil
 }
 
 // SkipTLSHandshake forwards inner's answer (nats.go asks a custom dialer
@@ -49,4 +55,37 @@ func (d quietReadDialer) Dial(network, address string) (net.Conn, error) {
 func (d quietReadDialer) SkipTLSHandshake() bool {
 	sd, ok := d.inner.(interface{ SkipTLSHandshake() bool })
 	return ok && sd.SkipTLSHandshake()
+}
+
+// routedConn is a NATS connection whose Read first routes the messages the
+// client's read loop put into the event subscription's channel
+// (Listener.routeReady): the read loop's goroutine routes them, instead of
+// waking a goroutine of their own. It routes only once the client is
+// connected: nats.go sets a deadline for its connect (its INFO, CONNECT and
+// first PONG, read holding the connection's lock) and clears it for its
+// read loop, which sets none.
+type routedConn struct {
+	net.Conn
+	hook     *routerHook
+	deadline atomic.Bool // a read deadline is set: the client connects
+}
+
+// Read routes what waits (unless a deadline is set), then reads.
+func (c *routedConn) Read(p []byte) (int, error) {
+	if c.hook != nil && !c.deadline.Load() {
+		c.hook.beforeRead()
+	}
+	return c.Conn.Read(p)
+}
+
+// SetDeadline sets the connection's deadlines and notes the read's.
+func (c *routedConn) SetDeadline(t time.Time) error {
+	c.deadline.Store(!t.IsZero())
+	return c.Conn.SetDeadline(t)
+}
+
+// SetReadDeadline sets the read deadline and notes it.
+func (c *routedConn) SetReadDeadline(t time.Time) error {
+	c.deadline.Store(!t.IsZero())
+	return c.Conn.SetReadDeadline(t)
 }

@@ -60,8 +60,12 @@ func TestQuietReadConnReadsAsNetConn(t *testing.T) {
 	if inner.n != 1 {
 		t.Fatalf("the inner dialer dialed %d times, want 1", inner.n)
 	}
-	if _, ok := c.(*quietReadConn); !ok {
-		t.Fatalf("dialed %T, want *quietReadConn", c)
+	rc, isRouted := c.(*routedConn)
+	if !isRouted {
+		t.Fatalf("dialed %T, want *routedConn", c)
+	}
+	if _, isQuiet := rc.Conn.(*quietReadConn); !isQuiet {
+		t.Fatalf("dialed %T inside, want *quietReadConn", rc.Conn)
 	}
 
 	// A read waits for the data (the socket is empty when it starts).

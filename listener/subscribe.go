@@ -154,15 +154,26 @@ func (l *Listener) ensureRouter() error {
 	l.routerMu.Lock()
 	defer l.routerMu.Unlock()
 	if l.router == nil {
+		// A channel subscription that the connection's reads route
+		// (routerQueue): no goroutine woken per message.
 		subject := l.opts.Prefix + ".*.*.*"
-		sub, err := l.nc.Subscribe(subject, l.route)
+		q := newRouterQueue(routerChanLen(l.opts))
+		sub, err := l.nc.ChanSubscribe(subject, q.ch)
 		if err != nil {
 			return fmt.Errorf("subscribe %s: %w", subject, err)
 		}
-		if err := sub.SetPendingLimits(l.opts.RouterPendingMsgs, l.opts.RouterPendingBytes); err != nil {
-			_ = sub.Unsubscribe()
-			return fmt.Errorf("subscribe %s: pending limits: %w", subject, err)
+		l.mu.Lock()
+		closed := l.closed
+		if !closed {
+			l.wg.Add(1)
 		}
+		l.mu.Unlock()
+		if closed {
+			_ = sub.Unsubscribe()
+			return ErrClosed
+		}
+		go l.routerLoop(q)
+		l.rq.Store(q)
 		l.router = sub
 		l.routerFlushed = false
 	}
@@ -188,8 +199,9 @@ func (l *Listener) isRouter(sub *nats.Subscription) bool {
 	return sub != nil && sub == l.router
 }
 
-// route is the event subscription's callback: it hands a message to the
-// run subscriptions of the run named by the subject's last token, without
+// route is the event subscription's delivery (on the router goroutine, or
+// as routeInline on the connection's read loop: routerQueue): it hands a
+// message to the run subscriptions of the run named by the subject's last token, without
 // parsing it, or, when the run has none, to discovery; a message of a run
 // nobody tracks or discovers is dropped uncounted, as the server would
 // have filtered it out of a subscription of its own.
