@@ -213,8 +213,16 @@ func (t *Tracker) rewindAt() time.Time {
 const outcomeBeforeRewind = "before_rewind"
 
 // rewound tells the worker that the table's verdict may have been moved
-// back. Safe from any goroutine; never blocks.
-func (t *Tracker) rewound() { t.rewinds.Add(1) }
+// back, and clears the write the run's status shows at once: a write from
+// before the rewind, shown until the run's next progress, said the table
+// was further on than it is. Safe from any goroutine; it only takes t.mu,
+// which no one holds for long.
+func (t *Tracker) rewound() {
+	t.rewinds.Add(1)
+	t.mu.Lock()
+	t.shownWrite = time.Time{}
+	t.mu.Unlock()
+}
 
 // checkReset looks at the run's batch 0, once: when the table has a
 // verdict written by another query before this progress, the query

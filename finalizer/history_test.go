@@ -319,6 +319,40 @@ func TestRewoundTrackerWritesAgain(t *testing.T) {
 	}
 }
 
+// TestARewindClearsTheShownWriteAtOnce: after an operator's rewind a
+// run's status (/v1/runs, finalizer status) showed its last write from
+// before the rewind (written 15:00 while the table is at 12:00) until the
+// run's next progress. The rewind clears it when it is heard; the other
+// table's tracker of the same run still shows its own.
+func TestARewindClearsTheShownWriteAtOnce(t *testing.T) {
+	r := newHistRig(t)
+	r.track(t, queryA, runA, "t", hourSpec(t))
+	r.track(t, queryA, runA, "other", hourSpec(t))
+	written := func(table string) time.Time {
+		for _, s := range r.reg.Status() {
+			if s.RunID == runA && s.Table == table {
+				return s.Written
+			}
+		}
+		t.Fatalf("no status of %s", table)
+		return time.Time{}
+	}
+	r.bus.Publish(progressAt(queryA, runA, 1, r.clock.Now(), "2026-09-28T15:05:00"))
+	eventually(t, "both writes shown", func() bool {
+		return written("t").Equal(utc("2026-09-28T15:00:00Z")) && written("other").Equal(utc("2026-09-28T15:00:00Z"))
+	})
+	r.store.put(control.Verdict{Table: "t", FinalizedUntil: utc("2026-09-28T12:00:00Z"), UpdatedAt: r.clock.Now()}) // finalizer rewind
+	r.reg.Rewound("t", utc("2026-09-28T12:00:00Z"))
+	if got := written("t"); !got.IsZero() {
+		t.Errorf("after the rewind the run's status shows written %s, from before it", got)
+	}
+	if got := written("other"); !got.Equal(utc("2026-09-28T15:00:00Z")) {
+		t.Errorf("the other table's status shows written %s, want its own 15:00", got)
+	}
+	r.bus.Publish(progressAt(queryA, runA, 2, r.clock.Now().Add(time.Second), "2026-09-28T16:05:00"))
+	eventually(t, "the next write shown", func() bool { return written("t").Equal(utc("2026-09-28T16:00:00Z")) })
+}
+
 // A reset whose batch 0 was replaced in the one-slot mailbox by the run's
 // next progress before the worker took it (a burst, a catch-up after a
 // restart) is said all the same: the worker never sees batch 0 itself.
