@@ -138,7 +138,11 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	if ev.Timestamp.IsZero() {
 		return false
 	}
-	at := t.rewindAt()
+	var heard time.Time
+	if ev == t.pending && t.pendingHeard != 0 {
+		heard = time.Unix(0, t.pendingHeard)
+	}
+	at := t.rewindAt(heard)
 	if at.IsZero() || !ev.Timestamp.Before(at) {
 		return false
 	}
@@ -164,7 +168,13 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 // re-reads the run's retained idle event and last progress), so it is
 // not used either.
 func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
-	rw := t.rewindAt()
+	t.mu.Lock()
+	var heard time.Time
+	if t.heard {
+		heard = t.lastEvent
+	}
+	t.mu.Unlock()
+	rw := t.rewindAt(heard)
 	if rw.IsZero() || !at.Before(rw) {
 		return false
 	}
@@ -181,27 +191,24 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 //     or judgeSilence at the tracker's start, from the stream);
 //   - a rewind that came after the start was judged (heard while the
 //     tracker started or ran, or read again after the notification
-//     channel was down: Registry.rewoundSince), while the run has not
-//     been heard of live since that rewind. Nothing else tells whether
-//     such a run still posts: the progress in its slot, or the one a
-//     catch-up from the stream offers again (a reconnect, its final
-//     catch-up), was sent before the rewind, and would undo it. A run
-//     heard live after the rewind posts as usual and is not held (its
-//     driver's clock is not trusted against this service's). At worst a
-//     run that was posting waits for its next progress: late, never
-//     wrong.
-func (t *Tracker) rewindAt() time.Time {
+//     channel was down: Registry.rewoundSince), unless what is judged
+//     was heard live after that rewind (heard: for a progress, when that
+//     progress itself was heard, zero when it may come from the stream's
+//     retained copy; for a quiet signal, the run's last live event). A
+//     progress heard before the rewind, or offered again by a catch-up
+//     from the stream (a reconnect, the final one), was sent before it
+//     and would undo it; an idle event heard since does not make it
+//     newer (found in review: an idle event released a failed advance
+//     taken before the rewind, 13:00 -> 17:00). A progress heard live
+//     after the rewind is applied as usual (its driver's clock is not
+//     trusted against this service's). At worst a run that was posting
+//     waits for its next progress: late, never wrong.
+func (t *Tracker) rewindAt(heard time.Time) time.Time {
 	if t.cfg.host == nil {
 		return time.Time{}
 	}
 	at, since := t.cfg.host.rewoundAt()
-	if since.IsZero() || !since.After(at) {
-		return at
-	}
-	t.mu.Lock()
-	heardSince := t.heard && t.lastEvent.After(since)
-	t.mu.Unlock()
-	if heardSince {
+	if since.IsZero() || !since.After(at) || heard.After(since) {
 		return at
 	}
 	return since

@@ -276,6 +276,8 @@ func (e *entry) exited() { e.r.reap(e) }
 
 func (e *entry) joinPending() bool { return e.r.joinPending(e.req.Table) }
 
+func (e *entry) rewindsPending() bool { return e.r.rereadServed.Load() < e.r.rereadAsked.Load() }
+
 func (e *entry) rewoundAt() (silent, since time.Time) {
 	return e.r.rewoundAt(e.req.RunID, e.req.Table), e.r.rewoundSince(e.judged, e.req.Table)
 }

@@ -216,6 +216,10 @@ type Tracker struct {
 
 	// Owned by the steps (one at a time).
 	pending      *progress.Event // newest progress not yet applied
+	// pendingHeard is when pending was heard live (Unix ns, this
+	// service's clock), 0 when it may come from the stream's retained
+	// copy: a rewind after it holds it (rewindAt), whatever came since.
+	pendingHeard int64
 	retries      int             // retries armed in the current failure streak
 	retryStop    func() bool     // stops the armed retry timer; nil when none
 	stepErr      error           // this step's failed advance, and its candidate
@@ -305,6 +309,10 @@ type runHost interface {
 	// listener.Notifier, set to it, so that the mailbox points at it
 	// without an allocation; nil when the host keeps none.
 	notifier(t *Tracker) *listener.Notifier
+	// rewindsPending reports whether a re-read of the tables' rewinds
+	// (RereadRewinds: a rewind may have been missed) is under way: no
+	// advance is sent before it is known.
+	rewindsPending() bool
 	// joinPending reports whether the tracker's table waits for a new
 	// feeder's join that did not succeed (another session holds the
 	// table locked, the database is unavailable): the table must not move
@@ -320,6 +328,12 @@ type runHost interface {
 
 // errJoinPending fails an advance while the table waits for another
 // query's feeder join (Registry.JoinWaits); the tracker retries it.
+// errRewindsPending fails an advance while the tables' rewinds are read
+// again (a rewind announced while the control database's notifications
+// were down may not be known yet); the tracker retries it, and judges its
+// progress against the rewinds read.
+var errRewindsPending = errors.New("the tables' rewinds are being read again from the control database (a rewind may have been missed while its notifications were down); no advance is sent before they are known")
+
 var errJoinPending = errors.New("a new feeder of the table waits to join it (its join failed: another session holds the table locked in the control database, or the database is unavailable; retried); the table does not move before it joined")
 
 // notifier returns the host's listener.Notifier of t, or nil.
@@ -354,6 +368,8 @@ func (h *funcHost) exited() {}
 func (h *funcHost) notifier(*Tracker) *listener.Notifier { return nil }
 
 func (h *funcHost) joinPending() bool { return false }
+
+func (h *funcHost) rewindsPending() bool { return false }
 
 func (h *funcHost) rewoundAt() (silent, since time.Time) { return time.Time{}, time.Time{} }
 
@@ -730,6 +746,7 @@ func (t *Tracker) step(ctx context.Context) (done bool) {
 	}
 	if mail.Progress != nil {
 		t.pending = mail.Progress
+		t.pendingHeard = t.heardAt(mail)
 		if t.cfg.Spec.QuietAfter > 0 {
 			// Only a quiet move reads it (its provenance); kept for
 			// every run, the parsed progress and its offsets cost about
@@ -838,8 +855,12 @@ func (t *Tracker) retry(ctx context.Context) bool {
 	// be as far. A stopping tracker's is not: it gets the usual retries,
 	// then is left to the run's retained progress (a shutdown keeps the
 	// table pending, so its stop never sends it; see joinLater).
-	pending := errors.Is(t.stepErr, errJoinPending) && !t.stopReq.Load()
-	if t.retries < t.cfg.Retries || pending {
+	pending := (errors.Is(t.stepErr, errJoinPending) || errors.Is(t.stepErr, errRewindsPending)) && !t.stopReq.Load()
+	// A stopping tracker's advance held for the re-read of the rewinds is
+	// left at once: at shutdown the re-read ends unread, and the run's
+	// retained progress is judged again by the next start's recovery.
+	giveUp := errors.Is(t.stepErr, errRewindsPending) && t.stopReq.Load()
+	if (t.retries < t.cfg.Retries || pending) && !giveUp {
 		d := t.cfg.RetryDelay << min(t.retries, max(t.cfg.Retries-1, 0))
 		if t.retries < t.cfg.Retries {
 			t.retries++
@@ -899,6 +920,15 @@ func (t *Tracker) retireOnTermination(ctx context.Context, failed bool) {
 	t.logSampled(zapcore.InfoLevel, "retired", "run terminated cleanly; its query is retired from the table's feeders")
 }
 
+// heardAt is when mail's progress was heard live: now, or 0 when it may
+// come from the stream's retained copy (a catch-up, a restart's recovery).
+func (t *Tracker) heardAt(mail listener.Mail) int64 {
+	if mail.ProgressRetained {
+		return 0
+	}
+	return t.cfg.Clock.Now().UnixNano()
+}
+
 // finalCatchUp reads the run's retained events once more after its
 // termination and applies a newer progress it finds; it returns the
 // progress still not applied, and notes a failed catch-up in t.out.err.
@@ -920,6 +950,7 @@ func (t *Tracker) finalCatchUp(ctx context.Context, pending *progress.Event) *pr
 	if mail := t.cfg.Box.Take(); mail.Progress != nil {
 		t.log.Debug("progress taken at the final catch-up", zap.Int64("batch_id", mail.Progress.BatchID))
 		pending = mail.Progress
+		t.pendingHeard = t.heardAt(mail)
 		if t.apply(ctx, pending) {
 			pending = nil
 		}
@@ -1025,6 +1056,12 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 		// advance sent before the wait began is one made before the
 		// new feeder was known, as without a lock.
 		return t.wrote(ctx, adv, cand, ev, control.Verdict{}, false, errJoinPending)
+	}
+	if t.cfg.host != nil && t.cfg.host.rewindsPending() {
+		// Sent only once a re-read of the rewinds asked before it ended:
+		// a rewind it finds holds this progress when it was taken
+		// before (its retry is judged again, rewindAt).
+		return t.wrote(ctx, adv, cand, ev, control.Verdict{}, false, errRewindsPending)
 	}
 	if t.mayPark {
 		if as, ok := t.cfg.Store.(asyncStore); ok {

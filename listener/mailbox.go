@@ -45,6 +45,10 @@ type Mailbox struct {
 	// heard: an event was offered live (Offer, not OfferRetained) since
 	// the last Take (Mail.Heard).
 	heard bool
+	// retained: a progress from the stream's retained copy
+	// (OfferRetained) entered the slot since the last Take
+	// (Mail.ProgressRetained).
+	retained bool
 	// quiet: the tracker said, after its last step, that an idle event
 	// or a progress not newer than the one taken changes nothing for it
 	// (SetQuiet); such an event is stamped (notify(true)) instead of
@@ -126,6 +130,11 @@ type Mail struct {
 	// (Offer); false when all came from the stream's retained copy
 	// (OfferRetained: a catch-up, a restart's recovery).
 	Heard bool
+	// ProgressRetained is true when a progress read from the stream's
+	// retained copy (OfferRetained) entered the slot since the last Take:
+	// Progress may be that one, not one heard now (a newer live one may
+	// have replaced it; a bad live one may have fallen back to it).
+	ProgressRetained bool
 }
 
 // NewMailbox returns an empty Mailbox.
@@ -174,6 +183,9 @@ func (m *Mailbox) offer(ev *progress.Event, live bool) {
 		}
 		if ev.Newer(m.progress) && m.admit(ev) != nil {
 			m.progress = ev
+			if !live {
+				m.retained = true
+			}
 		} else if stamped = m.stampQuiet(live); !stamped {
 			m.notNewer = true
 		}
@@ -421,8 +433,9 @@ func (m *Mailbox) Take() Mail {
 			}
 		}
 	}
-	mail := Mail{Progress: m.progress, Idle: m.idle, NotNewer: m.notNewer, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started, BatchZero: m.zero, Heard: m.heard}
-	m.idleAt, m.started, m.zero, m.heard = time.Time{}, nil, false, false
+	mail := Mail{Progress: m.progress, Idle: m.idle, NotNewer: m.notNewer, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started, BatchZero: m.zero, Heard: m.heard,
+		ProgressRetained: m.retained}
+	m.idleAt, m.started, m.zero, m.heard, m.retained = time.Time{}, nil, false, false, false
 	if m.progress != nil {
 		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: m.progress.Timestamp}, true
 	}
