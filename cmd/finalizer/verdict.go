@@ -418,9 +418,13 @@ its lag behind now, when it last moved and from which run; and the runs the serv
 tracks, with their last error, read from the service's HTTP API (--http-url) when it is
 reachable.
 
-Exit codes: 0 shown, 2 usage or connection error, 3 --table names a table with no
-verdict that no explicit track, --config rule or tracker of the service could write (a
-typo: the nearest known name is suggested).`,
+When the control table cannot be read (PostgreSQL down), status still prints the feeder
+joins the service's tables wait for, read from its HTTP API ("T is held until query Q
+joins its feeders ..."; with --json, {"join_waits": [...]}), then exits 2.
+
+Exit codes: 0 shown, 2 usage or connection error (PostgreSQL down included), 3 --table
+names a table with no verdict that no explicit track, --config rule or tracker of the
+service could write (a typo: the nearest known name is suggested).`,
 		Example: `  finalizer status
   finalizer status --table bronze.orders --json`,
 		Args: cobra.NoArgs,
@@ -428,7 +432,7 @@ typo: the nearest known name is suggested).`,
 			ctx := cmd.Context()
 			s, c, err := openStore(ctx, cmd.Flags())
 			if err != nil {
-				return err
+				return joinWaitsWithoutTables(ctx, stdout, c.httpURL, httpToken, table, asJSON, err)
 			}
 			defer s.Close()
 			var (
@@ -438,10 +442,10 @@ typo: the nearest known name is suggested).`,
 			if table != "" {
 				v, err := s.Get(ctx, table)
 				if err != nil && !errors.Is(err, control.ErrNotFound) {
-					return usageError(err)
+					return joinWaitsWithoutTables(ctx, stdout, c.httpURL, httpToken, table, asJSON, err)
 				}
 				if feeders, err = s.Feeders(ctx, table); err != nil {
-					return usageError(err)
+					return joinWaitsWithoutTables(ctx, stdout, c.httpURL, httpToken, table, asJSON, err)
 				}
 				switch {
 				case v.Table != "":
@@ -457,10 +461,10 @@ typo: the nearest known name is suggested).`,
 				}
 			} else {
 				if verdicts, err = s.List(ctx); err != nil {
-					return usageError(err)
+					return joinWaitsWithoutTables(ctx, stdout, c.httpURL, httpToken, table, asJSON, err)
 				}
 				if feeders, err = s.Feeders(ctx, ""); err != nil {
-					return usageError(err)
+					return joinWaitsWithoutTables(ctx, stdout, c.httpURL, httpToken, table, asJSON, err)
 				}
 			}
 			runs, waits, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
@@ -496,6 +500,40 @@ typo: the nearest known name is suggested).`,
 	fs.StringVar(&httpToken, "http-token", "", "bearer token of the service's HTTP API (prefer FINALIZER_HTTP_TOKEN)")
 	addPostgresClientFlags(fs)
 	return cmd
+}
+
+// joinWaitsWithoutTables is status when the control table cannot be read
+// (PostgreSQL down, or its table not there): the tables' verdicts are not
+// known, but the service (--http-url) still says which tables wait for a
+// new feeder's join, retried until PostgreSQL is back; an operator sees
+// that here too, not only in /v1/runs and the metrics. It prints them
+// (only table's, when given), none when the service is not reachable or
+// no table waits, and returns err, a usage or connection error (exit 2).
+func joinWaitsWithoutTables(ctx context.Context, stdout io.Writer, base, token, table string, asJSON bool, err error) error {
+	_, waits, runsErr := fetchRuns(ctx, base, token)
+	shown := []finalizer.JoinWait{}
+	if runsErr == nil {
+		for _, w := range waits {
+			if table == "" || w.Table == table {
+				shown = append(shown, w)
+			}
+		}
+	}
+	if asJSON {
+		if len(shown) > 0 {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(map[string]any{"join_waits": shown})
+		}
+		return usageError(err)
+	}
+	if len(shown) > 0 {
+		fmt.Fprintln(stdout, "the control table cannot be read; the service says these tables wait for a new feeder's join:")
+		for _, w := range shown {
+			fmt.Fprintf(stdout, "%s is %s\n", w.Table, joinWaitHeldBy(w))
+		}
+	}
+	return usageError(err)
 }
 
 // fetchRuns reads the tracked runs, and the feeder joins the tables wait
