@@ -203,15 +203,36 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 //     after the rewind is applied as usual (its driver's clock is not
 //     trusted against this service's). At worst a run that was posting
 //     waits for its next progress: late, never wrong.
+//   - the table's last rewind, whatever the run, when what is judged was
+//     not heard live (heard zero): a progress read from the stream's
+//     retained copy (a restart's recovery, a catch-up) or a quiet signal
+//     of a run not heard of live since the tracker started. Its driver's
+//     timestamp is the only time it has; a run that spoke after the
+//     rewind (an idle event) is no evidence that its last progress came
+//     after it (found in review: an idle event after the rewind, then a
+//     restart, and the recovery applied the last progress again). A
+//     retained progress posted after the rewind by a driver whose clock
+//     is behind waits for the run's next one: late, never wrong.
 func (t *Tracker) rewindAt(heard time.Time) time.Time {
 	if t.cfg.host == nil {
 		return time.Time{}
 	}
-	at, since := t.cfg.host.rewoundAt()
+	at, since, latest := t.cfg.host.rewoundAt()
+	if heard.IsZero() {
+		return later(at, latest)
+	}
 	if since.IsZero() || !since.After(at) || heard.After(since) {
 		return at
 	}
 	return since
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // outcomeBeforeRewind counts, in finalizer_candidates_total, a progress

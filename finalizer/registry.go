@@ -278,8 +278,12 @@ func (e *entry) joinPending() bool { return e.r.joinPending(e.req.Table) }
 
 func (e *entry) rewindsPending() bool { return e.r.rereadServed.Load() < e.r.rereadAsked.Load() }
 
-func (e *entry) rewoundAt() (silent, since time.Time) {
-	return e.r.rewoundAt(e.req.RunID, e.req.Table), e.r.rewoundSince(e.judged, e.req.Table)
+func (e *entry) rewoundAt() (silent, since, latest time.Time) {
+	r := e.r
+	if rw := r.rewinds.Load(); rw != nil {
+		latest = (*rw)[e.req.Table]
+	}
+	return r.rewoundAt(e.req.RunID, e.req.Table), r.rewoundSince(e.judged, e.req.Table), latest
 }
 
 // rewoundSince is when table was last rewound, when that rewind is not in

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
@@ -132,4 +134,43 @@ func TestAReconnectsRetryDoesNotUndoARewindNotHeard(t *testing.T) {
 	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
 		t.Fatalf("verdict %s after the re-read, want 2026-09-28T14:00:00Z", got)
 	}
+}
+
+// TestARecoveryHoldsARetainedProgressFromBeforeTheRewind (found in
+// review): a run that sent an idle event after its table's rewind (Spark
+// sends them while a query runs with no new data) is not silent since the
+// rewind by the stream's account, and a restart's recovery applied its
+// last progress, retained in the stream and posted before the rewind:
+// 13:00 -> 17:00 at every restart, while the live service had kept 13:00.
+// A progress read from the stream's retained copy is judged by its own
+// timestamp against the table's last rewind, whatever the run sent since;
+// one heard live is not held to its driver's clock.
+func TestARecoveryHoldsARetainedProgressFromBeforeTheRewind(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
+	rewoundAt := r.clock.Now().Add(-time.Hour)
+	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		last := cdcProgress(runID, "2026-09-28T18:10:00")
+		last.Name, last.Timestamp = "a", rewoundAt.Add(-3*time.Minute)
+		box.OfferRetained(last) // the catch-up's read of the stream
+	}
+	if err := r.reg.Recover(context.Background(), nil, []listener.Run{
+		// Its newest stored event, an idle event, came after the rewind.
+		{QueryID: queryA, RunID: runA, Name: "a", Kind: progress.KindIdle, Stored: rewoundAt.Add(time.Minute)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the retained progress taken", func() bool {
+		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
+			!r.store.Verdict("t_a").Equal(utc("2026-09-28T14:00:00Z"))
+	})
+	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("a restart applied a retained progress from before the rewind: verdict %s", got)
+	}
+	// Heard live, a progress is not held to its driver's clock.
+	skewed := cdcProgress(runA, "2026-09-28T16:10:00")
+	skewed.Name, skewed.Timestamp = "a", rewoundAt.Add(-time.Minute)
+	r.clock.Advance(time.Second)
+	r.bus.Publish(skewed)
+	eventually(t, "the live progress applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T16:00:00Z")) })
 }

@@ -321,9 +321,9 @@ type runHost interface {
 	// rewoundAt is when an operator last rewound the tracker's table, in
 	// silent when the run was found silent or terminated since that
 	// rewind at the tracker's start or a restart's recovery, in since when
-	// the rewind came after the start was judged; zero otherwise (see
-	// Tracker.rewindAt).
-	rewoundAt() (silent, since time.Time)
+	// the rewind came after the start was judged, in latest always; zero
+	// otherwise (see Tracker.rewindAt).
+	rewoundAt() (silent, since, latest time.Time)
 }
 
 // errJoinPending fails an advance while the table waits for another
@@ -371,7 +371,9 @@ func (h *funcHost) joinPending() bool { return false }
 
 func (h *funcHost) rewindsPending() bool { return false }
 
-func (h *funcHost) rewoundAt() (silent, since time.Time) { return time.Time{}, time.Time{} }
+func (h *funcHost) rewoundAt() (silent, since, latest time.Time) {
+	return time.Time{}, time.Time{}, time.Time{}
+}
 
 // Notify schedules the tracker, or only stamps its status
 // (listener.Notifier, see begin and notified).
