@@ -215,14 +215,14 @@ type Tracker struct {
 	woken       atomic.Bool  // schedule was called since the last step began that was not parked
 
 	// Owned by the steps (one at a time).
-	pending      *progress.Event // newest progress not yet applied
+	pending *progress.Event // newest progress not yet applied
 	// pendingHeard is when pending was heard live (Unix ns, this
 	// service's clock), 0 when it may come from the stream's retained
 	// copy: a rewind after it holds it (rewindAt), whatever came since.
 	pendingHeard int64
-	retries      int             // retries armed in the current failure streak
-	retryStop    func() bool     // stops the armed retry timer; nil when none
-	stepErr      error           // this step's failed advance, and its candidate
+	retries      int         // retries armed in the current failure streak
+	retryStop    func() bool // stops the armed retry timer; nil when none
+	stepErr      error       // this step's failed advance, and its candidate
 	stepCand     progress.Candidate
 	parked       *parked // the step's advance waits for its group commit
 	wantReassert bool    // a re-assert is asked for and not done yet
