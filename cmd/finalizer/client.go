@@ -26,7 +26,10 @@ const DefaultDialTimeout = 5 * time.Second
 
 // addNATSClientFlags adds the flags of the commands that talk to NATS.
 func addNATSClientFlags(fs *pflag.FlagSet) {
-	fs.String("nats-url", DefaultNATSURL, "NATS server URL(s), comma-separated")
+	// No default value shown: the URL used unless given is the data
+	// dir's (natsTarget), which --help showing nats://127.0.0.1:4222 hid.
+	fs.String("nats-url", "", "NATS server URL(s), comma-separated (empty: the URL in --data-dir's nats-login.json, written by serve "+
+		"for its embedded server; without that file, or with NATS credentials given, "+DefaultNATSURL+")")
 	fs.String("subject-prefix", listener.DefaultPrefix, "subject prefix of the listener events")
 	fs.String("data-dir", DefaultDataDir, "data dir of the serve whose embedded NATS server to use: its URL and login (nats-login.json) "+
 		"are used unless --nats-url names another server or NATS credentials are given")
@@ -77,15 +80,30 @@ func sameServer(a, b string) bool {
 	return ha != "" && ha == hostPort(b)
 }
 
+// natsTarget is the NATS URL a client command connects to, and the data
+// dir's login when it is to be sent (localLogin): --nats-url when given
+// and not that same server, else the login file's URL, else
+// DefaultNATSURL.
+func natsTarget(fs *pflag.FlagSet, c NATSConfig) (string, service.LocalLogin, bool) {
+	url, _ := fs.GetString("nats-url")
+	if l, ok := localLogin(fs, c, url); ok {
+		return l.URL, l, true
+	}
+	if url == "" {
+		url = DefaultNATSURL
+	}
+	return url, service.LocalLogin{}, false
+}
+
 // dialNATS connects a client command to NATS; failure is exit code 2.
 func dialNATS(ctx context.Context, fs *pflag.FlagSet) (*listener.Listener, error) {
 	var c NATSConfig
 	applyNATSAuthFlags(fs, &c)
-	url, _ := fs.GetString("nats-url")
 	prefix, _ := fs.GetString("subject-prefix")
 	var dialer nats.CustomDialer
-	if l, ok := localLogin(fs, c, url); ok {
-		url, c.User, c.Password = l.URL, l.User, l.Password
+	url, login, ok := natsTarget(fs, c)
+	if ok {
+		c.User, c.Password = login.User, login.Password
 		// The login goes only to a server run by the file's owner: while
 		// the service is stopped, any local user may listen on its port
 		// and would read the password from the CONNECT.
