@@ -188,7 +188,8 @@ type Request struct {
 // JoinResult is the outcome of a Join.
 type JoinResult struct {
 	// Done is true when every tracker of the run has finished because the
-	// run terminated and its last progress was applied.
+	// run terminated and its last progress was applied, or done with
+	// unapplied because it was posted before its table's rewind (Note).
 	Done bool
 	// Stopped says why a tracker of the run finished without that (it was
 	// superseded by a run that started later, expired, stopped by a
@@ -198,6 +199,10 @@ type JoinResult struct {
 	// LastError is the last failed advance of a finished tracker, "" when
 	// its last advance succeeded.
 	LastError string
+	// Note qualifies Done: a tracker of the run whose last progress was
+	// posted before its table's rewind is done with it without applying
+	// it (it would undo the rewind); "" otherwise.
+	Note string
 }
 
 type trackKey struct{ runID, table string }
@@ -1176,6 +1181,9 @@ func (r *Registry) reap(e *entry) {
 	switch {
 	case out.terminated && out.applied:
 		res.Done = true
+		if out.beforeRewind {
+			res.Note = "its last progress was posted before the rewind of table " + e.req.Table + " and not applied"
+		}
 	case out.terminated:
 		res.Stopped = "the run terminated, but its last progress could not be applied"
 		if out.err != nil {
@@ -1218,6 +1226,11 @@ func (r *Registry) reap(e *entry) {
 		res.Done = res.Done && prev.Done
 		res.Stopped = cmp.Or(prev.Stopped, res.Stopped)
 		res.LastError = cmp.Or(prev.LastError, res.LastError)
+		if prev.Note != "" && res.Note != "" {
+			res.Note = prev.Note + "; " + res.Note
+		} else {
+			res.Note = cmp.Or(prev.Note, res.Note)
+		}
 	}
 	r.finished.put(e.req.RunID, finishedRun{JoinResult: res, at: r.cfg.Clock.Now()})
 	r.mu.Unlock()

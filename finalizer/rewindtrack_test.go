@@ -234,3 +234,34 @@ func TestARewindHoldsARunningTrackersPendingProgress(t *testing.T) {
 	r.clock.Advance(time.Second)
 	r.publishApplied(t, runA, "t_a", "2026-09-28T16:10:00", r.clock.Now(), "2026-09-28T16:00:00Z")
 }
+
+// TestJoinSaysALastProgressFromBeforeARewindWasNotApplied: a run whose
+// last progress was posted before its table's rewind, and so not applied,
+// terminated: join answered a bare done, which the README defines as "its
+// last progress was applied". It is done with that progress (applying it
+// would undo the rewind), and the result says so; a run whose last
+// progress was applied has no such note.
+func TestJoinSaysALastProgressFromBeforeARewindWasNotApplied(t *testing.T) {
+	r, at := rewoundRig(t)
+	r.bus.retain(listener.Run{QueryID: queryA, RunID: runStopped, Kind: progress.KindTerminated, Terminated: true, Stored: at.Add(time.Minute)})
+	r.track(t, runStopped, "t_c")
+	r.publishAt(t, runStopped, "t_c", "2026-09-28T18:10:00", at.Add(-time.Minute), 1)
+	r.bus.Publish(terminated(runStopped))
+	res := r.join(t, runStopped)
+	if !res.Done || res.Stopped != "" {
+		t.Fatalf("join = %+v, want done", res)
+	}
+	if want := "its last progress was posted before the rewind of table t_c and not applied"; res.Note != want {
+		t.Errorf("join's note = %q, want %q", res.Note, want)
+	}
+	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("the progress from before the rewind moved the verdict to %s", got)
+	}
+
+	r.track(t, runB, "t_b")
+	r.publishApplied(t, runB, "t_b", "2026-09-28T15:10:00", r.clock.Now(), "2026-09-28T15:00:00Z")
+	r.bus.Publish(terminated(runB))
+	if res := r.join(t, runB); !res.Done || res.Note != "" {
+		t.Errorf("a run whose last progress was applied: join = %+v", res)
+	}
+}

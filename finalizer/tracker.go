@@ -606,9 +606,13 @@ func (t *Tracker) runStep() {
 
 // outcome is how a tracker's worker ended.
 type outcome struct {
-	terminated bool  // the run's termination arrived
-	applied    bool  // and the newest progress after it was applied
-	err        error // why not, when the final catch-up or advance failed
+	terminated bool // the run's termination arrived
+	applied    bool // and the newest progress after it was applied
+	// beforeRewind: that newest progress was done with unapplied, posted
+	// before its table's rewind (Tracker.beforeRewind); join says so.
+	// Beside the other bools: the Tracker stays in its size class.
+	beforeRewind bool
+	err          error // why not, when the final catch-up or advance failed
 }
 
 // outcome returns how the worker ended; call it after the worker exited.
@@ -811,7 +815,8 @@ func (t *Tracker) finish(ctx context.Context, mail listener.Mail, stopping bool)
 				return false
 			}
 		}
-		t.out = outcome{terminated: true, applied: t.pending == nil && t.out.err == nil, err: t.out.err}
+		t.out = outcome{terminated: true, applied: t.pending == nil && t.out.err == nil, err: t.out.err,
+			beforeRewind: t.heldBy == outcomeBeforeRewind}
 		if t.pending != nil && t.out.err == nil {
 			_, t.out.err = t.Failures()
 		}

@@ -85,7 +85,8 @@ func (r *JoinRequest) UnmarshalJSON(data []byte) error {
 // JoinReply answers a JoinRequest.
 type JoinReply struct {
 	// Done is true when every tracker of the run has finished because the
-	// run terminated and its last progress was applied.
+	// run terminated and its last progress was applied (or, Note says,
+	// done with unapplied: posted before its table's rewind).
 	Done bool `json:"done"`
 	// Stopped says why a tracker of the run finished without that
 	// (superseded by a run that started later, expired, the service
@@ -96,6 +97,9 @@ type JoinReply struct {
 	Error string `json:"error,omitempty"`
 	// LastError is the tracker's last failed advance, "" if none.
 	LastError string `json:"last_error,omitempty"`
+	// Note qualifies Done (finalizer.JoinResult.Note): a table's last
+	// progress posted before its rewind, done with unapplied; "" if none.
+	Note string `json:"note,omitempty"`
 }
 
 // trackSubject and joinSubject are the API subjects.

@@ -226,7 +226,10 @@ func newJoinCmd(stdout io.Writer) *cobra.Command {
 progress. Join asks the service over NATS, so the service that tracks the run answers.
 
 Exit codes:
-  0  done: the run terminated and its last progress was applied
+  0  done: the run terminated and its last progress was applied, or, for a table
+     rewound after that progress was posted, done with unapplied (applying it would
+     undo the rewind): "done (its last progress was posted before the rewind of
+     table T and not applied)"
   1  not done within --timeout (the run is still live)
   2  usage error, unknown run, or no service reachable
   3  a tracker of the run stopped without that, and join says why: the run was
@@ -284,6 +287,10 @@ for the recovery (within --timeout) instead of calling the run unknown.`,
 				if rep.Done {
 					if rep.LastError != "" {
 						fmt.Fprintf(cmd.ErrOrStderr(), "finalizer: warning: the run's last advance failed: %s\n", rep.LastError)
+					}
+					if rep.Note != "" {
+						fmt.Fprintf(stdout, "run %s: done (%s)\n", runID, rep.Note)
+						return nil
 					}
 					fmt.Fprintf(stdout, "run %s: done\n", runID)
 					return nil

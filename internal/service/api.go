@@ -81,5 +81,5 @@ func (s *Service) handleJoin(ctx context.Context, r listener.JoinRequest) listen
 	if err != nil {
 		return listener.JoinReply{Error: err.Error()}
 	}
-	return listener.JoinReply{Done: res.Done, Stopped: res.Stopped, LastError: res.LastError}
+	return listener.JoinReply{Done: res.Done, Stopped: res.Stopped, LastError: res.LastError, Note: res.Note}
 }
