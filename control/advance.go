@@ -197,32 +197,51 @@ func newStatements(n names) statements {
 		// and its dead rows, as a hash join over a scan of every table's
 		// row, at every group (11 of the 34 ms of a group of 1,000 at
 		// 10,000 tables, EXPLAIN ANALYZE; issue 12, fourth pass).
+		//
+		// Each input row carries the rewind its sender knew ($10, known:
+		// NULL for an advance that guards nothing, see RewindGuard): a
+		// row rewound since (rewound_at > known) is not offered, and the
+		// conflict arm checks it again on the row as it stands once
+		// locked, so a rewind that commits while the statement waits for
+		// the row's lock (behind a reader's, say) leaves it moving
+		// nothing. The known time reaches the conflict arm as the
+		// proposed row's rewound_at (EXCLUDED's only way to carry it);
+		// the SET leaves the row's own rewound_at as it is. (The insert
+		// arm writes a row only when the table's row, read by the
+		// LATERAL, is gone by the time it is locked: the service never
+		// deletes one.)
 		sole: `
 WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::text[])
-		AS i(table_name, feeder, finalized_until, end_time, end_offset, run_id, batch_id, sources, payload)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::text[], $10::timestamptz[])
+		AS i(table_name, feeder, finalized_until, end_time, end_offset, run_id, batch_id, sources, payload, known)
 ), moved AS (
-	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `, solo)
-	SELECT i.table_name, i.finalized_until, i.end_time, i.end_offset::jsonb, nullif(i.feeder, ''), i.run_id, i.batch_id, i.sources::jsonb, now(), false
+	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `, solo, rewound_at)
+	SELECT i.table_name, i.finalized_until, i.end_time, i.end_offset::jsonb, nullif(i.feeder, ''), i.run_id, i.batch_id, i.sources::jsonb, now(), false, i.known
 	FROM input i
 	CROSS JOIN LATERAL (SELECT FROM ` + n.table + ` x WHERE x.table_name = i.table_name AND x.solo
-		AND coalesce(x.query_id, '') = i.feeder AND x.finalized_until < i.finalized_until LIMIT 1) x
+		AND coalesce(x.query_id, '') = i.feeder AND x.finalized_until < i.finalized_until
+		AND (x.rewound_at > i.known) IS NOT TRUE LIMIT 1) x
 	ORDER BY i.table_name
 	ON CONFLICT (table_name) DO UPDATE SET` + provenanceSet + `
 	WHERE c.solo AND coalesce(c.query_id, '') = coalesce(EXCLUDED.query_id, '') AND c.finalized_until < EXCLUDED.finalized_until
+		AND (c.rewound_at > EXCLUDED.rewound_at) IS NOT TRUE
 	RETURNING ` + readColumns + `, solo
 )` + notifyAndReturn(n, "0"),
 		// soleOne is sole for one advance, with scalar parameters and the
 		// whole notification built by the caller ($8): the statement the
-		// one-table advance was before feeders, and as cheap.
+		// one-table advance was before feeders, and as cheap. Its rewind
+		// guard ($10, the known rewind, NULL for none) is a parameter
+		// both checks read.
 		soleOne: `
 WITH moved AS (
 	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `, solo)
 	SELECT $1::text, $2::timestamptz, $3::timestamptz, $4::jsonb, nullif($5::text, ''), $6::text, $7::bigint, $9::jsonb, now(), false
 	WHERE EXISTS (SELECT FROM ` + n.table + ` x WHERE x.table_name = $1::text AND x.solo
-		AND coalesce(x.query_id, '') = $5::text AND x.finalized_until < $2::timestamptz)
+		AND coalesce(x.query_id, '') = $5::text AND x.finalized_until < $2::timestamptz
+		AND (x.rewound_at > $10::timestamptz) IS NOT TRUE)
 	ON CONFLICT (table_name) DO UPDATE SET` + provenanceSet + `
 	WHERE c.solo AND coalesce(c.query_id, '') = coalesce(EXCLUDED.query_id, '') AND c.finalized_until < EXCLUDED.finalized_until
+		AND (c.rewound_at > $10::timestamptz) IS NOT TRUE
 	RETURNING ` + readColumns + `, solo
 ), notified AS (
 	SELECT pg_notify('` + NotifyChannel + `', $8::text) FROM moved
@@ -316,14 +335,30 @@ WITH promoted AS (
 		// ("state"). A feeder already at or beyond its candidate is not
 		// offered to the upsert, so a no-op advance is a read. Rows are
 		// written in (table, feeder) then table order.
+		//
+		// An input row whose table was rewound after the rewind its
+		// sender knew ($11, known; NULL guards nothing) is left out of
+		// everything the statement writes ("ok"): its feeder's watermark
+		// does not move, it resolves no expected feeder, and a table
+		// none of whose rows is ok is not moved to its lowest watermark
+		// (the rewind lowered the feeders too); its row is still
+		// returned, by which the caller tells it was refused. The check
+		// reads the row once per input row, by key (a scalar subquery:
+		// never a scan), under the tables' advisory locks, which a
+		// rewind takes too: the statement's snapshot has every rewind
+		// that committed before it, one the statement waited for
+		// included.
 		advance: `
 WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[])
-		AS i(table_name, feeder, query_name, finalized_until, end_time, end_offset, run_id, batch_id, sources, payload)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[], $11::timestamptz[])
+		AS i(table_name, feeder, query_name, finalized_until, end_time, end_offset, run_id, batch_id, sources, payload, known)
+), ok AS (
+	SELECT * FROM input i
+	WHERE ((SELECT r.rewound_at FROM ` + n.table + ` r WHERE r.table_name = i.table_name) > i.known) IS NOT TRUE
 ), fed AS (
 	INSERT INTO ` + n.feeds + ` AS f (table_name, feeder, query_name, finalized_until, end_time, end_offset, run_id, batch_id, sources)
 	SELECT i.table_name, i.feeder, i.query_name, i.finalized_until, i.end_time, i.end_offset::jsonb, i.run_id, i.batch_id, i.sources::jsonb
-	FROM input i
+	FROM ok i
 	WHERE NOT EXISTS (SELECT FROM ` + n.feeds + ` x WHERE x.table_name = i.table_name AND x.feeder = i.feeder AND x.finalized_until >= i.finalized_until)
 	ORDER BY i.table_name, i.feeder
 	ON CONFLICT (table_name, feeder) DO UPDATE SET
@@ -339,7 +374,7 @@ WITH input AS (
 	RETURNING f.table_name, f.feeder, f.finalized_until, f.end_time, f.end_offset, f.run_id, f.batch_id, f.sources, f.retired_at
 ), resolved AS (
 	UPDATE ` + n.feeds + ` p SET retired_at = now(), retired_why = 'reported as query ' || i.feeder
-	FROM input i
+	FROM ok i
 	WHERE p.table_name = ANY($1::text[]) AND p.feeder = ANY($3::text[])
 		AND p.table_name = i.table_name AND p.feeder = i.query_name AND p.feeder <> i.feeder
 		AND p.expected AND p.finalized_until IS NULL AND p.retired_at IS NULL
@@ -348,7 +383,7 @@ WITH input AS (
 	SELECT table_name, feeder, finalized_until, end_time, end_offset, run_id, batch_id, sources FROM fed WHERE retired_at IS NULL
 	UNION ALL
 	SELECT f.table_name, f.feeder, f.finalized_until, f.end_time, f.end_offset, f.run_id, f.batch_id, f.sources FROM ` + n.feeds + ` f
-	WHERE f.table_name IN (SELECT table_name FROM input) AND f.retired_at IS NULL
+	WHERE f.table_name IN (SELECT table_name FROM ok) AND f.retired_at IS NULL
 		AND (f.table_name, f.feeder) NOT IN (SELECT table_name, feeder FROM fed)
 		AND (f.table_name, f.feeder) NOT IN (SELECT table_name, feeder FROM resolved)
 )` + moveToLowest(n, "(SELECT count(*) FROM fed)"),
@@ -413,6 +448,9 @@ type notification struct {
 	// Rewound is set on a rewind's notification only (see Store.Rewind);
 	// a forward move's payload does not carry it.
 	Rewound bool `json:"rewound,omitempty"`
+	// RewoundAt is the rewind's stored rewound_at (RFC 3339 UTC), on a
+	// rewind's notification only.
+	RewoundAt string `json:"rewound_at,omitempty"`
 	// ControlTable is the control table of the move ("schema.name"): the
 	// channel is shared by every control table of the database. Absent
 	// from a notification sent by an earlier release (or by hand).
@@ -491,8 +529,14 @@ func (a Advance) check() (time.Time, string, error) {
 // (see jsonbSafe), and one the database still refuses is stored as NULL:
 // the offset never blocks the verdict.
 //
+// An advance guarded by the rewind its sender knew (a.Guard, KnownRewind)
+// moves nothing when the table was rewound since, even by a rewind that
+// commits while the statement waits for the row's lock: it returns
+// ErrBeforeRewind, with the table's row as the statement read it (its
+// RewoundAt the rewind that refused it).
+//
 // Errors: ErrInvalidAdvance (a table name CheckTableName refuses, no
-// time, EndOffset not JSON),
+// time, EndOffset not JSON), ErrBeforeRewind,
 // ErrUnavailable (PostgreSQL unreachable; nothing or everything was
 // written, and retrying is safe because the advance is idempotent),
 // ErrNotMigrated (no control table).

@@ -44,6 +44,13 @@ type feederKey struct{ table, feeder string }
 // advance through the feeders table), so that each table moves to the
 // lowest watermark of its feeders as they stand.
 //
+// An advance guarded by its sender's known rewind (Advance.Guard) whose
+// table was rewound since moves nothing, and its result carries
+// ErrBeforeRewind with the table's row (its RewoundAt the later rewind);
+// the others of the group are applied as usual. Of several advances of
+// one feeder of a table, the one sent is the one that knew the latest
+// rewind, then the highest candidate.
+//
 // An invalid advance gets ErrInvalidAdvance in its result and is not sent.
 // One advance the database refuses never fails the others, whatever the
 // error: when a statement fails for any reason but the database's
@@ -86,7 +93,7 @@ func (s *Store) advanceAll(ctx context.Context, as []Advance, op string) ([]Adva
 			continue
 		}
 		k := feederKey{a.Table, a.QueryID}
-		if prev, ok := b.rows[k]; ok && !r.until.After(prev.until) {
+		if prev, ok := b.rows[k]; ok && !keepOver(a, r, b.as[prev.i], prev) {
 			continue
 		}
 		if _, ok := b.rows[k]; !ok {
@@ -125,6 +132,12 @@ func (s *Store) advanceAll(ctx context.Context, as []Advance, op string) ([]Adva
 			res[i].Err = b.failed[k]
 		case !b.applied[k] && batchErr != nil:
 			res[i].Err = batchErr
+		case ok && a.Guard.refuses(v.RewoundAt):
+			// The statement read the row rewound after what the advance
+			// knew, and so moved nothing for it (a row sent for another
+			// advance of the feeder, which knew a later rewind, may have
+			// moved: this one would have been refused all the same).
+			res[i] = AdvanceResult{Verdict: v, Err: beforeRewind(a, v)}
 		default:
 			if !ok {
 				v = Verdict{Table: a.Table} // held before its first verdict
@@ -137,6 +150,32 @@ func (s *Store) advanceAll(ctx context.Context, as []Advance, op string) ([]Adva
 		}
 	}
 	return res, batchErr
+}
+
+// keepOver reports whether a (row r) is the advance to send for its
+// feeder of its table rather than prev (row pr), the one kept so far: the
+// one that knows the later rewind (an advance that knew an earlier one is
+// refused anyway, the table's rewound_at being at least the later one's),
+// then the higher candidate.
+func keepOver(a Advance, r *batchRow, prev Advance, pr *batchRow) bool {
+	switch {
+	case a.Guard.later(prev.Guard):
+		return true
+	case prev.Guard.later(a.Guard):
+		return false
+	}
+	return r.until.After(pr.until)
+}
+
+// beforeRewind is the error of an advance a refused because its table
+// was rewound after the rewind it knew (v, the row the statement read).
+func beforeRewind(a Advance, v Verdict) error {
+	known := "none"
+	if k := a.Guard.Known(); !k.IsZero() {
+		known = k.Format(time.RFC3339Nano)
+	}
+	return fmt.Errorf("advance %s to %s: %w (the table was rewound at %s; the advance knew of the rewind at %s)",
+		a.Table, a.FinalizedUntil.UTC().Format(time.RFC3339Nano), ErrBeforeRewind, v.RewoundAt.Format(time.RFC3339Nano), known)
 }
 
 // batch is the state of one AdvanceBatch across its statements.
@@ -283,7 +322,13 @@ func (s *Store) apply(ctx context.Context, b *batch, order []feederKey) error {
 			case ok && res.moved[k.table],
 				// A no-op: the table is solo, this query is its feeder,
 				// and it stands at or past the candidate.
-				ok && res.solo[k.table] && v.QueryID == k.feeder && !v.FinalizedUntil.Before(b.rows[k].until):
+				ok && res.solo[k.table] && v.QueryID == k.feeder && !v.FinalizedUntil.Before(b.rows[k].until),
+				// Refused: the table was rewound after the rewind the
+				// advance knew (the statement's snapshot says so, and a
+				// rewound_at only grows). One the statement found
+				// rewound only once it waited for the row's lock goes
+				// on to the advance statement, which reads it rewound.
+				ok && b.as[b.rows[k].i].Guard.refuses(v.RewoundAt):
 				done = append(done, k)
 			default:
 				rest = append(rest, k)
@@ -327,6 +372,7 @@ type columns struct {
 	names, offsets, runs, srcs []*string
 	untils                     []time.Time
 	ends                       []*time.Time
+	knowns                     []*time.Time // each advance's rewind guard (RewindGuard.sqlTime)
 	batches                    []int64
 }
 
@@ -335,7 +381,7 @@ func (b *batch) columns(keys []feederKey) columns {
 	c := columns{
 		tables: make([]string, n), feeders: make([]string, n), payloads: make([]string, n),
 		names: make([]*string, n), offsets: make([]*string, n), runs: make([]*string, n), srcs: make([]*string, n),
-		untils: make([]time.Time, n), ends: make([]*time.Time, n), batches: make([]int64, n),
+		untils: make([]time.Time, n), ends: make([]*time.Time, n), knowns: make([]*time.Time, n), batches: make([]int64, n),
 	}
 	for j, k := range keys {
 		r := b.rows[k]
@@ -350,6 +396,7 @@ func (b *batch) columns(keys []feederKey) columns {
 		if a.RunID != "" {
 			c.runs[j] = &a.RunID
 		}
+		c.knowns[j] = a.Guard.sqlTime()
 	}
 	return c
 }
@@ -373,9 +420,9 @@ func (s *Store) runSole(ctx context.Context, b *batch, keys []feederKey) (moves,
 		pb.Queue(setLockWait, s.lockWait)
 		if len(keys) == 1 {
 			payload := c.payloads[0] + c.untils[0].Format(time.RFC3339Nano) + s.n.notifyEnd
-			pb.Queue(s.sql.soleOne, c.tables[0], c.untils[0], c.ends[0], c.offsets[0], c.feeders[0], c.runs[0], c.batches[0], payload, c.srcs[0])
+			pb.Queue(s.sql.soleOne, c.tables[0], c.untils[0], c.ends[0], c.offsets[0], c.feeders[0], c.runs[0], c.batches[0], payload, c.srcs[0], c.knowns[0])
 		} else {
-			pb.Queue(s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads)
+			pb.Queue(s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads, c.knowns)
 		}
 		m, err = s.sendLocked(ctx, &pb)
 	}
@@ -396,7 +443,7 @@ func (s *Store) runShared(ctx context.Context, b *batch, keys []feederKey) (move
 	pb.Queue(s.sql.lockKeys, distinct(c.tables), s.n.table)
 	pb.Queue(s.sql.lockRows, c.tables, c.feeders, c.untils)
 	pb.Queue(s.sql.promote, c.tables, c.feeders)
-	pb.Queue(s.sql.advance, c.tables, c.feeders, c.names, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads)
+	pb.Queue(s.sql.advance, c.tables, c.feeders, c.names, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads, c.knowns)
 	m, err := s.sendLocked(ctx, &pb)
 	if err == nil {
 		s.stats.advanceStatements.Add(1)

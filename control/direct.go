@@ -23,14 +23,14 @@ const (
 
 // soleParams are the types of the sole statement's parameters, in order
 // (see columns and runSole).
-var soleParams = [...]uint32{oidTextArray, oidTextArray, oidTimestamptzArray, oidTimestamptzArray, oidTextArray, oidTextArray, oidInt8Array, oidTextArray, oidTextArray}
+var soleParams = [...]uint32{oidTextArray, oidTextArray, oidTimestamptzArray, oidTimestamptzArray, oidTextArray, oidTextArray, oidInt8Array, oidTextArray, oidTextArray, oidTimestamptzArray}
 
 // binaryFormats are the format codes of the sole statement's parameters
 // and results: binary, each.
-var binaryFormats = [...]int16{1, 1, 1, 1, 1, 1, 1, 1, 1}
+var binaryFormats = [...]int16{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
 
 // soleDirect runs the sole statement over c on a connection of the pool,
-// through the statement that connection prepared, with its nine arrays
+// through the statement that connection prepared, with its ten arrays
 // encoded here in PostgreSQL's binary format into one buffer sized
 // beforehand, and reads what it returns with readMove. It is runSole's
 // way for a group (2 advances or more) when the pool prepares statements
@@ -185,7 +185,7 @@ var soleBufs sync.Pool
 
 // reserveSlack is what reserve adds to the parameters' length for the
 // rest of a statement's messages: the Bind's header, its statement name
-// aside, formats and lengths (under 100 bytes for nine parameters), the
+// aside, formats and lengths (under 100 bytes for ten parameters), the
 // Describe, the Execute and the Sync.
 const reserveSlack = 256
 
@@ -201,19 +201,19 @@ func (reserve) Decode([]byte) error { return errors.New("reserve is not a wire m
 func (n reserve) Encode(dst []byte) ([]byte, error) { return slices.Grow(dst, int(n)), nil }
 
 // encodeSole encodes the sole statement's parameters (tables, feeders,
-// untils, ends, offsets, runs, batches, srcs, payloads) as pgx would,
+// untils, ends, offsets, runs, batches, srcs, payloads, knowns) as pgx would,
 // into one buffer, buf's if it is large enough (a new one otherwise),
 // which it returns with them.
 func encodeSole(c *columns, buf []byte) ([][]byte, []byte) {
 	n := len(c.tables)
-	size := 9*arrayHeaderLen + 9*4*n + 2*8*n + 8*n // headers, lengths, times, batch ids
+	size := 10*arrayHeaderLen + 10*4*n + 3*8*n + 8*n // headers, lengths, times, batch ids
 	for i := range n {
 		size += len(c.tables[i]) + len(c.feeders[i]) + len(c.payloads[i]) + lenOf(c.offsets[i]) + lenOf(c.runs[i]) + lenOf(c.srcs[i])
 	}
 	if cap(buf) < size {
 		buf = make([]byte, 0, size)
 	}
-	params := make([][]byte, 0, 9)
+	params := make([][]byte, 0, len(soleParams))
 	add := func(from int) { params = append(params, buf[from:len(buf):len(buf)]) }
 	from := len(buf)
 	buf = appendTexts(buf, c.tables)
@@ -241,6 +241,9 @@ func encodeSole(c *columns, buf []byte) ([][]byte, []byte) {
 	add(from)
 	from = len(buf)
 	buf = appendTexts(buf, c.payloads)
+	add(from)
+	from = len(buf)
+	buf = appendNullTimes(buf, c.knowns)
 	add(from)
 	return params, buf
 }

@@ -90,7 +90,7 @@ func TestGroupStatementsFindRowsByKey(t *testing.T) {
 		keys = append(keys, k)
 	}
 	c := b.columns(keys)
-	p := explain(t, conn, s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads)
+	p := explain(t, conn, s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads, c.knowns)
 	if strings.Contains(p, "Seq Scan on table_finalization") {
 		t.Errorf("the sole statement scans the whole table for a group of %d of %d tables:\n%s", len(keys), tables, p)
 	}

@@ -92,6 +92,10 @@ type rewindNotification struct {
 	Rewound        bool   `json:"rewound"`
 	From           string `json:"from"` // the verdict before, RFC 3339 UTC
 	ControlTable   string `json:"control_table"`
+	// RewoundAt is the rewound_at the rewind stored (RFC 3339 UTC, to
+	// the microsecond): the rewind a tracker's advances then carry as
+	// known (Advance.Guard). Absent from an earlier release's payload.
+	RewoundAt string `json:"rewound_at,omitempty"`
 }
 
 // Rewind moves r.Table's verdict back to r.To, in one transaction that
@@ -100,7 +104,10 @@ type rewindNotification struct {
 // provenance of the last move (they described a history that no longer
 // holds), moves the watermarks of the table's feeders that are ahead of
 // r.To back to it (ADR 0015), sets rewound_at, and sends a notification on NotifyChannel with
-// "rewound": true. Readers of the verdict (is-final, wait, SQL) see the new
+// "rewound": true and the rewound_at it stored (Notification.RewoundAt).
+// An advance guarded by an earlier rewind (Advance.Guard) that commits
+// after it, one that waited for the row's lock behind it included, moves
+// nothing (ErrBeforeRewind). Readers of the verdict (is-final, wait, SQL) see the new
 // value once it commits; the service's trackers learn of it through the
 // notification (Notification.Rewound, see Store.Watch).
 //
@@ -149,11 +156,13 @@ func (s *Store) Rewind(ctx context.Context, r Rewind) (AuditEntry, error) {
 			return fmt.Errorf("%w: the verdict is %s, the target %s", ErrNotBehind,
 				v.FinalizedUntil.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano))
 		}
-		if _, err := tx.Exec(ctx, `
+		var rewoundAt time.Time
+		if err := tx.QueryRow(ctx, `
 UPDATE `+s.n.table+` SET finalized_until = $2, end_time = NULL, end_offset = NULL, query_id = NULL,
 	run_id = NULL, batch_id = NULL, sources = NULL, updated_at = now(), rewound_at = now(),
 	mark = NULL, marked_at = NULL, marks = 0
-WHERE table_name = $1`, r.Table, to); err != nil {
+WHERE table_name = $1
+RETURNING rewound_at`, r.Table, to).Scan(&rewoundAt); err != nil {
 			return err
 		}
 		// The feeders' watermarks go back with the table (ADR 0015):
@@ -209,7 +218,8 @@ RETURNING feeder`, r.Table, q, why)
 		}
 		payload, err := json.Marshal(rewindNotification{
 			Table: r.Table, FinalizedUntil: to.Format(time.RFC3339Nano), Rewound: true, ControlTable: s.n.display,
-			From: v.FinalizedUntil.Format(time.RFC3339Nano), // the reason is in the audit table: a payload must stay short
+			From:      v.FinalizedUntil.Format(time.RFC3339Nano), // the reason is in the audit table: a payload must stay short
+			RewoundAt: rewoundAt.UTC().Format(time.RFC3339Nano),
 		})
 		if err != nil {
 			return err

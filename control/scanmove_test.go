@@ -94,9 +94,9 @@ func TestGroupStatementsReadFast(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"sole":    {s.sql.sole, []any{c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads}},
-		"soleOne": {s.sql.soleOne, []any{c.tables[0], c.untils[0], c.ends[0], c.offsets[0], c.feeders[0], c.runs[0], c.batches[0], payload, c.srcs[0]}},
-		"advance": {s.sql.advance, []any{c.tables, c.feeders, c.names, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads}},
+		"sole":    {s.sql.sole, []any{c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads, c.knowns}},
+		"soleOne": {s.sql.soleOne, []any{c.tables[0], c.untils[0], c.ends[0], c.offsets[0], c.feeders[0], c.runs[0], c.batches[0], payload, c.srcs[0], c.knowns[0]}},
+		"advance": {s.sql.advance, []any{c.tables, c.feeders, c.names, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads, c.knowns}},
 		"settle":  {s.sql.settle, []any{c.tables, c.payloads}},
 	} {
 		rows, err := s.pool.Query(ctx, q.sql, q.args...)

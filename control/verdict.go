@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +27,14 @@ type Advance struct {
 	// order (provenance: which source an index meant when the verdict
 	// moved); nil is stored as SQL NULL.
 	Sources []string
+	// Guard is the table's rewind the sender knew of when it decided on
+	// this advance (see RewindGuard and KnownRewind): the statement moves
+	// nothing for it when the table was rewound since (its rewound_at is
+	// later), and its result is ErrBeforeRewind. The zero value guards
+	// nothing, for callers that judge no progress against rewinds (the
+	// bench's naive peer, tests, the CLI); a tracker always sets it,
+	// through KnownRewind, even when it knows of no rewind.
+	Guard RewindGuard
 
 	// detached: made by Detached or DetachedLike, so that a second
 	// Detached returns it as it is (a tracker detaches its advance once;
@@ -73,6 +82,86 @@ func (a Advance) DetachedLike(like *Advance) Advance {
 	}
 	a.QueryID, a.RunID = sameOrClone(a.QueryID, likeQuery), sameOrClone(a.RunID, likeRun)
 	return a
+}
+
+// RewindGuard is the rewind of its table an advance's sender knew of
+// (ADR 0019, addendum of 2026-12-06). Its zero value is "no guard": the
+// advance moves as it always did. KnownRewind makes a guard, and a
+// guard made from the zero time is not the zero value: it means "knew
+// of no rewind", and any rewind of the table refuses the advance. So a
+// tracker that never heard of a rewind cannot skip the check by
+// accident (a zero time read from an empty map is still a guard); only a
+// caller that writes no guard at all skips it. It is 16 bytes, kept with
+// the advance a tracker and ownership hold per run.
+type RewindGuard struct {
+	known int64 // the known rewind's rewound_at, Unix microseconds (PostgreSQL's precision); meaningful when set
+	set   bool
+}
+
+// KnownRewind is the guard of an advance decided on when its table's last
+// rewind known to the sender was at (the table's rewound_at as the control
+// table stores it: from a read of the row, a rewind's notification, a
+// refused advance's row); the zero time when it knew of none. The
+// statement refuses the advance when the table's rewound_at is later.
+func KnownRewind(at time.Time) RewindGuard {
+	if at.IsZero() {
+		return RewindGuard{set: true, known: noRewind}
+	}
+	return RewindGuard{set: true, known: at.UnixMicro()}
+}
+
+// noRewind is the known time of a guard that knew of no rewind: before
+// any time a timestamptz holds (see RewindGuard.sqlTime).
+const noRewind = math.MinInt64
+
+// Guarded reports whether g guards its advance (made by KnownRewind).
+func (g RewindGuard) Guarded() bool { return g.set }
+
+// Known returns the rewind g knew of, UTC; zero when it knew of none or
+// does not guard.
+func (g RewindGuard) Known() time.Time {
+	if !g.set || g.known == noRewind {
+		return time.Time{}
+	}
+	return time.UnixMicro(g.known).UTC()
+}
+
+// refuses reports whether a table rewound at rewoundAt (zero: never)
+// refuses an advance guarded by g: the table was rewound after what g
+// knew.
+func (g RewindGuard) refuses(rewoundAt time.Time) bool {
+	return g.set && !rewoundAt.IsZero() && (g.known == noRewind || rewoundAt.UnixMicro() > g.known)
+}
+
+// sqlTime is g as the statements take it: nil (SQL NULL) when g guards
+// nothing, else the known time; a guard that knew of no rewind is sent
+// as year 1, before any rewound_at (now() of a rewind's transaction).
+// Each statement moves nothing for a row whose rewound_at > it (NULL
+// compares as not refused).
+func (g RewindGuard) sqlTime() *time.Time {
+	if !g.set {
+		return nil
+	}
+	t := beforeAnyRewind
+	if g.known != noRewind {
+		t = time.UnixMicro(g.known).UTC()
+	}
+	return &t
+}
+
+// beforeAnyRewind is the time a guard that knew of no rewind is sent as.
+var beforeAnyRewind = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// later reports whether g knows of a later rewind than o (a guard that
+// guards nothing counts as the latest: it is never refused), for the
+// choice of one advance per feeder of a table in a batch.
+func (g RewindGuard) later(o RewindGuard) bool {
+	switch {
+	case !g.set || !o.set:
+		return !g.set && o.set
+	default:
+		return g.known > o.known
+	}
 }
 
 // sameOrClone returns like when it equals s, else a copy of s.
@@ -147,6 +236,13 @@ var (
 	// ErrInvalidTrack means a Track lacks its query id, run id or table, or
 	// its Spec is not JSON; nothing was written.
 	ErrInvalidTrack = errors.New("invalid track")
+	// ErrBeforeRewind means an advance guarded by the rewind its sender
+	// knew (Advance.Guard) was refused: the table was rewound since. It
+	// moved nothing; the result's Verdict is the table's row as the
+	// statement read it, its RewoundAt the rewind that refused it. The
+	// sender drops the advance (it was decided before that rewind and
+	// would undo it) and learns the rewind; retrying it is refused again.
+	ErrBeforeRewind = errors.New("advance decided before the table's last rewind (it would undo the rewind); not applied")
 	// ErrClosed means the Store was closed.
 	ErrClosed = errors.New("control store is closed")
 )

@@ -308,13 +308,19 @@ func (l *listener) dispatch(payload string) {
 		return
 	}
 	until, err := time.Parse(time.RFC3339Nano, n.FinalizedUntil)
+	note := Notification{Table: n.Table, FinalizedUntil: until.UTC(), Rewound: n.Rewound}
+	if n.RewoundAt != "" {
+		if at, perr := time.Parse(time.RFC3339Nano, n.RewoundAt); perr == nil {
+			note.RewoundAt = at.UTC()
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for w := range l.watchers {
 		if err != nil {
 			w.fn(Notification{})
 		} else {
-			w.fn(Notification{Table: n.Table, FinalizedUntil: until.UTC(), Rewound: n.Rewound})
+			w.fn(note)
 		}
 	}
 	for w := range l.waiters[n.Table] {
@@ -335,6 +341,11 @@ type Notification struct {
 	// Rewound is true when the move went back: an operator's rewind (see
 	// Store.Rewind), the one backward move there is.
 	Rewound bool
+	// RewoundAt is, on a rewind's notification, the rewound_at the rewind
+	// stored: what an advance decided after hearing it carries as known
+	// (Advance.Guard, KnownRewind). Zero on a move, and on a rewind
+	// announced by an earlier release.
+	RewoundAt time.Time
 	// Reconnected is true, on a Notification without a Table, when the
 	// LISTEN connection was (re)established; false when an announcement
 	// could not be read.
