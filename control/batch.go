@@ -132,7 +132,7 @@ func (s *Store) advanceAll(ctx context.Context, as []Advance, op string) ([]Adva
 			res[i].Err = b.failed[k]
 		case !b.applied[k] && batchErr != nil:
 			res[i].Err = batchErr
-		case ok && a.Guard.refuses(v.RewoundAt):
+		case ok && a.Guard.Refuses(v.RewoundAt):
 			// The statement read the row rewound after what the advance
 			// knew, and so moved nothing for it (a row sent for another
 			// advance of the feeder, which knew a later rewind, may have
@@ -328,7 +328,7 @@ func (s *Store) apply(ctx context.Context, b *batch, order []feederKey) error {
 				// rewound_at only grows). One the statement found
 				// rewound only once it waited for the row's lock goes
 				// on to the advance statement, which reads it rewound.
-				ok && b.as[b.rows[k].i].Guard.refuses(v.RewoundAt):
+				ok && b.as[b.rows[k].i].Guard.Refuses(v.RewoundAt):
 				done = append(done, k)
 			default:
 				rest = append(rest, k)

@@ -91,11 +91,15 @@ func (a Advance) DetachedLike(like *Advance) Advance {
 // of no rewind", and any rewind of the table refuses the advance. So a
 // tracker that never heard of a rewind cannot skip the check by
 // accident (a zero time read from an empty map is still a guard); only a
-// caller that writes no guard at all skips it. It is 16 bytes, kept with
+// caller that writes no guard at all skips it. It is one word, kept with
 // the advance a tracker and ownership hold per run.
 type RewindGuard struct {
-	known int64 // the known rewind's rewound_at, Unix microseconds (PostgreSQL's precision); meaningful when set
-	set   bool
+	// k is 0 for no guard, noRewind for a guard that knew of no rewind,
+	// else the known rewind's rewound_at in Unix microseconds
+	// (PostgreSQL's precision). A rewind at exactly the Unix epoch,
+	// which a rewind's now() never gives, is kept as one microsecond
+	// before it.
+	k int64
 }
 
 // KnownRewind is the guard of an advance decided on when its table's last
@@ -105,32 +109,35 @@ type RewindGuard struct {
 // statement refuses the advance when the table's rewound_at is later.
 func KnownRewind(at time.Time) RewindGuard {
 	if at.IsZero() {
-		return RewindGuard{set: true, known: noRewind}
+		return RewindGuard{k: noRewind}
 	}
-	return RewindGuard{set: true, known: at.UnixMicro()}
+	us := at.UnixMicro()
+	if us == 0 {
+		us = -1
+	}
+	return RewindGuard{k: us}
 }
 
-// noRewind is the known time of a guard that knew of no rewind: before
-// any time a timestamptz holds (see RewindGuard.sqlTime).
+// noRewind is the k of a guard that knew of no rewind.
 const noRewind = math.MinInt64
 
 // Guarded reports whether g guards its advance (made by KnownRewind).
-func (g RewindGuard) Guarded() bool { return g.set }
+func (g RewindGuard) Guarded() bool { return g.k != 0 }
 
 // Known returns the rewind g knew of, UTC; zero when it knew of none or
 // does not guard.
 func (g RewindGuard) Known() time.Time {
-	if !g.set || g.known == noRewind {
+	if g.k == 0 || g.k == noRewind {
 		return time.Time{}
 	}
-	return time.UnixMicro(g.known).UTC()
+	return time.UnixMicro(g.k).UTC()
 }
 
-// refuses reports whether a table rewound at rewoundAt (zero: never)
+// Refuses reports whether a table rewound at rewoundAt (zero: never)
 // refuses an advance guarded by g: the table was rewound after what g
-// knew.
-func (g RewindGuard) refuses(rewoundAt time.Time) bool {
-	return g.set && !rewoundAt.IsZero() && (g.known == noRewind || rewoundAt.UnixMicro() > g.known)
+// knew. It is the statements' check, for a fake of the store.
+func (g RewindGuard) Refuses(rewoundAt time.Time) bool {
+	return g.k != 0 && !rewoundAt.IsZero() && (g.k == noRewind || rewoundAt.UnixMicro() > g.k)
 }
 
 // sqlTime is g as the statements take it: nil (SQL NULL) when g guards
@@ -139,12 +146,12 @@ func (g RewindGuard) refuses(rewoundAt time.Time) bool {
 // Each statement moves nothing for a row whose rewound_at > it (NULL
 // compares as not refused).
 func (g RewindGuard) sqlTime() *time.Time {
-	if !g.set {
+	if g.k == 0 {
 		return nil
 	}
 	t := beforeAnyRewind
-	if g.known != noRewind {
-		t = time.UnixMicro(g.known).UTC()
+	if g.k != noRewind {
+		t = time.UnixMicro(g.k).UTC()
 	}
 	return &t
 }
@@ -157,10 +164,10 @@ var beforeAnyRewind = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
 // choice of one advance per feeder of a table in a batch.
 func (g RewindGuard) later(o RewindGuard) bool {
 	switch {
-	case !g.set || !o.set:
-		return !g.set && o.set
+	case g.k == 0 || o.k == 0:
+		return g.k == 0 && o.k != 0
 	default:
-		return g.known > o.known
+		return g.k > o.k
 	}
 }
 

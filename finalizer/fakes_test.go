@@ -3,6 +3,7 @@ package finalizer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"testing"
@@ -173,11 +174,15 @@ func (s *fakeStore) Advance(_ context.Context, a control.Advance) (control.Verdi
 		return control.Verdict{}, false, err
 	}
 	v, ok := s.rows[a.Table]
+	if ok && a.Guard.Refuses(v.RewoundAt) {
+		// As the statements do (ADR 0019, addendum of 2026-12-06).
+		return v, false, fmt.Errorf("advance %s: %w", a.Table, control.ErrBeforeRewind)
+	}
 	if ok && !a.FinalizedUntil.After(v.FinalizedUntil) {
 		return v, false, nil
 	}
 	v = control.Verdict{Table: a.Table, FinalizedUntil: a.FinalizedUntil, EndTime: a.EndTime, EndOffset: a.EndOffset,
-		QueryID: a.QueryID, RunID: a.RunID, BatchID: a.BatchID}
+		QueryID: a.QueryID, RunID: a.RunID, BatchID: a.BatchID, RewoundAt: v.RewoundAt}
 	s.rows[a.Table] = v
 	return v, true, nil
 }

@@ -227,6 +227,57 @@ func (t *Tracker) rewindAt(heard time.Time) time.Time {
 	return since
 }
 
+// knownRewind is the guard of an advance decided now: the table's last
+// rewind the host knows, as the control table stored it; a guard even
+// when it knows none (control.KnownRewind), so that a rewind this service
+// has not heard of refuses it too.
+func (t *Tracker) knownRewind() control.RewindGuard {
+	var at time.Time
+	if t.cfg.host != nil {
+		at = t.cfg.host.knownRewind()
+	}
+	return control.KnownRewind(at)
+}
+
+// learnRewind learns a rewind from v, the table's row as a statement that
+// refused one of this tracker's advances read it: the host knows it from
+// then on (the registry as if its notification had been heard: every
+// tracker of the table forgets what it wrote, and holds what was heard
+// before it), and this tracker forgets its last write and what it knew of
+// the verdict, as for a heard rewind (checkRewound).
+func (t *Tracker) learnRewind(v control.Verdict) {
+	if t.cfg.host != nil {
+		t.cfg.host.learnRewind(v)
+	}
+	t.rewinds.Add(1)
+	t.checkRewound()
+}
+
+// refusedByRewind drops an advance of cand (from ev) that the statement
+// refused (control.ErrBeforeRewind): the table was rewound after the
+// rewind the advance knew, one that committed while the statement waited
+// for the row's lock (behind a reader's) included. It would have undone
+// the rewind. It is counted and shown as a progress from before the
+// rewind is (before_rewind), the tracker learns the rewind from v, and
+// the run's next progress heard after it moves the verdict from the
+// rewound point.
+func (t *Tracker) refusedByRewind(v control.Verdict, cand progress.Candidate, ev *progress.Event) {
+	t.learnRewind(v)
+	t.movedLast = false
+	t.setHeld(outcomeBeforeRewind)
+	t.mu.Lock()
+	t.held = outcomeBeforeRewind + ": the advance to " + cand.Until.UTC().Format(time.RFC3339) +
+		" was refused by the control table: the table was rewound at " + v.RewoundAt.UTC().Format(time.RFC3339Nano) +
+		", after the progress was taken; the run's next progress moves the verdict"
+	failures := t.failures
+	t.failures, t.lastErr = 0, nil
+	t.mu.Unlock()
+	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
+	t.log.Info("an advance decided before the table's last rewind was refused by the control table (it would undo the rewind); dropped",
+		zap.Time("candidate", cand.Until), zap.Time("rewound_at", v.RewoundAt), zap.Int64("batch_id", ev.BatchID),
+		zap.Int("failures_before", failures))
+}
+
 // later returns the later of a and b.
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
@@ -351,13 +402,53 @@ func (t *Tracker) sign(ctx context.Context, kind, mark, msg string, fields ...za
 }
 
 // Rewound tells the trackers of table that an operator moved its verdict
-// back to until (finalizer rewind): each forgets what it wrote and knew, so
-// that its next candidate is written again from the rewound verdict. A
-// table of "" means any table may have been rewound (the notification
-// channel was down for a while): every tracker forgets, which costs one
-// no-op advance (a read) each at its next progress. It never blocks; call
-// it from control.Store.Watch.
-func (r *Registry) Rewound(table string, until time.Time) {
+// back to until (finalizer rewind), stored as rewound_at at (the
+// notification's, control.Notification.RewoundAt; zero when it carried
+// none): each forgets what it wrote and knew, so that its next candidate
+// is written again from the rewound verdict, and their advances carry at
+// as the rewind they know (Advance.Guard). A table of "" means any table
+// may have been rewound (the notification channel was down for a while):
+// every tracker forgets, which costs one no-op advance (a read) each at
+// its next progress. A rewind a tracker learnt already from a refused
+// advance (learnRewind) is not applied twice. It never blocks; call it
+// from control.Store.Watch.
+func (r *Registry) Rewound(table string, until, at time.Time) {
+	if table != "" && !at.IsZero() && !at.After(r.knownRewindOf(table)) {
+		r.log.Debug("rewind heard after a refused advance taught it; its trackers forgot their writes then",
+			zap.String("table", table), zap.Time("rewound_at", at))
+		return
+	}
+	r.rewind(table, until, at, false)
+}
+
+// learnRewind learns, from v, the row of table as a statement that
+// refused a tracker's advance read it (control.ErrBeforeRewind), a
+// rewind not known yet (its notification not heard, or not yet): as if
+// the notification had been heard. A rewind known already (the tracker's
+// advance was decided before its notification) is not applied again.
+// Two trackers refused at once may both apply it: a no-op advance more.
+func (r *Registry) learnRewind(table string, v control.Verdict) {
+	if v.RewoundAt.IsZero() || !v.RewoundAt.After(r.knownRewindOf(table)) {
+		return
+	}
+	r.rewind(table, v.FinalizedUntil, v.RewoundAt, true)
+}
+
+// knownRewindOf is table's rewound_at as last known (r.known); zero when
+// none.
+func (r *Registry) knownRewindOf(table string) time.Time {
+	if k := r.known.Load(); k != nil {
+		return (*k)[table]
+	}
+	return time.Time{}
+}
+
+// rewind is Rewound and learnRewind: the trackers of table ("" = of every
+// table) forget what they wrote, and the rewind is noted, at the service's
+// clock (the run holds, Tracker.rewindAt) and, when at is known, as the
+// stored rewound_at the trackers' advances carry from then on: in that
+// order (see noteKnown).
+func (r *Registry) rewind(table string, until, at time.Time, learnt bool) {
 	r.mu.RLock()
 	n := 0
 	for k, e := range r.trackers {
@@ -379,8 +470,16 @@ func (r *Registry) Rewound(table string, until time.Time) {
 	// Heard after the rewind's commit: no earlier than its rewound_at, so
 	// a progress posted before the rewind is never applied after it.
 	r.noteRewinds(map[string]time.Time{table: r.cfg.Clock.Now()})
+	if !at.IsZero() {
+		r.noteKnown(map[string]time.Time{table: at})
+	}
 	r.cfg.Metrics.Rewinds.Inc()
 	r.cfg.Metrics.SetVerdict(table, until)
+	if learnt {
+		r.log.Info("verdict rewound by an operator, learnt from an advance the control table refused (its notification not heard yet); the table's trackers start again from it",
+			zap.String("table", table), zap.Time("finalized_until", until), zap.Time("rewound_at", at), zap.Int("trackers", n))
+		return
+	}
 	r.log.Info("verdict rewound by an operator; the table's trackers start again from it",
 		zap.String("table", table), zap.Time("finalized_until", until), zap.Int("trackers", n))
 }

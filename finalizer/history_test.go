@@ -298,7 +298,7 @@ func TestRewoundTrackerWritesAgain(t *testing.T) {
 	r.bus.Publish(progressAt(queryA, runA, 1, r.clock.Now(), "2026-09-28T15:05:00"))
 	eventually(t, "the moves", func() bool { return len(r.store.Calls()) == 2 })
 	r.store.put(control.Verdict{Table: "t", FinalizedUntil: utc("2026-09-28T12:00:00Z"), UpdatedAt: r.clock.Now()}) // finalizer rewind
-	r.reg.Rewound("t", utc("2026-09-28T12:00:00Z"))
+	r.reg.Rewound("t", utc("2026-09-28T12:00:00Z"), time.Time{})
 	r.bus.Publish(progressAt(queryA, runA, 2, r.clock.Now().Add(time.Second), "2026-09-28T15:20:00"))
 	eventually(t, "the table advanced again", func() bool { return r.store.Verdict("t").Equal(utc("2026-09-28T15:00:00Z")) })
 	time.Sleep(50 * time.Millisecond)
@@ -342,7 +342,7 @@ func TestARewindClearsTheShownWriteAtOnce(t *testing.T) {
 		return written("t").Equal(utc("2026-09-28T15:00:00Z")) && written("other").Equal(utc("2026-09-28T15:00:00Z"))
 	})
 	r.store.put(control.Verdict{Table: "t", FinalizedUntil: utc("2026-09-28T12:00:00Z"), UpdatedAt: r.clock.Now()}) // finalizer rewind
-	r.reg.Rewound("t", utc("2026-09-28T12:00:00Z"))
+	r.reg.Rewound("t", utc("2026-09-28T12:00:00Z"), time.Time{})
 	if got := written("t"); !got.IsZero() {
 		t.Errorf("after the rewind the run's status shows written %s, from before it", got)
 	}

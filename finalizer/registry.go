@@ -283,6 +283,15 @@ func (e *entry) joinPending() bool { return e.r.joinPending(e.req.Table) }
 
 func (e *entry) rewindsPending() bool { return e.r.rereadServed.Load() < e.r.rereadAsked.Load() }
 
+func (e *entry) knownRewind() time.Time {
+	if k := e.r.known.Load(); k != nil {
+		return (*k)[e.req.Table]
+	}
+	return time.Time{}
+}
+
+func (e *entry) learnRewind(v control.Verdict) { e.r.learnRewind(e.req.Table, v) }
+
 func (e *entry) rewoundAt() (silent, since, latest time.Time) {
 	r := e.r
 	if rw := r.rewinds.Load(); rw != nil {
@@ -428,12 +437,23 @@ func (r *Registry) judgeSilence(ctx context.Context, req Request) (judged *map[s
 
 // noteRewinds records when tables were rewound, keeping the later time of
 // each; safe from any goroutine.
-func (r *Registry) noteRewinds(at map[string]time.Time) {
+func (r *Registry) noteRewinds(at map[string]time.Time) { noteLater(&r.rewinds, at) }
+
+// noteKnown records the tables' rewound_at as the control table stored
+// them (r.known), keeping the later of each; safe from any goroutine.
+// Record them after noteRewinds and the trackers' rewound: a tracker that
+// reads a rewind here (knownRewind, before it judges a progress) judges
+// its progress against it.
+func (r *Registry) noteKnown(at map[string]time.Time) { noteLater(&r.known, at) }
+
+// noteLater adds at to the map p points to (copied on write), keeping the
+// later time of each table.
+func noteLater(p *atomic.Pointer[map[string]time.Time], at map[string]time.Time) {
 	if len(at) == 0 {
 		return
 	}
 	for {
-		old := r.rewinds.Load()
+		old := p.Load()
 		next := make(map[string]time.Time, len(at)+1)
 		if old != nil {
 			for k, v := range *old {
@@ -445,7 +465,7 @@ func (r *Registry) noteRewinds(at map[string]time.Time) {
 				next[k] = v
 			}
 		}
-		if r.rewinds.CompareAndSwap(old, &next) {
+		if p.CompareAndSwap(old, &next) {
 			return
 		}
 	}
@@ -485,6 +505,7 @@ func (r *Registry) loadRewinds(ctx context.Context) bool {
 			return err
 		}
 		r.noteRewinds(at)
+		r.noteKnown(at)
 		return nil
 	}
 	b := backoff.NewExponentialBackOff(
@@ -665,8 +686,14 @@ type Registry struct {
 	// tracker applies no progress posted before its table's rewind
 	// (Tracker.beforeRewind). Both copied on write, read without a lock
 	// at every apply; nil while no table was rewound.
-	rewinds    atomic.Pointer[map[string]time.Time]
-	silent     atomic.Pointer[map[string]time.Time]
+	rewinds atomic.Pointer[map[string]time.Time]
+	silent  atomic.Pointer[map[string]time.Time]
+	// known maps each table an operator rewound to its rewound_at exactly
+	// as the control table stores it (from loadRewinds, a rewind's
+	// notification, or a refused advance's row): what the trackers'
+	// advances carry as the rewind they knew (Advance.Guard), which the
+	// statement checks against the row. Copied on write; nil while none.
+	known      atomic.Pointer[map[string]time.Time]
 	queue      []string // pending runs in arrival order
 	maxPending int
 	// rescan asks discovery to offer the runs the stream retains once

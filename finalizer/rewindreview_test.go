@@ -48,7 +48,7 @@ func TestAnIdleEventAfterARewindDoesNotApplyAFailedAdvanceFromBeforeIt(t *testin
 	})
 
 	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now())
-	r.reg.Rewound("t_a", utc("2026-09-28T14:00:00Z"))
+	r.reg.Rewound("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now())
 	r.clock.Advance(10 * time.Second)
 	time.Sleep(200 * time.Millisecond)
 	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {

@@ -173,7 +173,7 @@ func TestARewindHeardWhileATrackerStartsHoldsItsRun(t *testing.T) {
 		// The operator's rewind commits and is heard while the tracker
 		// subscribes; the catch-up then offers the run's last progress.
 		r.store.rewind("t_c", utc("2026-09-28T14:00:00Z"), r.clock.Now())
-		r.reg.Rewound("t_c", utc("2026-09-28T14:00:00Z"))
+		r.reg.Rewound("t_c", utc("2026-09-28T14:00:00Z"), r.clock.Now())
 		last := cdcProgress(runID, "2026-09-28T18:10:00")
 		last.Timestamp = posted
 		box.OfferRetained(last)
@@ -222,7 +222,7 @@ func TestARewindHoldsARunningTrackersPendingProgress(t *testing.T) {
 	})
 
 	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now())
-	r.reg.Rewound("t_a", utc("2026-09-28T14:00:00Z"))
+	r.reg.Rewound("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now())
 	r.clock.Advance(time.Second) // the retry
 	eventually(t, "the retry taken", func() bool {
 		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||

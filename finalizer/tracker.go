@@ -324,6 +324,20 @@ type runHost interface {
 	// the rewind came after the start was judged, in latest always; zero
 	// otherwise (see Tracker.rewindAt).
 	rewoundAt() (silent, since, latest time.Time)
+	// knownRewind is the tracker's table's last rewind this service
+	// knows of, as the control table stored it (rewound_at: from a
+	// recovery's or a re-read's read of the rows, a rewind's
+	// notification, or a refused advance's row); zero when none. Every
+	// advance carries it (control.KnownRewind), read before the progress
+	// is judged against the rewinds: the statement refuses the advance
+	// when the table was rewound since (ADR 0019, addendum of
+	// 2026-12-06).
+	knownRewind() time.Time
+	// learnRewind is told the table's row as a statement that refused
+	// one of the tracker's advances read it (control.ErrBeforeRewind):
+	// its rewind, when not known yet, is then known as if its
+	// notification had been heard.
+	learnRewind(v control.Verdict)
 }
 
 // errJoinPending fails an advance while the table waits for another
@@ -344,10 +358,13 @@ func (t *Tracker) notifier() *listener.Notifier {
 	return t.cfg.host.notifier(t)
 }
 
-// funcHost is a runHost of a TrackerConfig's OnStart and CatchUp.
+// funcHost is a runHost of a TrackerConfig's OnStart and CatchUp, and
+// the host of a tracker without a registry: it knows the rewinds its
+// tracker's refused advances taught it.
 type funcHost struct {
 	onStart  func(at time.Time, exact bool)
 	catchUpF func(ctx context.Context) error
+	known    atomic.Int64 // the latest rewind learnt, Unix µs; 0 when none
 }
 
 func (h *funcHost) started(at time.Time, exact bool) {
@@ -373,6 +390,26 @@ func (h *funcHost) rewindsPending() bool { return false }
 
 func (h *funcHost) rewoundAt() (silent, since, latest time.Time) {
 	return time.Time{}, time.Time{}, time.Time{}
+}
+
+func (h *funcHost) knownRewind() time.Time {
+	if us := h.known.Load(); us != 0 {
+		return time.UnixMicro(us).UTC()
+	}
+	return time.Time{}
+}
+
+func (h *funcHost) learnRewind(v control.Verdict) {
+	if v.RewoundAt.IsZero() {
+		return
+	}
+	us := v.RewoundAt.UnixMicro()
+	for {
+		old := h.known.Load()
+		if old >= us || h.known.CompareAndSwap(old, us) {
+			return
+		}
+	}
 }
 
 // Notify schedules the tracker, or only stamps its status
@@ -454,7 +491,9 @@ func initTracker(t *Tracker, cfg TrackerConfig, sh *trackerShared) {
 		QueryName: cfg.QueryName, Retire: cfg.Retire, host: cfg.host,
 		trackerShared: sh,
 	}
-	if t.cfg.host == nil && (cfg.OnStart != nil || cfg.CatchUp != nil) {
+	if t.cfg.host == nil {
+		// Also without OnStart and CatchUp: the host keeps the rewinds
+		// the tracker learns from its refused advances.
 		t.cfg.host = &funcHost{onStart: cfg.OnStart, catchUpF: cfg.CatchUp}
 	}
 	t.start = sh.Clock.Now()
@@ -972,6 +1011,10 @@ func (t *Tracker) finalCatchUp(ctx context.Context, pending *progress.Event) *pr
 func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 	m := t.cfg.Metrics
 	t.heldByQuiet = false
+	// Read before the progress is judged against the rewinds: a rewind
+	// known after this read is either judged below or refuses the
+	// advance in the statement.
+	guard := t.knownRewind()
 	t.checkRewound()
 	if t.beforeRewind(ev) {
 		return true
@@ -1008,7 +1051,7 @@ func (t *Tracker) apply(ctx context.Context, ev *progress.Event) bool {
 	t.checkSource(ctx, ev)
 	t.checkBehind(ctx, ev, cand)
 	known := t.hist.known
-	if !t.write(ctx, cand, ev) {
+	if !t.write(ctx, cand, ev, guard) {
 		if t.parked != nil {
 			t.parked.known = known
 		}
@@ -1030,9 +1073,12 @@ func (t *Tracker) wroteFirst(ctx context.Context, known bool, cand progress.Cand
 }
 
 // write advances the verdict to cand when it is later than the last one
-// written; ev gives the provenance. It reports false when the advance
-// failed after its retries.
-func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progress.Event) bool {
+// written; ev gives the provenance, guard the table's rewind known before
+// the candidate was judged (knownRewind). It reports false when the
+// advance failed after its retries; true when it was written, not
+// needed, or refused because the table was rewound since (then dropped,
+// and the tracker learnt the rewind: refusedByRewind).
+func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progress.Event, guard control.RewindGuard) bool {
 	m := t.cfg.Metrics
 	if !t.written.IsZero() && !cand.Until.After(t.written) {
 		m.candidate("same_period").Inc()
@@ -1048,6 +1094,7 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 		RunID:          ev.RunID,
 		BatchID:        ev.BatchID,
 		Sources:        descriptions(ev),
+		Guard:          guard,
 	}
 	// Detached once, here: the tracker keeps it for a re-assert and
 	// ownership keeps it as the feeder's held advance, both without the
@@ -1093,6 +1140,10 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 // reports whether it succeeded.
 func (t *Tracker) wrote(ctx context.Context, adv control.Advance, cand progress.Candidate, ev *progress.Event,
 	verdict control.Verdict, moved bool, err error) bool {
+	if errors.Is(err, control.ErrBeforeRewind) {
+		t.refusedByRewind(verdict, cand, ev)
+		return true
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			t.log.Warn("advance abandoned at shutdown; the run's retained progress re-applies it on the next start",
@@ -1188,6 +1239,15 @@ func (t *Tracker) reassertLast(ctx context.Context) bool {
 	m := t.cfg.Metrics
 	v, moved, err := t.advance(ctx, *t.lastAdv)
 	switch {
+	case errors.Is(err, control.ErrBeforeRewind):
+		// Its write came before a rewind this tracker had not heard of:
+		// re-asserting it would undo the rewind, and the statement
+		// refused it. Learnt as a heard rewind is.
+		m.Reasserts.WithLabelValues("unchanged").Inc()
+		t.log.Info("re-assert of the last write refused: the table was rewound since; not re-asserted",
+			zap.Time("last_write", t.lastAdv.FinalizedUntil), zap.Time("rewound_at", v.RewoundAt))
+		t.learnRewind(v)
+		return true
 	case err != nil:
 		m.Reasserts.WithLabelValues("failed").Inc()
 		if ctx.Err() == nil {
@@ -1230,6 +1290,7 @@ func (t *Tracker) applyQuiet(ctx context.Context) {
 		t.log.Debug("quiet signal not used while the newest progress is held", zap.String("guard", t.heldBy))
 		return
 	}
+	guard := t.knownRewind() // before the judgment, as in apply
 	if t.quietBeforeRewind(at, sig) {
 		t.quietAt, t.quietSig = time.Time{}, ""
 		return
@@ -1269,10 +1330,13 @@ func (t *Tracker) applyQuiet(ctx context.Context) {
 		end = c.EndOffset
 	}
 	cand := progress.Candidate{Until: until, Time: at.Add(-t.cfg.Spec.QuietAfter).UTC(), Source: t.cfg.Spec.Source, EndOffset: end}
-	if !t.write(ctx, cand, ev) {
+	if !t.write(ctx, cand, ev, guard) {
 		return
 	}
 	t.quietAt, t.quietSig = time.Time{}, ""
+	if t.written.IsZero() {
+		return // refused: the table was rewound since the signal was judged (refusedByRewind)
+	}
 	if !t.written.Equal(until) && t.written.After(until) {
 		return // another writer was already past it
 	}

@@ -256,3 +256,59 @@ func TestFallbackAfterAReconnectWritesOnlyWhatTheTableMissed(t *testing.T) {
 		t.Fatalf("%d held advances still unreached", len(w.unreached))
 	}
 }
+
+// rewoundStore is a control table whose table "t" was rewound at
+// rewoundAt after its rows were listed (List shows no rewind: the doubt
+// check's read came before it), and whose statements refuse a guarded
+// advance that knew an earlier rewind, as control's do.
+type rewoundStore struct {
+	fakeStore
+	rewoundAt time.Time
+}
+
+func (r *rewoundStore) AdvanceBatch(ctx context.Context, as []control.Advance) ([]control.AdvanceResult, error) {
+	r.batches = append(r.batches, append([]control.Advance(nil), as...))
+	res := make([]control.AdvanceResult, len(as))
+	for i, a := range as {
+		v := control.Verdict{Table: a.Table, FinalizedUntil: a.FinalizedUntil, RewoundAt: r.rewoundAt}
+		if a.Guard.Refuses(r.rewoundAt) {
+			res[i] = control.AdvanceResult{Verdict: v, Err: control.ErrBeforeRewind}
+			continue
+		}
+		res[i] = control.AdvanceResult{Verdict: v, Moved: true}
+	}
+	return res, nil
+}
+
+// TestAHeldAdvanceRefusedByARewindIsDropped (ADR 0019, addendum of
+// 2026-12-06): a held advance written again at a reconnect carries the
+// rewind its tracker knew; when the table was rewound after the doubt
+// check's read of the rows, the statement refuses it, and the held
+// advance is dropped (not written again at every poll), with no error
+// for the write.
+func TestAHeldAdvanceRefusedByARewindIsDropped(t *testing.T) {
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	a := control.Advance{Table: "t", QueryID: "q", FinalizedUntil: base, Guard: control.KnownRewind(time.Time{})}
+	fs := &rewoundStore{rewoundAt: base.Add(time.Hour)}
+	w := New(Options{Table: control.DefaultTable, Store: fs, Buckets: 4, Grace: time.Hour, Forget: time.Hour})
+	w.hold(a, time.Now())
+	ownAll(w)
+	w.Reconnected()
+	w.mu.Lock()
+	as := []control.Advance{w.heldOf("t", "q").a}
+	epoch := w.epoch
+	w.mu.Unlock()
+	if err := w.write(context.Background(), as, true, "flush", epoch); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if len(fs.batches) != 1 || fs.batches[0][0].Guard != a.Guard {
+		t.Fatalf("wrote %v, want the held advance with its tracker's guard", fs.batches)
+	}
+	w.mu.Lock()
+	h := w.heldOf("t", "q")
+	w.mu.Unlock()
+	if h != nil {
+		t.Error("the refused held advance is still held")
+	}
+	checkIndex(t, w, "after the refusal")
+}

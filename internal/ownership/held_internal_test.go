@@ -95,8 +95,11 @@ func TestHeldMemory(t *testing.T) {
 		}
 	})
 	t.Logf("%.0f bytes of heap per held table", per)
-	if per > 300 {
-		t.Errorf("ownership holds %.0f bytes per table: want at most 300", per)
+	// 300 until the advance carried its rewind guard (8 bytes, ADR 0019
+	// addendum of 2026-12-06), which takes a held advance from the
+	// 208-byte size class to the 224-byte one.
+	if per > 316 {
+		t.Errorf("ownership holds %.0f bytes per table: want at most 316", per)
 	}
 	runtime.KeepAlive(as)
 	runtime.KeepAlive(w)

@@ -726,8 +726,12 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 	}
 	// Only what is still held as it was collected: one a rewind dropped
 	// since (Rewound) would undo the rewind; one replaced by a newer is
-	// written by the newer's own path. (A statement in flight when the
-	// rewind comes is not stopped, as a tracker's is not.)
+	// written by the newer's own path. A statement in flight when the
+	// rewind comes, or a held advance whose rewind the rows read above
+	// do not show yet, is refused by the statement itself: each carries
+	// the rewind its tracker knew (Advance.Guard), and one the table was
+	// rewound after moves nothing (control.ErrBeforeRewind; dropped
+	// below).
 	w.mu.Lock()
 	kept := as[:0]
 	for _, a := range as {
@@ -745,7 +749,18 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 	}
 	moved := 0
 	w.mu.Lock()
+	refused := 0
 	for i, r := range res {
+		if errors.Is(r.Err, control.ErrBeforeRewind) {
+			// Decided before a rewind of its table: writing it again
+			// would be refused again. The tracker's next progress is
+			// held anew.
+			if h := w.heldOf(as[i].Table, as[i].QueryID); h != nil && h.a.FinalizedUntil.Equal(as[i].FinalizedUntil) {
+				w.dropLocked(as[i].Table, as[i].QueryID)
+			}
+			refused++
+			continue
+		}
 		if r.Err != nil {
 			continue
 		}
@@ -762,6 +777,10 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 	w.mu.Unlock()
 	w.m.written.WithLabelValues(why).Add(float64(len(as)))
 	w.m.moved.WithLabelValues(why).Add(float64(moved))
+	if refused > 0 {
+		w.log.Info("ownership: held advances older than their tables' rewinds were refused by the control table; dropped",
+			zap.String("why", why), zap.Int("advances", refused))
+	}
 	if why == "fallback" && moved > 0 {
 		w.log.Warn("ownership: held advances the owner of their tables did not write within the grace were written by this replica (does the owner track these runs?)",
 			zap.Int("advances", len(as)), zap.Int("moved", moved), zap.Duration("grace", w.o.Grace))
@@ -769,11 +788,23 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 		w.log.Debug("ownership: held advances written", zap.String("why", why), zap.Int("advances", len(as)), zap.Int("moved", moved))
 	}
 	for _, r := range res {
-		if r.Err != nil && !errors.Is(r.Err, control.ErrInvalidAdvance) {
+		if r.Err != nil && !errors.Is(r.Err, control.ErrInvalidAdvance) && !errors.Is(r.Err, control.ErrBeforeRewind) {
 			return r.Err
 		}
 	}
 	return nil
+}
+
+// refused drops a's held advance when its statement refused it
+// (control.ErrBeforeRewind): it was decided before a rewind of its
+// table, which writing it would undo, and writing it again (a reconnect,
+// a takeover, the fallback) would be refused again.
+func (w *Owner) refused(a control.Advance) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.heldOf(a.Table, a.QueryID); h != nil && h.a.FinalizedUntil.Equal(a.FinalizedUntil) {
+		w.dropLocked(a.Table, a.QueryID)
+	}
 }
 
 // forget drops held advances known reached long ago. It walks every

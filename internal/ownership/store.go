@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/finalizer-dev/finalizer/control"
@@ -36,6 +37,8 @@ func (s *Store) Advance(ctx context.Context, a control.Advance) (control.Verdict
 	v, moved, err := s.Store.Advance(ctx, a)
 	if err == nil {
 		s.o.reached(a, v, epoch)
+	} else if errors.Is(err, control.ErrBeforeRewind) {
+		s.o.refused(a)
 	}
 	s.o.sent(a)
 	return v, moved, err
@@ -90,6 +93,8 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []control.Advance) ([]contr
 		for i, r := range got {
 			if r.Err == nil {
 				s.o.reached(as[i], r.Verdict, epoch)
+			} else if errors.Is(r.Err, control.ErrBeforeRewind) {
+				s.o.refused(as[i])
 			}
 		}
 		return got, err
@@ -106,6 +111,8 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []control.Advance) ([]contr
 			res[i] = got[j]
 			if got[j].Err == nil {
 				s.o.reached(send[j], got[j].Verdict, epoch)
+			} else if errors.Is(got[j].Err, control.ErrBeforeRewind) {
+				s.o.refused(send[j])
 			}
 		} else {
 			res[i].Err = err

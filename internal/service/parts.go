@@ -356,7 +356,7 @@ func (s *Service) watchReconnects() error {
 			if owner != nil {
 				owner.Rewound(n.Table)
 			}
-			registry.Rewound(n.Table, n.FinalizedUntil)
+			registry.Rewound(n.Table, n.FinalizedUntil, n.RewoundAt)
 			return
 		}
 		if n.Table != "" {
