@@ -82,7 +82,8 @@ func BenchmarkGroupCommit(b *testing.B) {
 			as[t] = Advance{Table: fmt.Sprintf("g.t%04d", t), QueryID: fmt.Sprintf("3f1c2a6e-0000-4000-8000-%012d", t),
 				RunID: fmt.Sprintf("9a8b7c6d-0000-4000-8000-%012d", t), FinalizedUntil: until, EndTime: until.Add(3 * time.Second), BatchID: int64(i),
 				EndOffset: []byte(`{"lsn":"0x00000027000000020007","commit_ts":"2026-12-01T00:01:02.123456"}`),
-				Sources:   []string{fmt.Sprintf("SqlServerCdc[dbo.orders_%d]", t)}}
+				Sources:   []string{fmt.Sprintf("SqlServerCdc[dbo.orders_%d]", t)},
+				Guard:     KnownRewind(time.Time{})} // guarded, as a tracker's advance is (ADR 0019, 2026-12-06)
 		}
 		return as
 	}
