@@ -54,10 +54,12 @@ advance cannot undo it), retires the feeders named by --retire-feeder (after a c
 reset, the old query id: it will never report again and would hold the table at TS),
 clears the table's mark and the provenance of the last move,
 records who, when, from, to and why in the audit table (<control table>_audit), and sends
-the usual notification on finalizer_verdict with "rewound": true and "from". is-final, wait
-and SQL readers see the new verdict at once; the service's trackers of the table start
-again from TS (their next candidates move it forward as usual). A rewind holds only until a
-tracked run reports progress beyond TS: rewind once the old query has stopped.
+the usual notification on finalizer_verdict with "rewound": true, "from" and "rewound_at".
+is-final, wait and SQL readers see the new verdict at once; the service's trackers of the
+table start again from TS (their next candidates move it forward as usual), and an advance
+they decided before the rewind, even one waiting for the row's lock when it commits, moves
+nothing. A rewind holds only until a tracked run reports progress beyond TS: rewind once the
+old query has stopped.
 
 Downstream jobs that consumed a period ending after TS must run again for it: a job that
 LISTENs on finalizer_verdict sees the flag; the audit table lists every rewind.
