@@ -23,7 +23,10 @@ func TestAnAdvanceRefusedByARewindIsDroppedAndTheNextMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.track(t, runA, "t_a")
-	r.publishApplied(t, runA, "t_a", "2026-09-28T16:10:00", r.clock.Now(), "2026-09-28T16:00:00Z")
+	// Batch ids of their own: cdcProgress's grow across the package's
+	// tests, and the mailbox drops a progress older than the last.
+	r.bus.Publish(progressAt(queryA, runA, 6, r.clock.Now(), "2026-09-28T16:10:00"))
+	eventually(t, "t_a at 16:00", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T16:00:00Z")) })
 	if calls := r.store.Calls(); !calls[0].Guard.Guarded() || !calls[0].Guard.Known().IsZero() {
 		t.Fatalf("a tracker that knew of no rewind sent %+v: want a guard that knew none", calls[0].Guard)
 	}
