@@ -414,11 +414,38 @@ func (t *Tracker) sign(ctx context.Context, kind, mark, msg string, fields ...za
 // from control.Store.Watch.
 func (r *Registry) Rewound(table string, until, at time.Time) {
 	if table != "" && !at.IsZero() && !at.After(r.knownRewindOf(table)) {
-		r.log.Debug("rewind heard after a refused advance taught it; its trackers forgot their writes then",
-			zap.String("table", table), zap.Time("rewound_at", at))
+		// Known already: learnt from a refused advance, or read from
+		// the rows (a recovery, a re-read) before its notification came.
+		// Its trackers forget what they wrote (a write from before the
+		// rewind would make their next candidates "same period"), and
+		// nothing more: the runs were judged against it already.
+		n := r.forgetWrites(table)
+		r.log.Debug("rewind heard that was known already; the table's trackers forget their writes",
+			zap.String("table", table), zap.Time("rewound_at", at), zap.Int("trackers", n))
 		return
 	}
 	r.rewind(table, until, at, false)
+}
+
+// forgetWrites has the trackers of table ("" = of every table) forget
+// what they wrote and knew (Tracker.rewound), and returns how many.
+func (r *Registry) forgetWrites(table string) int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := 0
+	for k, e := range r.trackers {
+		if table != "" && k.table != table {
+			continue
+		}
+		if !e.ready.closed() {
+			continue // starting: it has written nothing yet
+		}
+		if e.t != nil {
+			e.t.rewound()
+			n++
+		}
+	}
+	return n
 }
 
 // learnRewind learns, from v, the row of table as a statement that
@@ -449,21 +476,7 @@ func (r *Registry) knownRewindOf(table string) time.Time {
 // stored rewound_at the trackers' advances carry from then on: in that
 // order (see noteKnown).
 func (r *Registry) rewind(table string, until, at time.Time, learnt bool) {
-	r.mu.RLock()
-	n := 0
-	for k, e := range r.trackers {
-		if table != "" && k.table != table {
-			continue
-		}
-		if !e.ready.closed() {
-			continue // starting: it has written nothing yet
-		}
-		if e.t != nil {
-			e.t.rewound()
-			n++
-		}
-	}
-	r.mu.RUnlock()
+	n := r.forgetWrites(table)
 	if table == "" {
 		return
 	}
