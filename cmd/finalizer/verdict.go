@@ -181,7 +181,7 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 // wait use to ask the service whether a tracker writes a table.
 func addMissingFlags(fs *pflag.FlagSet, allow *bool, httpURL, httpToken *string) {
 	fs.BoolVar(allow, "allow-missing", false, "a table with no verdict and nothing that could write one is not final yet, not exit 3")
-	fs.StringVar(httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, asked whether a tracker writes a table without a verdict ("" to skip; default: the --config file's http.listen when given)`)
+	fs.StringVar(httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, asked whether a tracker writes a table without a verdict; "" skips it; with --config and no --http-url, the file's http.listen; else`)
 	fs.StringVar(httpToken, "http-token", "", "bearer token of the service's HTTP API (prefer FINALIZER_HTTP_TOKEN)")
 }
 
@@ -496,7 +496,7 @@ service could write (a typo: the nearest known name is suggested).`,
 	fs := cmd.Flags()
 	fs.StringVar(&table, "table", "", "show only this table")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
-	fs.StringVar(&httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, for tracked runs ("" to skip; default: the --config file's http.listen when given)`)
+	fs.StringVar(&httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, for tracked runs; "" skips it; with --config and no --http-url, the file's http.listen; else`)
 	fs.StringVar(&httpToken, "http-token", "", "bearer token of the service's HTTP API (prefer FINALIZER_HTTP_TOKEN)")
 	addPostgresClientFlags(fs)
 	return cmd
