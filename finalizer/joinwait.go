@@ -87,6 +87,41 @@ func (r *Registry) JoinWaits() []JoinWait {
 	return out
 }
 
+// HeldBy says, in words, why a table waits for w: "held until query Q
+// (run R) joins its feeders (waiting since T; retried: ERR)". The CLI's
+// status, the HTTP API's held_by and the status page all say it so.
+func (w JoinWait) HeldBy() string {
+	who := "query " + shortQuery(w.QueryID)
+	if w.QueryName != "" {
+		who = "query " + w.QueryName
+	}
+	if w.RunID != "" {
+		who += " (run " + shortID(w.RunID) + ")"
+	}
+	s := fmt.Sprintf("held until %s joins its feeders (waiting since %s; retried", who, w.Since.UTC().Format(time.RFC3339))
+	if w.LastError != "" {
+		s += ": " + w.LastError
+	}
+	return s + ")"
+}
+
+// shortID is the first 8 characters of an id, as operators read run ids.
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// shortQuery is a query id as HeldBy prints it: a UUID shortened like a
+// run id, any other id (a name-like one) whole.
+func shortQuery(id string) string {
+	if len(id) == 36 && id[8] == '-' && id[13] == '-' && id[18] == '-' && id[23] == '-' {
+		return shortID(id)
+	}
+	return id
+}
+
 // joinPending reports whether table waits for a feeder join that did not
 // succeed (joinLater, joinEarlyLater). A tracker of the table advances
 // only once it joined: the table's other feeders' advances would

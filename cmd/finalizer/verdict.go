@@ -349,25 +349,9 @@ func attachJoinWaits(tables []tableStatus, waits []finalizer.JoinWait) {
 		t := &tables[i]
 		if ws := of[t.Table]; len(ws) > 0 {
 			t.JoinWaits = ws
-			t.HeldBy = joinWaitHeldBy(ws[0])
+			t.HeldBy = ws[0].HeldBy()
 		}
 	}
-}
-
-// joinWaitHeldBy says why a table waits for a feeder's join.
-func joinWaitHeldBy(w finalizer.JoinWait) string {
-	who := "query " + shortFeeder(w.QueryID)
-	if w.QueryName != "" {
-		who = "query " + w.QueryName
-	}
-	if w.RunID != "" {
-		who += " (run " + short(w.RunID) + ")"
-	}
-	s := fmt.Sprintf("held until %s joins its feeders (waiting since %s; retried", who, w.Since.UTC().Format(time.RFC3339))
-	if w.LastError != "" {
-		s += ": " + w.LastError
-	}
-	return s + ")"
 }
 
 // tableStatuses joins verdicts, feeders (every table's) and runs: a table
@@ -530,7 +514,7 @@ func joinWaitsWithoutTables(ctx context.Context, stdout io.Writer, base, token, 
 	if len(shown) > 0 {
 		fmt.Fprintln(stdout, "the control table cannot be read; the service says these tables wait for a new feeder's join:")
 		for _, w := range shown {
-			fmt.Fprintf(stdout, "%s is %s\n", w.Table, joinWaitHeldBy(w))
+			fmt.Fprintf(stdout, "%s is %s\n", w.Table, w.HeldBy())
 		}
 	}
 	return usageError(err)

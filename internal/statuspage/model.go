@@ -155,23 +155,6 @@ func holdsBack(v control.Verdict, runs []runRow, feeders []control.Feeder) (stat
 	}
 }
 
-// joinWaitWhy says, in words, that a table waits for a new feeder's join
-// (finalizer.Registry.JoinWaits).
-func joinWaitWhy(w finalizer.JoinWait) string {
-	who := "query " + short(w.QueryID)
-	if w.QueryName != "" {
-		who = "query " + w.QueryName
-	}
-	if w.RunID != "" {
-		who += " (run " + short(w.RunID) + ")"
-	}
-	s := fmt.Sprintf("held until %s joins its feeders (waiting since %s; retried", who, fmtTime(w.Since))
-	if w.LastError != "" {
-		s += ": " + w.LastError
-	}
-	return s + ")"
-}
-
 // fmtLastEvent prints a run's last event: its time, or, when nothing was
 // heard live since its tracker started (a restart read its events from
 // the stream), that it was heard of by none since then.

@@ -87,7 +87,7 @@ func (p *Page) refresh(read bool) {
 		if w, ok := waits[v.Table]; ok && v.Mark == "" {
 			// Its trackers do not advance it before the new feeder
 			// joined: that, not its runs, holds it back.
-			state, why = TableHeld, joinWaitWhy(w)
+			state, why = TableHeld, w.HeldBy()
 		}
 		ms := p.hist.moves(v.Table)
 		r := tableRow{Table: v.Table, Until: v.FinalizedUntil, UpdatedAt: v.UpdatedAt, RunID: v.RunID, BatchID: v.BatchID,
