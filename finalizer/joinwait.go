@@ -64,26 +64,81 @@ type JoinWait struct {
 
 // JoinWaits returns the feeder joins the tables wait for, by table, then
 // in the order they began: an operator's answer to why a table does not
-// move (finalizer status, the metrics' finalizer_join_waiting_tables).
+// move (finalizer status, /v1/runs). It sorts the tables' names; a
+// caller that looks the waits up by table takes JoinWaitsByTable or
+// JoinWaitsOf instead, which sort nothing.
 func (r *Registry) JoinWaits() []JoinWait {
+	by := r.JoinWaitsByTable()
+	if len(by) == 0 {
+		return nil
+	}
+	tables := make([]string, 0, len(by))
+	n := 0
+	for table, ws := range by {
+		tables = append(tables, table)
+		n += len(ws)
+	}
+	slices.Sort(tables)
+	out := make([]JoinWait, 0, n)
+	for _, table := range tables {
+		out = append(out, by[table]...)
+	}
+	return out
+}
+
+// JoinWaitsByTable returns the feeder joins each table waits for, in the
+// order they began (the order joinLoop tries them in), nil while none
+// waits: what a listing of tables attaches to each row (/v1/tables, the
+// status page). Lock-free while no join waits.
+func (r *Registry) JoinWaitsByTable() map[string][]JoinWait {
 	if r.waitingJoins.Load() == 0 {
 		return nil
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	var out []JoinWait
-	for table, ws := range r.joining {
-		for _, w := range ws {
-			jw := JoinWait{Table: table, QueryID: w.req.QueryID, QueryName: w.req.QueryName, RunID: w.req.RunID, Since: w.since}
-			if w.err != nil {
-				jw.LastError = w.err.Error()
-			}
-			out = append(out, jw)
-		}
+	n := 0
+	for _, ws := range r.joining {
+		n += len(ws)
 	}
-	slices.SortStableFunc(out, func(a, b JoinWait) int {
-		return cmp.Or(cmp.Compare(a.Table, b.Table), a.Since.Compare(b.Since))
-	})
+	all := make([]JoinWait, 0, n) // one array for every table's
+	out := make(map[string][]JoinWait, len(r.joining))
+	for table, ws := range r.joining {
+		i := len(all)
+		all = appendJoinWaits(all, table, ws)
+		out[table] = all[i:len(all):len(all)]
+	}
+	return out
+}
+
+// JoinWaitsOf returns the feeder joins table waits for, in the order they
+// began; nil when it waits for none. Lock-free while no join waits.
+func (r *Registry) JoinWaitsOf(table string) []JoinWait {
+	if r.waitingJoins.Load() == 0 {
+		return nil
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return joinWaitsOf(table, r.joining[table])
+}
+
+// joinWaitsOf copies ws, table's waits, for a caller. r.mu held.
+func joinWaitsOf(table string, ws []*joinWait) []JoinWait {
+	if len(ws) == 0 {
+		return nil
+	}
+	return appendJoinWaits(make([]JoinWait, 0, len(ws)), table, ws)
+}
+
+// appendJoinWaits appends the copies of ws, table's waits, to out. r.mu
+// held.
+func appendJoinWaits(out []JoinWait, table string, ws []*joinWait) []JoinWait {
+	for _, w := range ws {
+		jw := JoinWait{Table: table, QueryID: w.req.QueryID, QueryName: w.req.QueryName, RunID: w.req.RunID, Since: w.since}
+		if w.err != nil {
+			jw.LastError = w.err.Error()
+		}
+		out = append(out, jw)
+	}
 	return out
 }
 

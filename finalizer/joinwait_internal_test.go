@@ -1,9 +1,64 @@
 package finalizer
 
 import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
+
+// waitingRegistry is a registry holding only join waits: tables waits
+// tables, each with per waits, the first of each failed.
+func waitingRegistry(tables, per int) *Registry {
+	r := &Registry{joining: map[string][]*joinWait{}}
+	at := time.Date(2026, 9, 28, 14, 30, 0, 0, time.UTC)
+	for i := range tables {
+		table := fmt.Sprintf("silver.t%05d", tables-i) // made in reverse order
+		for j := range per {
+			w := &joinWait{req: Request{Table: table, QueryID: fmt.Sprintf("q%d", j), RunID: fmt.Sprintf("run-%d-%d", i, j)},
+				since: at.Add(time.Duration(j) * time.Second)}
+			if j == 0 {
+				w.err = errors.New("join feeder: postgresql unavailable")
+			}
+			r.joining[table] = append(r.joining[table], w)
+		}
+	}
+	r.waitingJoins.Store(int32(len(r.joining)))
+	return r
+}
+
+// The listing is ordered by table, then in the order the waits began;
+// by table and of one table, each table's waits keep that order, unsorted.
+func TestJoinWaitsByTableAndOfOneTable(t *testing.T) {
+	r := waitingRegistry(3, 2)
+	all := r.JoinWaits()
+	if len(all) != 6 || !slices.IsSortedFunc(all, func(a, b JoinWait) int {
+		return cmp.Or(cmp.Compare(a.Table, b.Table), a.Since.Compare(b.Since))
+	}) {
+		t.Fatalf("JoinWaits = %+v, want 6 by table then since", all)
+	}
+	by := r.JoinWaitsByTable()
+	if len(by) != 3 {
+		t.Fatalf("JoinWaitsByTable has %d tables, want 3", len(by))
+	}
+	for table, ws := range by {
+		if len(ws) != 2 || ws[0].QueryID != "q0" || ws[1].QueryID != "q1" || ws[0].LastError == "" || ws[1].LastError != "" {
+			t.Errorf("%s waits %+v, want q0 (failed) then q1", table, ws)
+		}
+		if got := r.JoinWaitsOf(table); !slices.Equal(got, ws) {
+			t.Errorf("JoinWaitsOf(%s) = %+v, want %+v", table, got, ws)
+		}
+	}
+	if ws := r.JoinWaitsOf("silver.none"); ws != nil {
+		t.Errorf("JoinWaitsOf a table waiting for none = %+v", ws)
+	}
+	empty := &Registry{joining: map[string][]*joinWait{}}
+	if empty.JoinWaits() != nil || empty.JoinWaitsByTable() != nil || empty.JoinWaitsOf("t") != nil {
+		t.Error("a registry where no join waits lists some")
+	}
+}
 
 // HeldBy is the one wording of a join wait the CLI, the HTTP API and the
 // status page show: a UUID query id shortened, a name-like one whole.
@@ -25,4 +80,30 @@ func TestJoinWaitHeldBy(t *testing.T) {
 			t.Errorf("HeldBy = %q, want %q", got, c.want)
 		}
 	}
+}
+
+// BenchmarkJoinWaits: what a listing of tables pays for the join waits
+// (1,000 tables waiting, one wait each: the database down while runs
+// start): the sorted listing (/v1/runs; before, every caller), by table
+// (/v1/tables, the status page's refresh), of one table (/v1/tables/{t}).
+func BenchmarkJoinWaits(b *testing.B) {
+	r := waitingRegistry(1000, 1)
+	b.Run("sorted", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = r.JoinWaits()
+		}
+	})
+	b.Run("by_table", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = r.JoinWaitsByTable()
+		}
+	})
+	b.Run("of_one", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = r.JoinWaitsOf("silver.t00500")
+		}
+	})
 }

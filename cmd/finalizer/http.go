@@ -111,7 +111,7 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			return
 		}
 		page := tableStatuses(vs, fs, registry.Status(), time.Now().UTC(), "") // sorted by table
-		attachJoinWaits(page, registry.JoinWaits())
+		attachJoinWaits(page, registry.JoinWaitsByTable())
 		if err := withActions(r.Context(), svc, page, ""); err != nil {
 			httpError(w, err)
 			return
@@ -141,7 +141,9 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			v = control.Verdict{Table: table} // held before its first verdict
 		}
 		st := []tableStatus{toTableStatus(v, time.Now().UTC(), registry.Status(), fs)}
-		attachJoinWaits(st, registry.JoinWaits())
+		if ws := registry.JoinWaitsOf(table); ws != nil {
+			attachJoinWaits(st, map[string][]finalizer.JoinWait{table: ws})
+		}
 		if err := withActions(r.Context(), svc, st, table); err != nil {
 			httpError(w, err)
 			return

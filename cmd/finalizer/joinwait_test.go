@@ -24,9 +24,9 @@ func TestStatusSaysATableWaitsForAJoin(t *testing.T) {
 		{Table: "silver.all", FinalizedUntil: at, UpdatedAt: at},
 		{Table: "silver.other", FinalizedUntil: at, UpdatedAt: at},
 	}
-	attachJoinWaits(tables, []finalizer.JoinWait{{Table: "silver.all", QueryID: "0b0b0b0b-bc9c-4be8-97a9-b135d2943028",
+	attachJoinWaits(tables, joinWaitsByTable([]finalizer.JoinWait{{Table: "silver.all", QueryID: "0b0b0b0b-bc9c-4be8-97a9-b135d2943028",
 		QueryName: "region-eu", RunID: "0b7e5a52-9c1d-4e2f-a3b4-c5d6e7f8a9b0", Since: at,
-		LastError: "join feeder: postgresql unavailable"}})
+		LastError: "join feeder: postgresql unavailable"}}))
 	if len(tables[0].JoinWaits) != 1 || tables[1].JoinWaits != nil || tables[1].HeldBy != "" {
 		t.Fatalf("join waits attached: %+v", tables)
 	}

@@ -334,24 +334,34 @@ func heldBy(f control.Feeder, state string) string {
 }
 
 // attachJoinWaits adds to each of tables the feeder joins it waits for
-// (finalizer.Registry.JoinWaits), which are then what holds it back: its
+// (by table, each in the order they began: Registry.JoinWaitsByTable, or
+// joinWaitsByTable of a listing), which are then what holds it back: its
 // trackers do not advance it before they joined. A silent "not yet" would
 // leave an operator to guess.
-func attachJoinWaits(tables []tableStatus, waits []finalizer.JoinWait) {
+func attachJoinWaits(tables []tableStatus, waits map[string][]finalizer.JoinWait) {
 	if len(waits) == 0 {
 		return
+	}
+	for i := range tables {
+		t := &tables[i]
+		if ws := waits[t.Table]; len(ws) > 0 {
+			t.JoinWaits = ws
+			t.HeldBy = ws[0].HeldBy()
+		}
+	}
+}
+
+// joinWaitsByTable groups a listing of join waits (Registry.JoinWaits, as
+// /v1/runs serves it) by table, keeping their order.
+func joinWaitsByTable(waits []finalizer.JoinWait) map[string][]finalizer.JoinWait {
+	if len(waits) == 0 {
+		return nil
 	}
 	of := map[string][]finalizer.JoinWait{}
 	for _, w := range waits {
 		of[w.Table] = append(of[w.Table], w)
 	}
-	for i := range tables {
-		t := &tables[i]
-		if ws := of[t.Table]; len(ws) > 0 {
-			t.JoinWaits = ws
-			t.HeldBy = ws[0].HeldBy()
-		}
-	}
+	return of
 }
 
 // tableStatuses joins verdicts, feeders (every table's) and runs: a table
@@ -458,7 +468,7 @@ service could write (a typo: the nearest known name is suggested).`,
 				known = nil
 			}
 			out := tableStatuses(verdicts, feeders, known, now, table)
-			attachJoinWaits(out, waits)
+			attachJoinWaits(out, joinWaitsByTable(waits))
 			if bs, err := s.ActionBacklogs(ctx, table); err == nil {
 				attachActions(out, bs, nil, now)
 			} else if !errors.Is(err, control.ErrNotMigrated) {

@@ -67,9 +67,10 @@ type Runs interface {
 }
 
 // joinWaiter is Runs that also says which tables wait for a new feeder's
-// join (*finalizer.Registry does).
+// join, by table, each table's in the order they began (*finalizer.Registry
+// does).
 type joinWaiter interface {
-	JoinWaits() []finalizer.JoinWait
+	JoinWaitsByTable() map[string][]finalizer.JoinWait
 }
 
 // Options configure New. Verdicts and Runs are required.

@@ -86,10 +86,17 @@ func (f *fakeSource) Status() []finalizer.TrackerStatus {
 	return append([]finalizer.TrackerStatus(nil), f.runs...)
 }
 
-func (f *fakeSource) JoinWaits() []finalizer.JoinWait {
+func (f *fakeSource) JoinWaitsByTable() map[string][]finalizer.JoinWait {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]finalizer.JoinWait(nil), f.waits...)
+	var by map[string][]finalizer.JoinWait
+	for _, w := range f.waits {
+		if by == nil {
+			by = map[string][]finalizer.JoinWait{}
+		}
+		by[w.Table] = append(by[w.Table], w)
+	}
+	return by
 }
 
 // move sets a table's verdict and announces it, as the control table's

@@ -70,24 +70,17 @@ func (p *Page) refresh(read bool) {
 		byTable[r.Table] = append(byTable[r.Table], r)
 	}
 	sortRuns(runs)
-	var waits map[string]finalizer.JoinWait // the first a table waits for
+	var waits map[string][]finalizer.JoinWait // by table; the first holds it
 	if jw, ok := p.o.Runs.(joinWaiter); ok {
-		for _, w := range jw.JoinWaits() {
-			if _, ok := waits[w.Table]; !ok {
-				if waits == nil {
-					waits = make(map[string]finalizer.JoinWait)
-				}
-				waits[w.Table] = w
-			}
-		}
+		waits = jw.JoinWaitsByTable()
 	}
 	tables := make([]tableRow, 0, len(p.verdicts))
 	for _, v := range p.verdicts {
 		state, why := holdsBack(v, byTable[v.Table], p.feeders[v.Table])
-		if w, ok := waits[v.Table]; ok && v.Mark == "" {
+		if ws := waits[v.Table]; len(ws) > 0 && v.Mark == "" {
 			// Its trackers do not advance it before the new feeder
 			// joined: that, not its runs, holds it back.
-			state, why = TableHeld, w.HeldBy()
+			state, why = TableHeld, ws[0].HeldBy()
 		}
 		ms := p.hist.moves(v.Table)
 		r := tableRow{Table: v.Table, Until: v.FinalizedUntil, UpdatedAt: v.UpdatedAt, RunID: v.RunID, BatchID: v.BatchID,
