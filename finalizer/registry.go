@@ -277,7 +277,21 @@ func (e *entry) catchUp(ctx context.Context) (bool, error) {
 	return true, c.CatchUp(ctx)
 }
 
-func (e *entry) exited() { e.r.reap(e) }
+// exited reaps e once its tracker finished. It is called on the pool's
+// worker that ran the tracker's last step; an explicit track's reap may
+// write to the tracks table (FinishTrack, bounded by the advance timeout,
+// the whole of it while the database is down or an operator's
+// transaction holds the row), so it runs on a goroutine of its own
+// instead, counted in r.wg as the tracker was (reap ends it): a step
+// never waits for the database on a worker but through a park (ADR 0022),
+// and Join still returns only once the track is marked done.
+func (e *entry) exited() {
+	if e.req.Explicit && e.r.cfg.Tracks != nil {
+		go e.r.reap(e)
+		return
+	}
+	e.r.reap(e)
+}
 
 func (e *entry) joinPending() bool { return e.r.joinPending(e.req.Table) }
 
@@ -1189,7 +1203,8 @@ func (r *Registry) noteStart(e *entry, at time.Time, exact bool) {
 	}
 }
 
-// reap runs on e's worker goroutine once the worker has exited: it
+// reap runs once e's tracker has exited (exited: on the pool's worker,
+// or on a goroutine of its own for an explicit track): it
 // unsubscribes, marks an explicit track done when the run terminated or
 // was superseded or expired, and records the result for Join.
 func (r *Registry) reap(e *entry) {

@@ -389,3 +389,67 @@ func TestRecoverLeavesRoomForDiscovery(t *testing.T) {
 	}
 	eventually(t, "every run tracked, the live one too", func() bool { return reg.Tracked() == n+1 })
 }
+
+// blockingTracks is fakeTracks whose FinishTrack waits for release (or
+// its context): the database down while an explicit track finishes.
+type blockingTracks struct {
+	fakeTracks
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (f *blockingTracks) FinishTrack(ctx context.Context, runID, table string) error {
+	f.entered <- struct{}{}
+	select {
+	case <-f.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return f.fakeTracks.FinishTrack(ctx, runID, table)
+}
+
+// An explicit track's FinishTrack, waiting for the database, does not
+// hold the pool's worker: with one worker, another run's progress is
+// applied meanwhile. Join returns once the track is marked done.
+func TestFinishTrackDoesNotHoldAPoolWorker(t *testing.T) {
+	store, bus := newFakeStore(), newFakeBus()
+	tracks := &blockingTracks{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: bus, Store: store, Tracks: tracks, Workers: 1})
+	defer reg.Close(context.Background())
+	ctx := context.Background()
+	if _, err := reg.Track(ctx, finalizer.Request{QueryID: queryA, RunID: runA, Table: "t", Spec: hourSpec(t), Explicit: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Track(ctx, finalizer.Request{QueryID: queryA, RunID: runB, Table: "u", Spec: hourSpec(t)}); err != nil {
+		t.Fatal(err)
+	}
+	bus.Publish(cdcProgress(runA, "2026-09-28T14:05:00"))
+	bus.Publish(terminated(runA))
+	select {
+	case <-tracks.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the explicit track was not marked done")
+	}
+	bus.Publish(cdcProgress(runB, "2026-09-28T15:05:00"))
+	eventually(t, "run B's progress applied while A's track waits to be marked done",
+		func() bool { return store.Verdict("u").Equal(utc("2026-09-28T15:00:00Z")) })
+	joined := make(chan finalizer.JoinResult, 1)
+	go func() {
+		res, _ := reg.Join(ctx, runA)
+		joined <- res
+	}()
+	select {
+	case res := <-joined:
+		t.Fatalf("join returned %+v before the track was marked done", res)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(tracks.release)
+	if res := <-joined; !res.Done {
+		t.Fatalf("join = %+v, want done", res)
+	}
+	tracks.mu.Lock()
+	defer tracks.mu.Unlock()
+	if len(tracks.finished) != 1 || tracks.finished[0] != runA+"/t" {
+		t.Errorf("finished %v, want %s/t", tracks.finished, runA)
+	}
+}
