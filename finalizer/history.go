@@ -166,7 +166,7 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 // before that rewind. Its quiet move would undo the rewind as the
 // progress would (a restart's recovery, or a track after the rewind,
 // re-reads the run's retained idle event and last progress), so it is
-// not used either.
+// not used either; the run shows held before_rewind, as for a progress.
 func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 	t.mu.Lock()
 	var heard time.Time
@@ -177,6 +177,19 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 	rw := t.rewindAt(heard)
 	if rw.IsZero() || !at.Before(rw) {
 		return false
+	}
+	if t.heldBy == "" || t.heldByQuiet {
+		// Shown in the run's status and the held-runs gauge as a
+		// progress's is (beforeRewind), until a sound quiet signal
+		// (applyQuiet) or a progress (apply) clears it. A hold of the
+		// newest progress (its own before_rewind, a guard's) stays: it is
+		// the progress that holds the run, and only a progress clears it.
+		t.setHeld(outcomeBeforeRewind)
+		t.heldByQuiet = true
+		t.mu.Lock()
+		t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") says its source was caught up at " + at.UTC().Format(time.RFC3339) +
+			", before its table was rewound at " + rw.UTC().Format(time.RFC3339) + "; its next progress, or quiet signal, from after the rewind moves the verdict"
+		t.mu.Unlock()
 	}
 	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
 	t.log.Info("a quiet signal sent before the table's last rewind is not used (its quiet move would undo the rewind)",

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
@@ -146,12 +148,28 @@ func TestAQuietSignalFromBeforeARewindIsNotUsed(t *testing.T) {
 			if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
 				t.Fatalf("a quiet signal sent before the rewind moved the verdict to %s", got)
 			}
+			// The operator sees why the table does not move, as for a
+			// progress: the run's status and finalizer_held_runs.
+			eventually(t, "the run shown held", func() bool {
+				st := r.reg.Status()
+				return len(st) == 1 && strings.HasPrefix(st[0].Held, "before_rewind: ")
+			})
+			if v := testutil.ToFloat64(r.m.HeldRuns.WithLabelValues("before_rewind")); v != 1 {
+				t.Errorf("finalizer_held_runs{guard=before_rewind} = %v, want 1", v)
+			}
 			newer := idle(runA)
 			newer.Timestamp = at.Add(30 * time.Minute)
 			r.bus.Publish(newer)
 			eventually(t, "a quiet signal sent after the rewind used", func() bool {
 				return r.store.Verdict("t_a").Equal(at.Add(25 * time.Minute).Truncate(time.Hour))
 			})
+			if signal == "caught_up" {
+				return // the progress itself is held until a progress from after the rewind
+			}
+			eventually(t, "the hold cleared", func() bool { st := r.reg.Status(); return len(st) == 1 && st[0].Held == "" })
+			if v := testutil.ToFloat64(r.m.HeldRuns.WithLabelValues("before_rewind")); v != 0 {
+				t.Errorf("finalizer_held_runs{guard=before_rewind} = %v once a signal from after the rewind moved the verdict, want 0", v)
+			}
 		})
 	}
 }

@@ -855,7 +855,7 @@ func (t *Tracker) finish(ctx context.Context, mail listener.Mail, stopping bool)
 			}
 		}
 		t.out = outcome{terminated: true, applied: t.pending == nil && t.out.err == nil, err: t.out.err,
-			beforeRewind: t.heldBy == outcomeBeforeRewind}
+			beforeRewind: t.heldBy == outcomeBeforeRewind && !t.heldByQuiet}
 		if t.pending != nil && t.out.err == nil {
 			_, t.out.err = t.Failures()
 		}
@@ -1310,6 +1310,12 @@ func (t *Tracker) applyQuiet(ctx context.Context) {
 			sig, at.UTC().Format(time.RFC3339Nano), t.cfg.FutureSkew, now.UTC().Format(time.RFC3339)), ev)
 		t.heldByQuiet = true // a later sound signal may still move it
 		return
+	}
+	if t.heldByQuiet && t.heldBy == outcomeBeforeRewind {
+		// A sound signal from after the rewind: the run is held no more,
+		// whether or not it moves the verdict.
+		t.heldByQuiet = false
+		t.setHeld("")
 	}
 	if at.After(now) {
 		// Within future_skew: the driver's clock is a little ahead; the

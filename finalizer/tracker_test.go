@@ -23,12 +23,14 @@ type rig struct {
 	bus   *fakeBus
 	reg   *finalizer.Registry
 	logs  *observer.ObservedLogs
+	m     *finalizer.Metrics
 }
 
 func newRig(t *testing.T, rules ...finalizer.Rule) *rig {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	r := &rig{clock: newFakeClock(utc("2026-09-29T00:00:00Z")), store: newFakeStore(), bus: newFakeBus(), logs: logs}
+	r.m = finalizer.NewMetrics(nil, r.clock.Now)
 	// The store goes through the group commit, as the service's does (a
 	// step's advance parks without holding its worker, ADR 0008
 	// addendum); TestRigTestsWithoutGroupCommit runs the rig's tests with
@@ -38,7 +40,7 @@ func newRig(t *testing.T, rules ...finalizer.Rule) *rig {
 		store = r.store
 	}
 	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
-		Bus: r.bus, Store: store, Rules: rules, Clock: r.clock, Logger: zap.New(core),
+		Bus: r.bus, Store: store, Rules: rules, Clock: r.clock, Logger: zap.New(core), Metrics: r.m,
 	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
