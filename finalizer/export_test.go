@@ -52,3 +52,15 @@ func (r *Registry) SetDiscoveryLimits(maxPending int, rescanEvery time.Duration)
 	defer r.mu.Unlock()
 	r.maxPending, r.rescanEvery = maxPending, rescanEvery
 }
+
+// SilentRuns returns how many runs the registry notes silent since their
+// table's rewind (noteSilent).
+func (r *Registry) SilentRuns() int {
+	if sl := r.silent.Load(); sl != nil {
+		return len(*sl)
+	}
+	return 0
+}
+
+// Sweep runs one sweep of the janitor now.
+func (r *Registry) Sweep() { r.sweep() }

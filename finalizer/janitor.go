@@ -24,7 +24,8 @@ func (r *Registry) janitorLoop() {
 	}
 }
 
-// sweep counts the stale trackers and stops the expired ones. It acts on
+// sweep counts the stale trackers and stops the expired ones, then prunes
+// the silent runs no longer known (pruneSilent). It acts on
 // the trackers it saw: one that replaced an expired tracker since (the same
 // run and table tracked anew) is not touched, and a tracker still starting
 // is left for the next sweep.
@@ -57,6 +58,7 @@ func (r *Registry) sweep() {
 		r.expire(x, now)
 	}
 	r.cfg.Metrics.StaleRuns.Set(float64(stale))
+	r.pruneSilent()
 }
 
 // expire stops x's tracker, silent for longer than ExpireAfter, unless

@@ -25,6 +25,8 @@ import (
 // Each tracker applies its run's retained progress as soon as it has it. Errors of single runs are logged; Recover returns the
 // first of them, if any.
 func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []listener.Run) error {
+	r.recovering.Add(1)
+	defer r.recovering.Add(-1)
 	// Before any tracker starts: a run silent since its table's rewind
 	// does not apply its retained progress, posted before it, again.
 	if !r.loadRewinds(ctx) {

@@ -408,6 +408,50 @@ func (r *Registry) markSilent(m map[string]time.Time) {
 	}
 }
 
+// pruneSilent drops from the silent runs (noteSilent) those the registry
+// no longer tracks, starts or holds for a decision: the set is read only
+// by a run's start (judgeSilence) and its tracker (rewoundAt), and a run
+// started again later is judged again from the stream. Without it the set
+// kept every run a restart's recovery listed (100,000 at a restart after
+// a rewind, most of them never tracked or long finished) and every run
+// judged since, for the process's life. The janitor's sweep calls it.
+//
+// It looks at the runs only when the set holds more than the registry
+// knows (one comparison otherwise): after each sweep the set is no larger
+// than the runs tracked and pending. It does nothing while a recovery
+// runs, which notes its runs before it makes them pending a chunk at a
+// time. The set is replaced under r.mu's read lock: a start registers its
+// run under the write lock before it judges it (launch), so no run is
+// dropped between this check and the swap and then taken as noted by a
+// start. A mark made meanwhile (a CAS that fails) wins; the next sweep
+// prunes again.
+func (r *Registry) pruneSilent() {
+	old := r.silent.Load()
+	// After the load: a recovery that noted its runs in old counted
+	// itself first.
+	if old == nil || r.recovering.Load() > 0 {
+		return
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(*old) <= len(r.runs)+len(r.pending) {
+		return
+	}
+	known := func(runID string) bool { return len(r.runs[runID]) > 0 || r.pending[runID] != nil }
+	var next *map[string]time.Time // nil: none left
+	for runID, at := range *old {
+		if !known(runID) {
+			continue
+		}
+		if next == nil {
+			m := make(map[string]time.Time, min(len(*old), len(r.runs)+len(r.pending)))
+			next = &m
+		}
+		(*next)[runID] = at
+	}
+	r.silent.CompareAndSwap(old, next)
+}
+
 // judgeSilence notes, before a tracker of req starts, whether its run can
 // post a progress newer than its table's rewind (noteSilent, the rule a
 // restart's recovery applies to the runs it lists): an explicit track of
@@ -699,9 +743,13 @@ type Registry struct {
 	// newest event was stored (zero when terminated): such a run's
 	// tracker applies no progress posted before its table's rewind
 	// (Tracker.beforeRewind). Both copied on write, read without a lock
-	// at every apply; nil while no table was rewound.
+	// at every apply; nil while no table was rewound (silent also once
+	// the janitor pruned every run of it: pruneSilent).
 	rewinds atomic.Pointer[map[string]time.Time]
 	silent  atomic.Pointer[map[string]time.Time]
+	// recovering counts the recoveries under way (Recover): silent is not
+	// pruned meanwhile (pruneSilent).
+	recovering atomic.Int32
 	// known maps each table an operator rewound to its rewound_at exactly
 	// as the control table stores it (from loadRewinds, a rewind's
 	// notification, or a refused advance's row): what the trackers'

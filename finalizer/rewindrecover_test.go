@@ -145,3 +145,50 @@ func stoppedRunStaysRewound(t *testing.T, r *rig, rewoundAt time.Time) {
 		t.Fatalf("the last progress of a run stopped after the rewind moved the verdict to %s", got)
 	}
 }
+
+// TestSilentRunsArePruned: the runs a recovery notes silent since their
+// table's rewind (every run it lists, tracked or not) and those judged at
+// a start were kept for the process's life. The janitor's sweep drops
+// those the registry no longer tracks or holds for a decision; a tracked
+// run keeps its note, and is still held to the rewind.
+func TestSilentRunsArePruned(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "a", Spec: hourSpec(t)})
+	rewoundAt := r.clock.Now().Add(-time.Hour)
+	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	if err := r.reg.Recover(context.Background(), nil, []listener.Run{
+		{QueryID: queryA, RunID: runA, Name: "a", Kind: progress.KindProgress, Stored: rewoundAt.Add(-2 * time.Minute)},
+		// No rule matches these two: never tracked.
+		{QueryID: queryA, RunID: runB, Name: "b", Kind: progress.KindTerminated, Terminated: true, Stored: rewoundAt.Add(time.Minute)},
+		{QueryID: queryA, RunID: runStopped, Name: "c", Kind: progress.KindIdle, Stored: rewoundAt.Add(-time.Minute)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "tracked", func() bool { return r.reg.Tracked() == 1 })
+	if n := r.reg.SilentRuns(); n != 3 {
+		t.Fatalf("%d runs noted silent after the recovery, want 3", n)
+	}
+	r.reg.Sweep()
+	if n := r.reg.SilentRuns(); n != 1 {
+		t.Fatalf("%d runs noted silent after a sweep, want 1 (the tracked one)", n)
+	}
+	old := cdcProgress(runA, "2026-09-28T18:10:00")
+	old.Name, old.Timestamp = "a", rewoundAt.Add(-3*time.Minute)
+	r.bus.Publish(old)
+	eventually(t, "the old progress taken", func() bool {
+		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
+			!r.store.Verdict("t_a").Equal(utc("2026-09-28T14:00:00Z"))
+	})
+	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("a progress posted before the rewind moved the verdict to %s after the prune", got)
+	}
+	r.bus.Publish(terminated(runA))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := r.reg.Join(ctx, runA); err != nil {
+		t.Fatal(err)
+	}
+	r.reg.Sweep()
+	if n := r.reg.SilentRuns(); n != 0 {
+		t.Fatalf("%d runs noted silent once none is tracked, want 0", n)
+	}
+}
