@@ -159,11 +159,9 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 			return nil
 		}
 	}
-	runs, _, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
-	for _, r := range runs {
-		if r.Table == table {
-			return nil
-		}
+	runs, waits, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
+	if serviceWrites(runs, waits, table) {
+		return nil
 	}
 	msg := fmt.Sprintf("unknown table %q: it has no verdict, and no explicit track", table)
 	if c.configFile != "" {
@@ -192,6 +190,23 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 	}
 	msg += "; --allow-missing treats it as not final yet"
 	return &exitError{code: exitMissing, err: errors.New(msg)}
+}
+
+// serviceWrites reports whether a tracker of the service writes table
+// (runs: /v1/runs), or a run waits to join its feeders (waits: the table
+// is held by that join before its first row; tracked once it joined).
+func serviceWrites(runs []finalizer.TrackerStatus, waits []finalizer.JoinWait, table string) bool {
+	for _, r := range runs {
+		if r.Table == table {
+			return true
+		}
+	}
+	for _, w := range waits {
+		if w.Table == table {
+			return true
+		}
+	}
+	return false
 }
 
 // ruleCouldWrite reports whether a rule can produce table: its template

@@ -105,13 +105,13 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		}
 		// One page read from PostgreSQL (keyset on the table name), not the
 		// whole control table for every page.
-		vs, fs, next, err := store.TablesPage(r.Context(), r.URL.Query().Get("after"), limit)
+		after := r.URL.Query().Get("after")
+		vs, fs, next, err := store.TablesPage(r.Context(), after, limit)
 		if err != nil {
 			httpError(w, err)
 			return
 		}
-		page := tableStatuses(vs, fs, registry.Status(), time.Now().UTC(), "") // sorted by table
-		attachJoinWaits(page, registry.JoinWaitsByTable())
+		page, next := tablesPage(vs, fs, registry.Status(), registry.JoinWaitsByTable(), after, next, limit, time.Now().UTC())
 		if err := withActions(r.Context(), svc, page, ""); err != nil {
 			httpError(w, err)
 			return
@@ -133,16 +133,17 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			httpError(w, ferr)
 			return
 		}
-		if err != nil && len(fs) == 0 {
-			httpError(w, err) // no verdict, no feeder: 404
+		waits := registry.JoinWaitsOf(table)
+		if err != nil && len(fs) == 0 && waits == nil {
+			httpError(w, err) // no verdict, no feeder, no join waited for: 404
 			return
 		}
 		if err != nil {
 			v = control.Verdict{Table: table} // held before its first verdict
 		}
 		st := []tableStatus{toTableStatus(v, time.Now().UTC(), registry.Status(), fs)}
-		if ws := registry.JoinWaitsOf(table); ws != nil {
-			attachJoinWaits(st, map[string][]finalizer.JoinWait{table: ws})
+		if waits != nil {
+			attachJoinWaits(st, map[string][]finalizer.JoinWait{table: waits})
 		}
 		if err := withActions(r.Context(), svc, st, table); err != nil {
 			httpError(w, err)

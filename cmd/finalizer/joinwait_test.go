@@ -6,10 +6,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
 )
 
@@ -99,5 +101,81 @@ func TestStatusSaysTheJoinWaitsWhilePostgresIsDown(t *testing.T) {
 	code, out, _ = runCLI(t, "status", "--table", "silver.none", "--postgres-url", down, "--http-url", srv.URL)
 	if code != exitUsage || out != "" {
 		t.Errorf("no wait of the table: exit %d, stdout %q", code, out)
+	}
+}
+
+// TestATableHeldByAJoinBeforeItsFirstRowIsListed: a new feeder's join that
+// did not succeed wrote no row, so a table with no verdict and no other
+// feeder yet was in no listing while that join held it: /v1/tables and
+// status left it out, and an operator could not see why it was not
+// final. It is listed, held by the join, in its place in the pages.
+func TestATableHeldByAJoinBeforeItsFirstRowIsListed(t *testing.T) {
+	at := time.Date(2026, 9, 28, 14, 30, 0, 0, time.UTC)
+	wait := func(table string) []finalizer.JoinWait {
+		return []finalizer.JoinWait{{Table: table, QueryID: "0b0b0b0b-bc9c-4be8-97a9-b135d2943028", QueryName: "region-eu", Since: at}}
+	}
+	waits := map[string][]finalizer.JoinWait{"b.new": wait("b.new"), "d.fed": wait("d.fed"), "z.late": wait("z.late"), "a.early": wait("a.early")}
+	vs := []control.Verdict{{Table: "c.old", FinalizedUntil: at}}
+	fs := []control.Feeder{{Table: "d.fed", Feeder: "q1"}}
+
+	// One page (after "a.early", through "d.fed"), as /v1/tables reads it:
+	// the tables without a row in that range are added, no other.
+	got := withWaitingTables(vs, fs, waits, "a.early", "d.fed")
+	var names []string
+	for _, v := range got {
+		names = append(names, v.Table)
+	}
+	if want := []string{"c.old", "b.new"}; !slices.Equal(names, want) {
+		t.Fatalf("page's verdicts %v, want %v", names, want)
+	}
+	page, next := tablesPage(vs, fs, nil, waits, "a.early", "d.fed", 3, at)
+	if next != "d.fed" {
+		t.Errorf("next = %q, want d.fed", next)
+	}
+	if len(page) != 3 || page[0].Table != "b.new" || !strings.HasPrefix(page[0].HeldBy, "held until query region-eu joins its feeders") ||
+		len(page[0].JoinWaits) != 1 || !page[0].FinalizedUntil.IsZero() {
+		t.Fatalf("page %+v, want b.new first, held by its join", page)
+	}
+	// A page of 2: the added table takes its place, and the next page
+	// starts after the last name shown.
+	page, next = tablesPage(vs, fs, nil, waits, "a.early", "d.fed", 2, at)
+	if len(page) != 2 || page[0].Table != "b.new" || page[1].Table != "c.old" || next != "c.old" {
+		t.Errorf("page of 2: %v, next %q; want b.new, c.old, next c.old", page, next)
+	}
+	page, next = tablesPage(nil, fs, nil, waits, "c.old", "", 2, at)
+	if len(page) != 2 || page[0].Table != "d.fed" || page[1].Table != "z.late" || next != "" {
+		t.Errorf("last page: %v, next %q; want d.fed, z.late, next empty", page, next)
+	}
+	// The last page (no bound) takes every name after after.
+	got = withWaitingTables(nil, nil, waits, "d.fed", "")
+	if len(got) != 1 || got[0].Table != "z.late" {
+		t.Errorf("last page's verdicts %+v, want z.late", got)
+	}
+	if got := withWaitingTables(vs, fs, nil, "", ""); len(got) != 1 {
+		t.Errorf("no join waits: %+v", got)
+	}
+
+	// status, every table: the one held before its first row is shown.
+	var out bytes.Buffer
+	statuses := tableStatuses(withWaitingTables(vs, fs, waits, "", ""), fs, nil, at, "")
+	attachJoinWaits(statuses, waits)
+	printStatus(&out, statuses, nil, nil, "")
+	for _, want := range []string{"b.new is held until query region-eu", "z.late is held until query region-eu", "a.early"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// A table held by a join before its first row is one the service writes:
+// status --table, is-final and wait do not call it unknown (exit 3, a
+// typo) but not final yet.
+func TestATableHeldByAJoinIsKnown(t *testing.T) {
+	waits := []finalizer.JoinWait{{Table: "b.new", QueryID: "q"}}
+	runs := []finalizer.TrackerStatus{{Table: "c.old"}}
+	for table, want := range map[string]bool{"b.new": true, "c.old": true, "b.nwe": false} {
+		if got := serviceWrites(runs, waits, table); got != want {
+			t.Errorf("serviceWrites(%s) = %v, want %v", table, got, want)
+		}
 	}
 }

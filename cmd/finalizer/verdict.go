@@ -364,6 +364,54 @@ func joinWaitsByTable(waits []finalizer.JoinWait) map[string][]finalizer.JoinWai
 	return of
 }
 
+// withWaitingTables adds to verdicts, each as a table held before its
+// first verdict, the tables that wait for a new feeder's join (waits) and
+// have neither a verdict in verdicts nor a feeder in feeders: the join
+// that did not succeed wrote no row, and a table with no other row was in
+// no listing while that join held it (a silent "not yet"). Only names
+// after after and up to through ("": no bound) are added: a page's range
+// (control.Store.TablesPage's after and next).
+func withWaitingTables(verdicts []control.Verdict, feeders []control.Feeder, waits map[string][]finalizer.JoinWait, after, through string) []control.Verdict {
+	if len(waits) == 0 {
+		return verdicts
+	}
+	listed := make(map[string]bool, len(verdicts)+len(feeders))
+	for _, v := range verdicts {
+		listed[v.Table] = true
+	}
+	for _, f := range feeders {
+		listed[f.Table] = true
+	}
+	var extra []string
+	for table := range waits {
+		if !listed[table] && table > after && (through == "" || table <= through) {
+			extra = append(extra, table)
+		}
+	}
+	sort.Strings(extra)
+	for _, table := range extra {
+		verdicts = append(verdicts, control.Verdict{Table: table})
+	}
+	return verdicts
+}
+
+// tablesPage is a page of /v1/tables: the verdicts and feeders of the
+// tables after after (control.Store.TablesPage, whose next is its last
+// name when more follow), with the tracked runs and the join waits. A
+// table held by a new feeder's join with no row yet is listed too, in its
+// place (withWaitingTables): the page then ends at limit, and next is its
+// last name, so that the next page starts after it.
+func tablesPage(verdicts []control.Verdict, feeders []control.Feeder, runs []finalizer.TrackerStatus, waits map[string][]finalizer.JoinWait,
+	after, next string, limit int, now time.Time) ([]tableStatus, string) {
+	verdicts = withWaitingTables(verdicts, feeders, waits, after, next)
+	page := tableStatuses(verdicts, feeders, runs, now, "") // sorted by table
+	if len(page) > limit {
+		page, next = page[:limit], page[limit-1].Table
+	}
+	attachJoinWaits(page, waits)
+	return page, next
+}
+
 // tableStatuses joins verdicts, feeders (every table's) and runs: a table
 // with feeders and no verdict yet is listed too.
 func tableStatuses(verdicts []control.Verdict, feeders []control.Feeder, runs []finalizer.TrackerStatus, now time.Time, only string) []tableStatus {
@@ -467,8 +515,12 @@ service could write (a typo: the nearest known name is suggested).`,
 			if runsErr != nil || c.httpURL == "" {
 				known = nil
 			}
+			byTable := joinWaitsByTable(waits)
+			if table == "" {
+				verdicts = withWaitingTables(verdicts, feeders, byTable, "", "")
+			}
 			out := tableStatuses(verdicts, feeders, known, now, table)
-			attachJoinWaits(out, joinWaitsByTable(waits))
+			attachJoinWaits(out, byTable)
 			if bs, err := s.ActionBacklogs(ctx, table); err == nil {
 				attachActions(out, bs, nil, now)
 			} else if !errors.Is(err, control.ErrNotMigrated) {

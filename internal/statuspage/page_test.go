@@ -242,6 +242,25 @@ func TestPageShowsATableWaitingForAJoin(t *testing.T) {
 	}
 }
 
+// A table held by a new feeder's join before its first verdict has no row
+// in the control table: the page listed only the verdicts, and left it
+// out. It is shown held, with the join it waits for.
+func TestPageShowsATableHeldByAJoinBeforeItsFirstVerdict(t *testing.T) {
+	now := time.Now().UTC()
+	src := &fakeSource{
+		verdicts: []control.Verdict{{Table: "silver.all", FinalizedUntil: now.Add(-2 * time.Hour), UpdatedAt: now.Add(-time.Hour)}},
+		waits: []finalizer.JoinWait{{Table: "silver.new", QueryID: "0b0b0b0b-bc9c-4be8-97a9-b135d2943028", QueryName: "region-eu",
+			RunID: runB, Since: now.Add(-5 * time.Minute), LastError: "the table is locked by another session"}},
+	}
+	_, srv := newPage(t, src, Options{})
+	_, _, body := get(t, srv.URL+"/")
+	for _, want := range []string{"silver.all", "silver.new", "held until query region-eu (run 0f5b2b7c) joins its feeders"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+}
+
 // event is one server-sent event.
 type event struct {
 	id   string

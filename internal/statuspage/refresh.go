@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -89,6 +90,26 @@ func (p *Page) refresh(read bool) {
 			r.First, r.Last = ms[0], ms[len(ms)-1]
 		}
 		tables = append(tables, r)
+	}
+	if len(waits) > 0 {
+		// A table held by a new feeder's join before its first verdict
+		// has no row to list it: shown held, with the join it waits for.
+		listed := make(map[string]bool, len(p.verdicts))
+		for _, v := range p.verdicts {
+			listed[v.Table] = true
+		}
+		// After the verdicts' rows (in the control table's order), by
+		// name: the same order at every refresh.
+		var extra []string
+		for table, ws := range waits {
+			if !listed[table] && len(ws) > 0 {
+				extra = append(extra, table)
+			}
+		}
+		slices.Sort(extra)
+		for _, table := range extra {
+			tables = append(tables, tableRow{Table: table, State: TableHeld, HeldBy: waits[table][0].HeldBy()})
+		}
 	}
 	banner := ""
 	if p.verdictsErr != nil {
