@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -39,6 +38,7 @@ func TestALockedTableHoldsOnlyItsOwnRunsJoin(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	svc, nc := startTestWith(t, Options{PostgresURL: url, Logger: zap.New(core),
 		Registry: finalizer.RegistryConfig{Rules: []finalizer.Rule{{Table: "lk.{name}", Query: "lk-*", Spec: spec}}}})
+	ev := &sparkEvents{t: t, nc: nc}
 	ctx := context.Background()
 	table := func(i int) string { return fmt.Sprintf("lk.lk-%02d", i) }
 	query := func(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
@@ -49,49 +49,17 @@ func TestALockedTableHoldsOnlyItsOwnRunsJoin(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT * FROM table_finalization WHERE table_name = $1 FOR SHARE`, table(held)); err != nil {
-		t.Fatal(err)
-	}
+	unlock := lockVerdictRow(t, url, table(held))
 
 	start := time.Now()
 	for i := range n {
-		body := fmt.Sprintf(`{"id":%q,"runId":%q,"name":"lk-%02d","timestamp":"2026-09-28T12:00:00.000Z"}`, query(i), runID(i), i)
-		if err := nc.Publish(fmt.Sprintf("spark.started.%s.%s", query(i), runID(i)), []byte(body)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
+		ev.started(query(i), runID(i), fmt.Sprintf("lk-%02d", i))
 	}
 	joined := func(i int) bool {
-		fs, err := svc.Store().Feeders(ctx, table(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range fs {
-			if f.Feeder == query(i) && !f.Retired() {
-				return true
-			}
-		}
-		return false
+		f, ok := feederOf(t, svc, table(i), query(i))
+		return ok && !f.Retired()
 	}
-	tracked := func() map[string]bool {
-		m := map[string]bool{}
-		for _, st := range svc.Registry().Status() {
-			m[st.Table] = true
-		}
-		return m
-	}
+	tracked := func() map[string]bool { return trackedTables(svc) }
 	for len(tracked()) < n-1 {
 		if time.Since(start) > 6*time.Second {
 			t.Fatalf("%d runs tracked after %v, want the %d whose tables are not locked at once", len(tracked()), time.Since(start), n-1)
@@ -116,7 +84,7 @@ func TestALockedTableHoldsOnlyItsOwnRunsJoin(t *testing.T) {
 	}
 
 	// The lock goes: the run joins, then is tracked.
-	if err := tx.Rollback(ctx); err != nil {
+	if err := unlock(); err != nil {
 		t.Fatal(err)
 	}
 	for !tracked()[table(held)] {
@@ -177,24 +145,12 @@ func TestALockedTableDoesNotHoldARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range n {
-		body := fmt.Sprintf(`{"id":%q,"runId":%q,"name":"lk-%02d","timestamp":"2026-09-28T12:00:00.000Z"}`, query(i), runID(i), i)
+		body := startedBody(query(i), runID(i), fmt.Sprintf("lk-%02d", i))
 		if _, err := js.Publish(ctx, fmt.Sprintf("spark.started.%s.%s", query(i), runID(i)), []byte(body)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT * FROM table_finalization WHERE table_name = $1 FOR SHARE`, table(held)); err != nil {
-		t.Fatal(err)
-	}
+	unlock := lockVerdictRow(t, url, table(held))
 
 	start := time.Now()
 	started := make(chan error, 1)
@@ -211,24 +167,18 @@ func TestALockedTableDoesNotHoldARestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(15 * time.Second):
-		_ = tx.Rollback(ctx) // lets the start end, for the cleanup
+		_ = unlock() // lets the start end, for the cleanup
 		<-started
 		svc.Stop(ctx)
 		t.Fatal("the restart waits for a lock another session holds on one table")
 	}
 	defer svc.Stop(ctx)
 	t.Logf("restart with one table locked: %v", time.Since(start).Round(time.Millisecond))
-	tracked := func() map[string]bool {
-		m := map[string]bool{}
-		for _, st := range svc.Registry().Status() {
-			m[st.Table] = true
-		}
-		return m
-	}
+	tracked := func() map[string]bool { return trackedTables(svc) }
 	if got := tracked(); len(got) != n-1 || got[table(held)] {
 		t.Fatalf("%d runs tracked after the restart (the locked table's among them: %v), want the %d others", len(got), got[table(held)], n-1)
 	}
-	if err := tx.Rollback(ctx); err != nil {
+	if err := unlock(); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(20 * time.Second); !tracked()[table(held)]; time.Sleep(20 * time.Millisecond) {
@@ -236,15 +186,8 @@ func TestALockedTableDoesNotHoldARestart(t *testing.T) {
 			t.Fatalf("the run of %s is not tracked after the lock went", table(held))
 		}
 	}
-	fs, err := svc.Store().Feeders(ctx, table(held))
-	if err != nil {
-		t.Fatal(err)
-	}
-	joined := false
-	for _, f := range fs {
-		joined = joined || f.Feeder == query(held)
-	}
-	if !joined {
+	if _, joined := feederOf(t, svc, table(held), query(held)); !joined {
+		fs, _ := svc.Store().Feeders(ctx, table(held))
 		t.Errorf("%s: tracked without joining its feeders: %+v", table(held), fs)
 	}
 }

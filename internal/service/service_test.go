@@ -204,20 +204,6 @@ func TestUnreadableAnnouncementIsNoReconnect(t *testing.T) {
 // and returns what releases the lock (again at the end of the test).
 func lockTracksTable(t *testing.T, pgURL string) (unlock func()) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pgURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unlock = func() { _ = tx.Rollback(ctx) }
-	t.Cleanup(unlock)
-	if _, err := tx.Exec(ctx, `LOCK TABLE public.table_finalization_tracks IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
-	return unlock
+	end := lockIn(t, pgURL, `LOCK TABLE public.table_finalization_tracks IN ACCESS EXCLUSIVE MODE`)
+	return func() { _ = end() }
 }
