@@ -38,13 +38,7 @@ func TestRecoveryAppliesNoProgressFromBeforeARewind(t *testing.T) {
 	old := cdcProgress(runA, "2026-09-28T18:10:00")
 	old.Name, old.Timestamp = "a", rewoundAt.Add(-3*time.Minute)
 	r.bus.Publish(old)
-	eventually(t, "the old progress taken", func() bool {
-		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 2 ||
-			!r.store.Verdict("t_a").Equal(utc("2026-09-28T14:00:00Z"))
-	})
-	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
-		t.Fatalf("a progress posted before the rewind moved the verdict to %s", got)
-	}
+	r.staysRewound(t, "t_a", "the old progress taken", 2, "a progress posted before the rewind moved the verdict to %s")
 	newer := cdcProgress(runA, "2026-09-28T15:10:00")
 	newer.Name, newer.Timestamp = "a", rewoundAt.Add(time.Minute)
 	r.bus.Publish(newer)
@@ -137,13 +131,8 @@ func stoppedRunStaysRewound(t *testing.T, r *rig, rewoundAt time.Time) {
 	last := cdcProgress(runStopped, "2026-09-28T18:10:00")
 	last.Name, last.Timestamp = "c", rewoundAt.Add(-time.Minute)
 	r.bus.Publish(last)
-	eventually(t, "the stopped run's last progress taken", func() bool {
-		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
-			!r.store.Verdict("t_c").Equal(utc("2026-09-28T14:00:00Z"))
-	})
-	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
-		t.Fatalf("the last progress of a run stopped after the rewind moved the verdict to %s", got)
-	}
+	r.staysRewound(t, "t_c", "the stopped run's last progress taken", 1,
+		"the last progress of a run stopped after the rewind moved the verdict to %s")
 }
 
 // TestSilentRunsArePruned: the runs a recovery notes silent since their
@@ -174,13 +163,7 @@ func TestSilentRunsArePruned(t *testing.T) {
 	old := cdcProgress(runA, "2026-09-28T18:10:00")
 	old.Name, old.Timestamp = "a", rewoundAt.Add(-3*time.Minute)
 	r.bus.Publish(old)
-	eventually(t, "the old progress taken", func() bool {
-		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
-			!r.store.Verdict("t_a").Equal(utc("2026-09-28T14:00:00Z"))
-	})
-	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
-		t.Fatalf("a progress posted before the rewind moved the verdict to %s after the prune", got)
-	}
+	r.staysRewound(t, "t_a", "the old progress taken", 1, "a progress posted before the rewind moved the verdict to %s after the prune")
 	r.bus.Publish(terminated(runA))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -20,32 +20,7 @@ import (
 // new data. Against the running service: the same with a FOR SHARE lock on
 // the table's row, the rewind waiting for it, then one idle event.
 func TestAnIdleEventAfterARewindDoesNotApplyAFailedAdvanceFromBeforeIt(t *testing.T) {
-	r := newRig(t)
-	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	r.track(t, runA, "t_a")
-	r.store.setFailing(3, nil) // the advance and its two in-place retries
-	last := cdcProgress(runA, "2026-09-28T18:10:00")
-	last.Timestamp = r.clock.Now().Add(-2 * time.Minute)
-	r.bus.Publish(last)
-	eventually(t, "the advance and its in-place retries failed", func() bool {
-		r.store.mu.Lock()
-		left := r.store.failures
-		r.store.mu.Unlock()
-		if left > 0 && r.clock.Waiting() > 0 {
-			r.clock.Advance(time.Second)
-		}
-		return left == 0
-	})
-	eventually(t, "the failure left to the next event", func() bool {
-		for _, s := range r.reg.Status() {
-			if s.RunID == runA && s.Failures > 0 {
-				return true
-			}
-		}
-		return false
-	})
+	r := failedAdvance(t)
 
 	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now())
 	r.reg.Rewound("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now())
@@ -69,29 +44,12 @@ func TestAnIdleEventAfterARewindDoesNotApplyAFailedAdvanceFromBeforeIt(t *testin
 	}
 }
 
-// TestAReconnectsRetryDoesNotUndoARewindNotHeard (found in
-// review): a tracker's advance of a progress failed through its in-place
-// retries (the database down); the database comes back, an operator
-// rewinds the table before the LISTEN connection is re-established (its
-// announcement is not heard), and the reconnect's notification makes the
-// service re-read the rewinds (RereadRewinds, on its own goroutine: here
-// its first read fails, as a read still under way would not be done) and
-// re-assert every tracker (Reassert). The re-assert wakes the tracker,
-// whose pending retry applies the progress posted before the rewind:
-// 14:00 -> 18:00 with no new data. Against the running service: pg_ctl
-// stop, a progress, pg_ctl start, finalizer rewind at once: the table was
-// at 13:00 for 5 s, then at 17:00 (the tracker's "advance succeeded
-// again" right after "every tracker re-asserts its last verdict").
-func TestAReconnectsRetryDoesNotUndoARewindNotHeard(t *testing.T) {
-	r := newRig(t)
-	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	r.track(t, runA, "t_a")
-	r.store.setFailing(3, nil)
-	last := cdcProgress(runA, "2026-09-28T18:10:00")
-	last.Timestamp = r.clock.Now().Add(-2 * time.Minute)
-	r.bus.Publish(last)
+// failedAdvance is trackFailing whose progress's advance failed through
+// its in-place retries (3 tries), the failure left to the run's next
+// event.
+func failedAdvance(t *testing.T) *rig {
+	t.Helper()
+	r := trackFailing(t, 3) // the advance and its two in-place retries
 	eventually(t, "the advance and its in-place retries failed", func() bool {
 		r.store.mu.Lock()
 		left := r.store.failures
@@ -109,6 +67,24 @@ func TestAReconnectsRetryDoesNotUndoARewindNotHeard(t *testing.T) {
 		}
 		return false
 	})
+	return r
+}
+
+// TestAReconnectsRetryDoesNotUndoARewindNotHeard (found in
+// review): a tracker's advance of a progress failed through its in-place
+// retries (the database down); the database comes back, an operator
+// rewinds the table before the LISTEN connection is re-established (its
+// announcement is not heard), and the reconnect's notification makes the
+// service re-read the rewinds (RereadRewinds, on its own goroutine: here
+// its first read fails, as a read still under way would not be done) and
+// re-assert every tracker (Reassert). The re-assert wakes the tracker,
+// whose pending retry applies the progress posted before the rewind:
+// 14:00 -> 18:00 with no new data. Against the running service: pg_ctl
+// stop, a progress, pg_ctl start, finalizer rewind at once: the table was
+// at 13:00 for 5 s, then at 17:00 (the tracker's "advance succeeded
+// again" right after "every tracker re-asserts its last verdict").
+func TestAReconnectsRetryDoesNotUndoARewindNotHeard(t *testing.T) {
+	r := failedAdvance(t)
 
 	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now()) // not heard
 	r.store.mu.Lock()
@@ -160,13 +136,8 @@ func TestARecoveryHoldsARetainedProgressFromBeforeTheRewind(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the retained progress taken", func() bool {
-		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
-			!r.store.Verdict("t_a").Equal(utc("2026-09-28T14:00:00Z"))
-	})
-	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
-		t.Fatalf("a restart applied a retained progress from before the rewind: verdict %s", got)
-	}
+	r.staysRewound(t, "t_a", "the retained progress taken", 1,
+		"a restart applied a retained progress from before the rewind: verdict %s")
 	// Heard live, a progress is not held to its driver's clock.
 	skewed := cdcProgress(runA, "2026-09-28T16:10:00")
 	skewed.Name, skewed.Timestamp = "a", rewoundAt.Add(-time.Minute)

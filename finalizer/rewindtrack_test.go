@@ -29,6 +29,38 @@ func rewoundRig(t *testing.T) (*rig, time.Time) {
 	return r, at
 }
 
+// staysRewound waits until the n-th progress posted before a rewind was
+// refused (before_rewind, logged) or table's verdict left 14:00, what the
+// rewind set, and fails t with failf (its %s: the verdict) if it left.
+func (r *rig) staysRewound(t *testing.T, table, what string, n int, failf string) {
+	t.Helper()
+	rewound := utc("2026-09-28T14:00:00Z")
+	eventually(t, what, func() bool {
+		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == n ||
+			!r.store.Verdict(table).Equal(rewound)
+	})
+	if got := r.store.Verdict(table); !got.Equal(rewound) {
+		t.Fatalf(failf, got)
+	}
+}
+
+// trackFailing is a rig tracking runA into t_a, with no rewind yet, whose
+// store fails the next failures advances, and runA's progress to 18:10,
+// posted two minutes ago, published.
+func trackFailing(t *testing.T, failures int) *rig {
+	t.Helper()
+	r := newRig(t)
+	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.track(t, runA, "t_a")
+	r.store.setFailing(failures, nil)
+	last := cdcProgress(runA, "2026-09-28T18:10:00")
+	last.Timestamp = r.clock.Now().Add(-2 * time.Minute)
+	r.bus.Publish(last)
+	return r
+}
+
 // publishAt publishes run's progress to commitTS, posted at posted, and
 // waits until its tracker refused it (before_rewind, the n-th) or the
 // verdict of table moved.
@@ -197,13 +229,8 @@ func TestARewindHeardWhileATrackerStartsHoldsItsRun(t *testing.T) {
 		box.OfferRetained(last)
 	}
 	r.track(t, runStopped, "t_c")
-	eventually(t, "the retained progress taken", func() bool {
-		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
-			!r.store.Verdict("t_c").Equal(utc("2026-09-28T14:00:00Z"))
-	})
-	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
-		t.Fatalf("a progress from before a rewind heard while its tracker started moved the verdict to %s", got)
-	}
+	r.staysRewound(t, "t_c", "the retained progress taken", 1,
+		"a progress from before a rewind heard while its tracker started moved the verdict to %s")
 	// The operator sees why the table does not move.
 	st := r.reg.Status()
 	if len(st) != 1 || !strings.HasPrefix(st[0].Held, "before_rewind: ") {
@@ -224,15 +251,7 @@ func TestARewindHeardWhileATrackerStartsHoldsItsRun(t *testing.T) {
 // says it still posts: the progress is held, and the run's next progress,
 // heard live after the rewind, is applied as usual.
 func TestARewindHoldsARunningTrackersPendingProgress(t *testing.T) {
-	r := newRig(t)
-	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	r.track(t, runA, "t_a")
-	r.store.setFailing(1, nil)
-	last := cdcProgress(runA, "2026-09-28T18:10:00")
-	last.Timestamp = r.clock.Now().Add(-2 * time.Minute)
-	r.bus.Publish(last)
+	r := trackFailing(t, 1)
 	eventually(t, "the advance failed, its retry armed", func() bool {
 		r.store.mu.Lock()
 		defer r.store.mu.Unlock()
@@ -242,13 +261,8 @@ func TestARewindHoldsARunningTrackersPendingProgress(t *testing.T) {
 	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now())
 	r.reg.Rewound("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now())
 	r.clock.Advance(time.Second) // the retry
-	eventually(t, "the retry taken", func() bool {
-		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 1 ||
-			!r.store.Verdict("t_a").Equal(utc("2026-09-28T14:00:00Z"))
-	})
-	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
-		t.Fatalf("a progress taken before the rewind, retried after it, moved the verdict to %s", got)
-	}
+	r.staysRewound(t, "t_a", "the retry taken", 1,
+		"a progress taken before the rewind, retried after it, moved the verdict to %s")
 	r.clock.Advance(time.Second)
 	r.publishApplied(t, runA, "t_a", "2026-09-28T16:10:00", r.clock.Now(), "2026-09-28T16:00:00Z")
 }
