@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
@@ -21,7 +19,7 @@ import (
 // yet". The table's held_by names the query, its run and the error, and
 // its join_waits list them.
 func TestStatusSaysATableWaitsForAJoin(t *testing.T) {
-	at := time.Date(2026, 9, 28, 14, 30, 0, 0, time.UTC)
+	at := statusAt
 	tables := []tableStatus{
 		{Table: "silver.all", FinalizedUntil: at, UpdatedAt: at},
 		{Table: "silver.other", FinalizedUntil: at, UpdatedAt: at},
@@ -36,10 +34,8 @@ func TestStatusSaysATableWaitsForAJoin(t *testing.T) {
 	if tables[0].HeldBy != want {
 		t.Errorf("held_by = %q, want %q", tables[0].HeldBy, want)
 	}
-	var out bytes.Buffer
-	printStatus(&out, tables, nil, nil, "")
-	if !strings.Contains(out.String(), "silver.all is "+want) {
-		t.Errorf("status does not say why silver.all waits:\n%s", out.String())
+	if out := printed(tables...); !strings.Contains(out, "silver.all is "+want) {
+		t.Errorf("status does not say why silver.all waits:\n%s", out)
 	}
 }
 
@@ -49,7 +45,7 @@ func TestStatusSaysATableWaitsForAJoin(t *testing.T) {
 // showed only in /v1/runs and a metric. It now prints the join waits the
 // service reports (only --table's), as text or JSON, and still exits 2.
 func TestStatusSaysTheJoinWaitsWhilePostgresIsDown(t *testing.T) {
-	at := time.Date(2026, 9, 28, 14, 30, 0, 0, time.UTC)
+	at := statusAt
 	waits := []finalizer.JoinWait{
 		{Table: "silver.all", QueryID: "0b0b0b0b-bc9c-4be8-97a9-b135d2943028", QueryName: "region-eu",
 			RunID: "0b7e5a52-9c1d-4e2f-a3b4-c5d6e7f8a9b0", Since: at, LastError: "join feeder: postgresql unavailable"},
@@ -110,7 +106,7 @@ func TestStatusSaysTheJoinWaitsWhilePostgresIsDown(t *testing.T) {
 // status left it out, and an operator could not see why it was not
 // final. It is listed, held by the join, in its place in the pages.
 func TestATableHeldByAJoinBeforeItsFirstRowIsListed(t *testing.T) {
-	at := time.Date(2026, 9, 28, 14, 30, 0, 0, time.UTC)
+	at := statusAt
 	wait := func(table string) []finalizer.JoinWait {
 		return []finalizer.JoinWait{{Table: table, QueryID: "0b0b0b0b-bc9c-4be8-97a9-b135d2943028", QueryName: "region-eu", Since: at}}
 	}
@@ -156,13 +152,12 @@ func TestATableHeldByAJoinBeforeItsFirstRowIsListed(t *testing.T) {
 	}
 
 	// status, every table: the one held before its first row is shown.
-	var out bytes.Buffer
 	statuses := tableStatuses(withWaitingTables(vs, fs, waits, "", ""), fs, nil, at, "")
 	attachJoinWaits(statuses, waits)
-	printStatus(&out, statuses, nil, nil, "")
+	out := printed(statuses...)
 	for _, want := range []string{"b.new is held until query region-eu", "z.late is held until query region-eu", "a.early"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("status lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
 		}
 	}
 }
