@@ -67,6 +67,89 @@ func (s *lockedJoinStore) events() []string {
 	return append([]string(nil), s.log...)
 }
 
+// joinRace is the rig of the join races: a registry whose rules map the
+// queries named live and backfill (and more, by options) to table t, its
+// advances retried every 5 ms, three times, through a lockedJoinStore
+// whose joins of queryB fail with joinErr (nil: control.ErrBusy) until
+// unlocked; at the end of the test the store is unlocked and the registry
+// closed.
+type joinRace struct {
+	store *lockedJoinStore
+	reg   *finalizer.Registry
+}
+
+// joinRaceQueryB is the query whose joins the rig's store fails.
+const joinRaceQueryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
+
+func startJoinRace(t *testing.T, joinErr error, opts ...func(*finalizer.RegistryConfig)) *joinRace {
+	t.Helper()
+	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: joinRaceQueryB, err: joinErr, locked: true}
+	cfg := finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.NewNop(),
+		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
+		MaxBatch: -1,
+		Rules: []finalizer.Rule{
+			{Table: "t", Query: "live", Spec: hourSpec(t)},
+			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
+		}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r := &joinRace{store: store, reg: finalizer.NewRegistry(cfg)}
+	t.Cleanup(func() {
+		store.unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.reg.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return r
+}
+
+// live has the known feeder (query live, runA) report commitTS.
+func (r *joinRace) live(commitTS string) {
+	ev := cdcProgress(runA, commitTS)
+	ev.Name = "live"
+	r.reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev})
+}
+
+// liveAdvanced has the known feeder report 10:05 and waits for its advance.
+func (r *joinRace) liveAdvanced(t *testing.T, what string) {
+	t.Helper()
+	r.live("2026-09-28T10:05:00")
+	eventually(t, what, func() bool { return slices.Contains(r.store.events(), "advance "+queryA) })
+}
+
+// started has the run of query q named name start (discovered).
+func (r *joinRace) started(q, run, name string) {
+	r.reg.Discovered(listener.Run{QueryID: q, RunID: run, Name: name, Kind: progress.KindStarted,
+		Event: &progress.Event{Kind: progress.KindStarted, QueryID: q, RunID: run, Name: name, BatchID: -1,
+			Timestamp: utc("2026-09-28T11:00:00Z")}})
+}
+
+// recoverNameless holds discovery as a restart's recovery does and
+// recovers the known feeder's run and runB, listed without a name; it
+// returns the hold's release (again at the end of the test).
+func (r *joinRace) recoverNameless(t *testing.T) (release func()) {
+	t.Helper()
+	release = r.reg.HoldDiscovery()
+	t.Cleanup(release)
+	runs := []listener.Run{
+		{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress},
+		{QueryID: joinRaceQueryB, RunID: runB, Kind: progress.KindIdle}, // no name in the stream
+	}
+	if err := r.reg.Recover(context.Background(), nil, runs); err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
+
+// named has runB's name (backfill) come in a live progress.
+func (r *joinRace) named() {
+	r.reg.Discovered(listener.Run{QueryID: joinRaceQueryB, RunID: runB, Name: "backfill", Kind: progress.KindProgress,
+		Event: &progress.Event{Kind: progress.KindProgress, QueryID: joinRaceQueryB, RunID: runB, Name: "backfill"}})
+}
+
 // The locked-table join race: a new query's run starts into a table
 // another session holds locked, so its feeder join waits (joinLater);
 // the table's known feeder is tracked and keeps reporting. Its advances
@@ -93,48 +176,24 @@ func TestAdvancesWaitForAFailedJoinOfTheirTable(t *testing.T) {
 
 func testAdvancesWaitForAFailedJoin(t *testing.T, joinErr error) {
 	const (
-		queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
+		queryB = joinRaceQueryB
 		queryC = "0c0c0c0c-bc9c-4be8-97a9-b135d2943028"
 		runC   = "0c0c0c0c-2222-4333-8444-555555555555"
 	)
-	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, err: joinErr, locked: true}
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.NewNop(),
-		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
-		MaxBatch: -1,
-		Rules: []finalizer.Rule{
-			{Table: "t", Query: "live", Spec: hourSpec(t)},
-			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
-			{Table: "t", Query: "late", Spec: hourSpec(t)},
-		}})
-	defer func() {
-		store.unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := reg.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	live := func(commitTS string) listener.Run {
-		ev := cdcProgress(runA, commitTS)
-		ev.Name = "live"
-		return listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev}
-	}
-	reg.Discovered(live("2026-09-28T10:05:00"))
-	eventually(t, "the known feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
-	started := func(q, r, name string) {
-		reg.Discovered(listener.Run{QueryID: q, RunID: r, Name: name, Kind: progress.KindStarted,
-			Event: &progress.Event{Kind: progress.KindStarted, QueryID: q, RunID: r, Name: name, BatchID: -1,
-				Timestamp: utc("2026-09-28T11:00:00Z")}})
-	}
-	started(queryB, runB, "backfill")
+	r := startJoinRace(t, joinErr, func(c *finalizer.RegistryConfig) {
+		c.Rules = append(c.Rules, finalizer.Rule{Table: "t", Query: "late", Spec: hourSpec(t)})
+	})
+	reg, store := r.reg, r.store
+	r.liveAdvanced(t, "the known feeder advanced")
+	r.started(queryB, runB, "backfill")
 	eventually(t, "the new query's start waits for its join", func() bool {
 		return slices.ContainsFunc(reg.Status(), func(s finalizer.TrackerStatus) bool { return s.RunID == runA }) &&
 			!slices.Contains(store.events(), "join "+queryB)
 	})
 	time.Sleep(50 * time.Millisecond) // the busy join tried, the run waiting
-	started(queryC, runC, "late")
+	r.started(queryC, runC, "late")
 	n := len(store.events())
-	reg.Discovered(live("2026-09-28T13:05:00"))
+	r.live("2026-09-28T13:05:00")
 	time.Sleep(300 * time.Millisecond) // the known feeder's tries and retries
 	if got := store.events()[n:]; len(got) != 0 {
 		t.Fatalf("while the new query's join waits for the lock: %v; want no advance of the table and no other start", got)
@@ -162,40 +221,18 @@ func testAdvancesWaitForAFailedJoin(t *testing.T, joinErr error) {
 // retry changes it. The run is tracked, and the table's other feeder
 // moves it as before.
 func TestARefusedJoinDoesNotHoldTheTable(t *testing.T) {
-	const queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
-	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, locked: true,
-		err: fmt.Errorf("join feeder: %w: a feeder must be a non-empty query id", control.ErrInvalidAdvance)}
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.NewNop(),
-		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
-		MaxBatch: -1,
-		Rules: []finalizer.Rule{
-			{Table: "t", Query: "live", Spec: hourSpec(t)},
-			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
-		}})
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := reg.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	live := func(commitTS string) listener.Run {
-		ev := cdcProgress(runA, commitTS)
-		ev.Name = "live"
-		return listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev}
-	}
-	reg.Discovered(live("2026-09-28T10:05:00"))
-	eventually(t, "the known feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
-	reg.Discovered(listener.Run{QueryID: queryB, RunID: runB, Name: "backfill", Kind: progress.KindStarted,
-		Event: &progress.Event{Kind: progress.KindStarted, QueryID: queryB, RunID: runB, Name: "backfill", BatchID: -1,
-			Timestamp: utc("2026-09-28T11:00:00Z")}})
+	const queryB = joinRaceQueryB
+	r := startJoinRace(t, fmt.Errorf("join feeder: %w: a feeder must be a non-empty query id", control.ErrInvalidAdvance))
+	reg, store := r.reg, r.store
+	r.liveAdvanced(t, "the known feeder advanced")
+	r.started(queryB, runB, "backfill")
 	eventually(t, "the refused run tracked", func() bool {
 		return slices.ContainsFunc(reg.Status(), func(s finalizer.TrackerStatus) bool { return s.RunID == runB })
 	})
 	if w := reg.JoinWaits(); len(w) != 0 {
 		t.Fatalf("join waits %+v after a refused join, want none", w)
 	}
-	reg.Discovered(live("2026-09-28T13:05:00"))
+	r.live("2026-09-28T13:05:00")
 	eventually(t, "the known feeder moved the table", func() bool { return store.Verdict("t").Equal(utc("2026-09-28T13:00:00Z")) })
 }
 
@@ -207,27 +244,12 @@ func TestARefusedJoinDoesNotHoldTheTable(t *testing.T) {
 // to the run's retained progress, which the next start's recovery applies
 // after the new query joined.
 func TestCloseSendsNoAdvanceHeldForAJoin(t *testing.T) {
-	const queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
-	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, locked: true}
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.NewNop(),
-		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
-		MaxBatch: -1,
-		Rules: []finalizer.Rule{
-			{Table: "t", Query: "live", Spec: hourSpec(t)},
-			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
-		}})
-	live := func(commitTS string) listener.Run {
-		ev := cdcProgress(runA, commitTS)
-		ev.Name = "live"
-		return listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev}
-	}
-	reg.Discovered(live("2026-09-28T10:05:00"))
-	eventually(t, "the known feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
-	reg.Discovered(listener.Run{QueryID: queryB, RunID: runB, Name: "backfill", Kind: progress.KindStarted,
-		Event: &progress.Event{Kind: progress.KindStarted, QueryID: queryB, RunID: runB, Name: "backfill", BatchID: -1,
-			Timestamp: utc("2026-09-28T11:00:00Z")}})
+	r := startJoinRace(t, nil)
+	reg, store := r.reg, r.store
+	r.liveAdvanced(t, "the known feeder advanced")
+	r.started(joinRaceQueryB, runB, "backfill")
 	time.Sleep(50 * time.Millisecond) // the busy join tried, the run waiting
-	reg.Discovered(live("2026-09-28T13:05:00"))
+	r.live("2026-09-28T13:05:00")
 	time.Sleep(50 * time.Millisecond) // the held advance tried
 	n := len(store.events())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -256,31 +278,14 @@ func (s retiringLockedStore) RetireFeeder(_ context.Context, _, query, _ string)
 // the held advances would have (548db1a held only the advances). It is
 // refused while the join waits, and said so.
 func TestRetireWaitsForABusyJoinOfTheTable(t *testing.T) {
-	const queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
-	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, locked: true}
 	core, logs := observer.New(zapcore.WarnLevel)
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: retiringLockedStore{store}, Logger: zap.New(core),
-		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
-		MaxBatch: -1,
-		Rules: []finalizer.Rule{
-			{Table: "t", Query: "live", Spec: hourSpec(t), Retire: finalizer.RetireOnCleanTermination},
-			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
-		}})
-	defer func() {
-		store.unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := reg.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	ev := cdcProgress(runA, "2026-09-28T10:05:00")
-	ev.Name = "live"
-	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev})
-	eventually(t, "the known feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
-	reg.Discovered(listener.Run{QueryID: queryB, RunID: runB, Name: "backfill", Kind: progress.KindStarted,
-		Event: &progress.Event{Kind: progress.KindStarted, QueryID: queryB, RunID: runB, Name: "backfill", BatchID: -1,
-			Timestamp: utc("2026-09-28T11:00:00Z")}})
+	r := startJoinRace(t, nil, func(c *finalizer.RegistryConfig) {
+		c.Store, c.Logger = retiringLockedStore{c.Store.(*lockedJoinStore)}, zap.New(core)
+		c.Rules[0].Retire = finalizer.RetireOnCleanTermination
+	})
+	reg, store := r.reg, r.store
+	r.liveAdvanced(t, "the known feeder advanced")
+	r.started(joinRaceQueryB, runB, "backfill")
 	time.Sleep(50 * time.Millisecond) // the busy join tried, the run waiting
 	n := len(store.events())
 	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindTerminated, Event: terminated(runA)})
@@ -314,50 +319,21 @@ func TestAFailedEarlyJoinHoldsTheTable(t *testing.T) {
 }
 
 func testAFailedEarlyJoinHoldsTheTable(t *testing.T, joinErr error) {
-	const queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
-	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, err: joinErr, locked: true}
+	const queryB = joinRaceQueryB
 	core, logs := observer.New(zapcore.InfoLevel)
 	m := finalizer.NewMetrics(nil, time.Now)
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.New(core), Metrics: m,
-		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
-		MaxBatch: -1,
-		Rules: []finalizer.Rule{
-			{Table: "t", Query: "live", Spec: hourSpec(t)},
-			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
-		}})
-	defer func() {
-		store.unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := reg.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	release := reg.HoldDiscovery()
-	defer release()
-	runs := []listener.Run{
-		{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress},
-		{QueryID: queryB, RunID: runB, Kind: progress.KindIdle}, // no name in the stream
-	}
-	if err := reg.Recover(context.Background(), nil, runs); err != nil {
-		t.Fatal(err)
-	}
-	live := func(commitTS string) listener.Run {
-		ev := cdcProgress(runA, commitTS)
-		ev.Name = "live"
-		return listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev}
-	}
-	reg.Discovered(live("2026-09-28T10:05:00"))
-	eventually(t, "the recovered feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
+	r := startJoinRace(t, joinErr, func(c *finalizer.RegistryConfig) { c.Logger, c.Metrics = zap.New(core), m })
+	reg, store := r.reg, r.store
+	release := r.recoverNameless(t)
+	r.liveAdvanced(t, "the recovered feeder advanced")
 	// The nameless run's name, live, under the hold: its early join fails.
-	reg.Discovered(listener.Run{QueryID: queryB, RunID: runB, Name: "backfill", Kind: progress.KindProgress,
-		Event: &progress.Event{Kind: progress.KindProgress, QueryID: queryB, RunID: runB, Name: "backfill"}})
+	r.named()
 	eventually(t, "the table waits for the early join", func() bool {
 		w := reg.JoinWaits()
 		return len(w) == 1 && w[0].Table == "t" && w[0].QueryID == queryB && w[0].RunID == "" && w[0].LastError != ""
 	})
 	n := len(store.events())
-	reg.Discovered(live("2026-09-28T13:05:00"))
+	r.live("2026-09-28T13:05:00")
 	time.Sleep(300 * time.Millisecond) // the recovered feeder's tries and retries
 	if got := store.events()[n:]; len(got) != 0 {
 		t.Fatalf("while the early join waits: %v (verdict %v); want no advance of the table", got, store.Verdict("t"))
@@ -395,36 +371,15 @@ func testAFailedEarlyJoinHoldsTheTable(t *testing.T, joinErr error) {
 // query's data, never joined); its run's retained progress re-applies it
 // after the next start's join.
 func TestCloseSendsNoAdvanceHeldForAnEarlyJoin(t *testing.T) {
-	const queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
-	store := &lockedJoinStore{fakeStore: newFakeStore(), busy: queryB, locked: true}
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{Bus: newFakeBus(), Store: store, Logger: zap.NewNop(),
-		Tracker:  finalizer.TrackerOptions{RetryDelay: 5 * time.Millisecond, Retries: 3},
-		MaxBatch: -1,
-		Rules: []finalizer.Rule{
-			{Table: "t", Query: "live", Spec: hourSpec(t)},
-			{Table: "t", Query: "backfill", Spec: hourSpec(t)},
-		}})
-	release := reg.HoldDiscovery()
-	defer release()
-	runs := []listener.Run{
-		{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress},
-		{QueryID: queryB, RunID: runB, Kind: progress.KindIdle},
-	}
-	if err := reg.Recover(context.Background(), nil, runs); err != nil {
-		t.Fatal(err)
-	}
-	live := func(commitTS string) listener.Run {
-		ev := cdcProgress(runA, commitTS)
-		ev.Name = "live"
-		return listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindProgress, Event: ev}
-	}
-	reg.Discovered(live("2026-09-28T10:05:00"))
-	eventually(t, "the recovered feeder advanced", func() bool { return slices.Contains(store.events(), "advance "+queryA) })
-	reg.Discovered(listener.Run{QueryID: queryB, RunID: runB, Name: "backfill", Kind: progress.KindProgress,
-		Event: &progress.Event{Kind: progress.KindProgress, QueryID: queryB, RunID: runB, Name: "backfill"}})
+	const queryB = joinRaceQueryB
+	r := startJoinRace(t, nil)
+	reg, store := r.reg, r.store
+	r.recoverNameless(t)
+	r.liveAdvanced(t, "the recovered feeder advanced")
+	r.named()
 	eventually(t, "the table waits for the early join", func() bool { return len(reg.JoinWaits()) == 1 })
 	n := len(store.events())
-	reg.Discovered(live("2026-09-28T13:05:00"))
+	r.live("2026-09-28T13:05:00")
 	time.Sleep(50 * time.Millisecond) // the held advance tried
 	store.unlock()                    // the lock goes as the service shuts down
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
