@@ -458,15 +458,16 @@ func newStatusCmd(stdout io.Writer) *cobra.Command {
 		Long: `Shows every table's verdict (or one table's) from the control table: finalized_until,
 its lag behind now, when it last moved and from which run; and the runs the service
 tracks, with their last error, read from the service's HTTP API (--http-url) when it is
-reachable.
+reachable. A table that waits for a new feeder's join is shown held by it ("T is held
+until query Q joins its feeders ..."), also before its first verdict.
 
 When the control table cannot be read (PostgreSQL down), status still prints the feeder
 joins the service's tables wait for, read from its HTTP API ("T is held until query Q
 joins its feeders ..."; with --json, {"join_waits": [...]}), then exits 2.
 
 Exit codes: 0 shown, 2 usage or connection error (PostgreSQL down included), 3 --table
-names a table with no verdict that no explicit track, --config rule or tracker of the
-service could write (a typo: the nearest known name is suggested).`,
+names a table with no verdict that no explicit track, --config rule, tracker or join wait
+of the service could write (a typo: the nearest known name is suggested).`,
 		Example: `  finalizer status
   finalizer status --table bronze.orders --json`,
 		Args: cobra.NoArgs,
