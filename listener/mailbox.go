@@ -32,6 +32,12 @@ type Mailbox struct {
 	idleAt     time.Time // the newest idle event's timestamp since the last Take
 	started    *progress.Event
 	terminated *progress.Event
+	// stored is when the stream stored the retained progress that last
+	// entered the slot (OfferRetainedAt: Unix ns, the NATS server's
+	// clock), 0 when none did since the last Take or its time is not
+	// known (Mail.ProgressStored). Its 8 bytes keep the mailbox in its
+	// 160-byte size class (TestMailboxWakeOnDemand).
+	stored int64
 	// The flags sit together, in one word (the mailbox stays in its
 	// 160-byte size class, issue 12).
 	hasTaken bool
@@ -135,6 +141,14 @@ type Mail struct {
 	// Progress may be that one, not one heard now (a newer live one may
 	// have replaced it; a bad live one may have fallen back to it).
 	ProgressRetained bool
+	// ProgressStored is when the stream stored the retained progress that
+	// last entered the slot since the last Take (OfferRetainedAt: Unix
+	// ns, the NATS server's clock, from the message's metadata); 0 when
+	// none did or its time is not known (OfferRetained). Progress is
+	// that progress, or a newer one offered after it (a live one, which
+	// reached the stream after it): judged by this time, it is judged no
+	// later than it came.
+	ProgressStored int64
 }
 
 // NewMailbox returns an empty Mailbox.
@@ -149,15 +163,35 @@ func NewMailbox() *Mailbox {
 // (Mail.NotNewer). So a message recovered from JetStream, or delivered twice, never
 // replaces or repeats a newer one. A started event is handed out once by
 // the next Take. nil is ignored.
-func (m *Mailbox) Offer(ev *progress.Event) { m.offer(ev, true) }
+func (m *Mailbox) Offer(ev *progress.Event) { m.offer(ev, true, 0) }
 
 // OfferRetained is Offer for an event read from the stream's retained
 // copy (a catch-up, a restart's recovery) rather than heard live: the
 // next Take says so (Mail.Heard false when nothing else came), and a
 // quiet mailbox does not stamp it (the run was not heard from now).
-func (m *Mailbox) OfferRetained(ev *progress.Event) { m.offer(ev, false) }
+func (m *Mailbox) OfferRetained(ev *progress.Event) { m.offer(ev, false, 0) }
 
-func (m *Mailbox) offer(ev *progress.Event, live bool) {
+// OfferRetainedAt is OfferRetained for an event the stream stored at
+// stored (the server's clock, from the message's metadata): the next
+// Take says when a retained progress that entered the slot was stored
+// (Mail.ProgressStored), which a tracker judges against its table's
+// last rewind instead of the progress's driver's timestamp. A zero stored
+// is OfferRetained.
+func (m *Mailbox) OfferRetainedAt(ev *progress.Event, stored time.Time) {
+	m.offer(ev, false, unixNanos(stored))
+}
+
+// unixNanos is t in Unix ns, 0 for the zero time.
+func unixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// offer puts ev in the mailbox: heard now (live), or read from the
+// stream's retained copy, stored at stored (Unix ns; 0 when not known).
+func (m *Mailbox) offer(ev *progress.Event, live bool, stored int64) {
 	if ev == nil {
 		return
 	}
@@ -184,7 +218,7 @@ func (m *Mailbox) offer(ev *progress.Event, live bool) {
 		if ev.Newer(m.progress) && m.admit(ev) != nil {
 			m.progress = ev
 			if !live {
-				m.retained = true
+				m.retained, m.stored = true, stored
 			}
 		} else if stamped = m.stampQuiet(live); !stamped {
 			m.notNewer = true
@@ -434,8 +468,8 @@ func (m *Mailbox) Take() Mail {
 		}
 	}
 	mail := Mail{Progress: m.progress, Idle: m.idle, NotNewer: m.notNewer, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started, BatchZero: m.zero, Heard: m.heard,
-		ProgressRetained: m.retained}
-	m.idleAt, m.started, m.zero, m.heard, m.retained = time.Time{}, nil, false, false, false
+		ProgressRetained: m.retained, ProgressStored: m.stored}
+	m.idleAt, m.started, m.zero, m.heard, m.retained, m.stored = time.Time{}, nil, false, false, false, 0
 	if m.progress != nil {
 		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: m.progress.Timestamp}, true
 	}

@@ -307,6 +307,7 @@ type retainedMsg struct {
 	kind    progress.Kind
 	ev      *progress.Event
 	data    []byte
+	stored  int64 // when the stream stored it (Unix ns, the server's clock)
 }
 
 // snapshotKinds are the kinds a catch-up offers.
@@ -409,15 +410,15 @@ func (l *Listener) scanCatchUp(ctx context.Context, subs []*RunSubscription, sna
 		from = snap.last + 1
 	}
 	term := "." + progress.KindTerminated.String() + "."
-	_, err := l.scanStream(ctx, snapshotKinds, from, func(subject string, data []byte, _ time.Time) {
+	_, err := l.scanStream(ctx, snapshotKinds, from, func(subject string, data []byte, stored time.Time) {
 		held := byRun[lastToken(subject)]
 		switch {
 		case len(held) == 0:
 		case strings.HasPrefix(subject[min(len(l.opts.Prefix), len(subject)):], term):
-			terminations = append(terminations, retainedMsg{subject: subject, kind: progress.KindTerminated, data: data})
+			terminations = append(terminations, retainedMsg{subject: subject, kind: progress.KindTerminated, data: data, stored: unixNanos(stored)})
 		default:
 			for _, s := range held {
-				s.deliverNow(subject, data)
+				s.deliverNow(subject, data, stored)
 			}
 		}
 	})
@@ -437,7 +438,11 @@ func (l *Listener) scanCatchUp(ctx context.Context, subs []*RunSubscription, sna
 // without a second parse.
 func (s *RunSubscription) deliverRetained(m retainedMsg) {
 	if m.ev == nil {
-		s.deliverNow(m.subject, m.data)
+		var stored time.Time
+		if m.stored != 0 {
+			stored = time.Unix(0, m.stored)
+		}
+		s.deliverNow(m.subject, m.data, stored)
 		return
 	}
 	es, ok := s.checkSubject(m.subject)
@@ -445,7 +450,7 @@ func (s *RunSubscription) deliverRetained(m retainedMsg) {
 		return
 	}
 	s.l.event(es.kind, OutcomeAccepted)
-	s.box.OfferRetained(m.ev)
+	s.box.offer(m.ev, false, m.stored) // OfferRetainedAt
 }
 
 // cmpErr returns a unless it is nil, else b.

@@ -358,7 +358,7 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 				r.name = ev.Name
 			}
 			if keep {
-				m := retainedMsg{subject: subject, kind: es.kind, ev: ev}
+				m := retainedMsg{subject: subject, kind: es.kind, ev: ev, stored: unixNanos(stored)}
 				if err != nil {
 					m.ev, m.data = nil, data
 				}
