@@ -133,17 +133,35 @@ func (t *Tracker) checkRewound() {
 // the driver's clock: only such silent runs are held to it (a batch started
 // before the rewind and committed after it waits for the run's next
 // progress: late, never wrong). A progress without a timestamp is applied,
-// as before.
+// as before, unless the stream stored it before the rewind.
+//
+// A progress read from the stream's retained copy whose stored time is
+// known (Tracker.pendingHeard below 0) is judged by that time too, the
+// NATS server's clock: stored before the rewind, or within rewindMargin
+// after it, it is held, whatever its driver's timestamp says (a driver
+// whose clock is ahead stamped it after the rewind: found in review, ADR
+// 0019's addendum of 2026-12-06). Stored after, it is still held when its
+// timestamp is before the rewind, as before: a client that queued it
+// across an outage may have stored it late.
 func (t *Tracker) beforeRewind(ev *progress.Event) bool {
-	if ev.Timestamp.IsZero() {
+	var heard, stored time.Time
+	if ev == t.pending {
+		switch {
+		case t.pendingHeard > 0:
+			heard = time.Unix(0, t.pendingHeard)
+		case t.pendingHeard < 0:
+			stored = time.Unix(0, -t.pendingHeard)
+		}
+	}
+	if ev.Timestamp.IsZero() && stored.IsZero() {
 		return false
 	}
-	var heard time.Time
-	if ev == t.pending && t.pendingHeard != 0 {
-		heard = time.Unix(0, t.pendingHeard)
-	}
 	at := t.rewindAt(heard)
-	if at.IsZero() || !ev.Timestamp.Before(at) {
+	if at.IsZero() {
+		return false
+	}
+	storedBefore := !stored.IsZero() && stored.Before(at.Add(rewindMargin))
+	if !storedBefore && (ev.Timestamp.IsZero() || !ev.Timestamp.Before(at)) {
 		return false
 	}
 	// Shown in the run's status and the held-runs gauge until a progress
@@ -151,14 +169,33 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	// why the table stays rewound sees why.
 	t.setHeld(outcomeBeforeRewind)
 	t.mu.Lock()
-	t.held = outcomeBeforeRewind + ": the run's progress was posted at " + ev.Timestamp.UTC().Format(time.RFC3339) +
-		", before its table was rewound at " + at.UTC().Format(time.RFC3339) + "; its next progress posted after the rewind moves the verdict"
+	if storedBefore {
+		t.held = outcomeBeforeRewind + ": the run's progress was stored by the stream at " + stored.UTC().Format(time.RFC3339) +
+			" (posted at " + ev.Timestamp.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " +
+			at.UTC().Format(time.RFC3339) + " or within " + rewindMargin.String() + " after; its next progress posted after the rewind moves the verdict"
+	} else {
+		t.held = outcomeBeforeRewind + ": the run's progress was posted at " + ev.Timestamp.UTC().Format(time.RFC3339) +
+			", before its table was rewound at " + at.UTC().Format(time.RFC3339) + "; its next progress posted after the rewind moves the verdict"
+	}
 	t.mu.Unlock()
 	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
-	t.log.Info("a progress posted before the table's last rewind is not applied (it would undo the rewind)",
-		zap.Time("posted", ev.Timestamp), zap.Time("rewound_at", at), zap.Int64("batch_id", ev.BatchID))
+	fields := []zap.Field{zap.Time("posted", ev.Timestamp), zap.Time("rewound_at", at), zap.Int64("batch_id", ev.BatchID)}
+	if !stored.IsZero() {
+		fields = append(fields, zap.Time("stored", stored))
+	}
+	t.log.Info("a progress posted before the table's last rewind is not applied (it would undo the rewind)", fields...)
 	return true
 }
+
+// rewindMargin is how long after a table's rewind (rewound_at, the
+// PostgreSQL server's clock) the stream may have stored a progress
+// (the NATS server's clock) and still be held as stored before it
+// (beforeRewind): the two servers' clocks may differ, and on this side
+// a progress stored just after the rewind waits for the run's next one
+// (late), where on the other one stored just before it would undo the
+// rewind (wrong). The ownership's held advances allow the same
+// (internal/ownership).
+const rewindMargin = time.Minute
 
 // quietBeforeRewind is beforeRewind for a quiet signal (ADR 0014) at at:
 // an idle event, or a progress that says its source was caught up, of a
@@ -167,6 +204,15 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 // progress would (a restart's recovery, or a track after the rewind,
 // re-reads the run's retained idle event and last progress), so it is
 // not used either; the run shows held before_rewind, as for a progress.
+//
+// A progress's signal (caught up, no data) when the newest progress taken
+// was read from the stream's retained copy with its stored time
+// (Tracker.pendingHeard below 0) is judged as that progress is
+// (beforeRewind): against the table's last rewind, and by the stored time
+// too, so that a driver whose clock is ahead does not make a quiet move
+// from before the rewind (ADR 0019's addendum of 2026-12-06). The signal
+// is the newest of those taken (noteQuiet); one of an older progress,
+// stored earlier still, is judged no less strictly.
 func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 	t.mu.Lock()
 	var heard time.Time
@@ -174,8 +220,16 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 		heard = t.lastEvent
 	}
 	t.mu.Unlock()
+	var stored time.Time
+	if sig != progress.SignalIdleEvent && t.pendingHeard < 0 {
+		stored, heard = time.Unix(0, -t.pendingHeard), time.Time{}
+	}
 	rw := t.rewindAt(heard)
-	if rw.IsZero() || !at.Before(rw) {
+	if rw.IsZero() {
+		return false
+	}
+	storedBefore := !stored.IsZero() && stored.Before(rw.Add(rewindMargin))
+	if !storedBefore && !at.Before(rw) {
 		return false
 	}
 	if t.heldBy == "" || t.heldByQuiet {
@@ -187,13 +241,22 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 		t.setHeld(outcomeBeforeRewind)
 		t.heldByQuiet = true
 		t.mu.Lock()
-		t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") says its source was caught up at " + at.UTC().Format(time.RFC3339) +
-			", before its table was rewound at " + rw.UTC().Format(time.RFC3339) + "; its next progress, or quiet signal, from after the rewind moves the verdict"
+		if storedBefore {
+			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at " + stored.UTC().Format(time.RFC3339) +
+				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " + rw.UTC().Format(time.RFC3339) +
+				" or within " + rewindMargin.String() + " after; its next progress, or quiet signal, from after the rewind moves the verdict"
+		} else {
+			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") says its source was caught up at " + at.UTC().Format(time.RFC3339) +
+				", before its table was rewound at " + rw.UTC().Format(time.RFC3339) + "; its next progress, or quiet signal, from after the rewind moves the verdict"
+		}
 		t.mu.Unlock()
 	}
 	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
-	t.log.Info("a quiet signal sent before the table's last rewind is not used (its quiet move would undo the rewind)",
-		zap.String("signal", sig), zap.Time("caught_up_at", at), zap.Time("rewound_at", rw))
+	fields := []zap.Field{zap.String("signal", sig), zap.Time("caught_up_at", at), zap.Time("rewound_at", rw)}
+	if storedBefore {
+		fields = append(fields, zap.Time("stored", stored))
+	}
+	t.log.Info("a quiet signal sent before the table's last rewind is not used (its quiet move would undo the rewind)", fields...)
 	return true
 }
 

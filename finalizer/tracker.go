@@ -217,8 +217,12 @@ type Tracker struct {
 	// Owned by the steps (one at a time).
 	pending *progress.Event // newest progress not yet applied
 	// pendingHeard is when pending was heard live (Unix ns, this
-	// service's clock), 0 when it may come from the stream's retained
-	// copy: a rewind after it holds it (rewindAt), whatever came since.
+	// service's clock), when it may come from the stream's retained copy
+	// minus when the stream stored it (-Unix ns, the NATS server's clock:
+	// Mail.ProgressStored), or 0 when it may come from the retained copy
+	// and its stored time is not known. A rewind after it holds it
+	// (beforeRewind, rewindAt), whatever came since. One field for the
+	// three: the tracker has no 8 bytes to spare (TestTrackerSize).
 	pendingHeard int64
 	retries      int         // retries armed in the current failure streak
 	retryStop    func() bool // stops the armed retry timer; nil when none
@@ -966,11 +970,13 @@ func (t *Tracker) retireOnTermination(ctx context.Context, failed bool) {
 	t.logSampled(zapcore.InfoLevel, "retired", "run terminated cleanly; its query is retired from the table's feeders")
 }
 
-// heardAt is when mail's progress was heard live: now, or 0 when it may
-// come from the stream's retained copy (a catch-up, a restart's recovery).
+// heardAt is when mail's progress was heard live: now; or, when it may
+// come from the stream's retained copy (a catch-up, a restart's
+// recovery), minus when the stream stored it, 0 when that is not known
+// (see Tracker.pendingHeard).
 func (t *Tracker) heardAt(mail listener.Mail) int64 {
 	if mail.ProgressRetained {
-		return 0
+		return -mail.ProgressStored
 	}
 	return t.cfg.Clock.Now().UnixNano()
 }
@@ -996,7 +1002,9 @@ func (t *Tracker) finalCatchUp(ctx context.Context, pending *progress.Event) *pr
 	if mail := t.cfg.Box.Take(); mail.Progress != nil {
 		t.log.Debug("progress taken at the final catch-up", zap.Int64("batch_id", mail.Progress.BatchID))
 		pending = mail.Progress
-		t.pendingHeard = t.heardAt(mail)
+		// Pending from here on (the caller keeps what this returns):
+		// beforeRewind judges it by pendingHeard.
+		t.pending, t.pendingHeard = pending, t.heardAt(mail)
 		if t.apply(ctx, pending) {
 			pending = nil
 		}

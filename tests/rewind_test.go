@@ -188,8 +188,27 @@ func TestRestartKeepsARewind(t *testing.T) {
 		t.Fatalf("after the restart, is-final 15:00 exits %d, want 1: the rewind was undone", code)
 	}
 	// A new run reprocessing, posted now: it moves the verdict as before.
-	pub = connect(t, s.natsURL)
+	newRunMoves(t, s, pgURL)
+}
+
+// newRunMoves has a new run of the query (runB) start and, once its
+// tracker runs, post a progress to 15:10, and waits for bronze.orders at
+// 15:00. The progress is posted once the tracker runs so that it is heard
+// live: one its tracker's start reads from the stream, stored within a
+// minute after the table's rewind, waits for the run's next progress
+// (ADR 0019, addendum of 2026-12-06).
+func newRunMoves(t *testing.T, s *proc, pgURL string) {
+	t.Helper()
+	pub := connect(t, s.natsURL)
 	pub.publish("started", queryA, runB, startedJSON(queryA, runB, "orders-v1"))
+	eventually(t, "the new run tracked", func() bool {
+		for _, line := range strings.Split(s.stderr.String(), "\n") {
+			if strings.Contains(line, `"tracking run"`) && strings.Contains(line, runB) {
+				return true
+			}
+		}
+		return false
+	})
 	pub.publish("progress", queryA, runB, progressPosted(queryA, runB, "orders-v1", 1, time.Now().UTC(), "2026-09-28T15:10:00"))
 	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T15:00:00Z")
 }
@@ -280,4 +299,61 @@ func serveATerminatedRun(t *testing.T) (*proc, string) {
 	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
 	s.logged(t, "the run's end", "run terminated")
 	return s, pgURL
+}
+
+// TestARewindHoldsAgainstADriverClockAhead: a run whose driver's clock is
+// ten minutes ahead posted its last progress (18:10) and terminated; the
+// operator rewound its table to 14:00 shortly after. The progress carries
+// a timestamp after the rewind, and a track of the old run, then a
+// restart's recovery, applied it again from the stream (18:00 with no new
+// data; ADR 0019, open until the addendum of 2026-12-06). A retained
+// progress is judged by when the stream stored it: before the rewind, so
+// the verdict stays at 14:00 through both.
+func TestARewindHoldsAgainstADriverClockAhead(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	pg := []string{"--postgres-url", pgURL}
+	dataDir := t.TempDir()
+	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
+	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, config: cfg})
+	pub := connect(t, s.natsURL)
+	ahead := time.Now().Add(10 * time.Minute).UTC()
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, progressPosted(queryA, runA, "orders-v1", 7, ahead, "2026-09-28T18:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
+	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
+	s.logged(t, "the run's end", "run terminated")
+	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
+		"--reason", "reprocessing from 14:00", "--by", "ops"}, pg...)...); code != 0 {
+		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
+	}
+	s.logged(t, "the rewind heard", "verdict rewound by an operator")
+
+	// A new track of the old run: its catch-up reads the last progress.
+	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "bronze.orders"); code != 0 {
+		t.Fatalf("track: exit %d\n%s%s", code, out, e)
+	}
+	eventually(t, "the old progress taken by the track", func() bool {
+		return strings.Contains(s.stderr.String(), "posted before the table's last rewind") ||
+			finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z") == 0
+	})
+	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
+		t.Fatalf("after the track, is-final 15:00 exits %d, want 1: a progress stamped after the rewind by a clock ahead undid it", code)
+	}
+
+	// A restart: its recovery reads it again.
+	s.stop()
+	s = startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, config: cfg})
+	s.logged(t, "the recovery", "recovered tracked runs")
+	eventually(t, "the old progress taken by the recovery", func() bool {
+		return strings.Contains(s.stderr.String(), "posted before the table's last rewind") ||
+			finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z") == 0
+	})
+	if !strings.Contains(s.stderr.String(), `"stored"`) {
+		t.Errorf("the hold's log line does not say when the stream stored the progress:\n%s", s.stderr.String())
+	}
+	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
+		t.Fatalf("after the restart, is-final 15:00 exits %d, want 1: a progress stamped after the rewind by a clock ahead undid it", code)
+	}
+	// A new run reprocessing moves the verdict as before.
+	newRunMoves(t, s, pgURL)
 }
