@@ -2,6 +2,7 @@ package finalizer
 
 import (
 	"context"
+	"time"
 
 	"github.com/finalizer-dev/finalizer/listener"
 )
@@ -34,6 +35,19 @@ type RunStater interface {
 	RetainedRun(ctx context.Context, queryID, runID string) (listener.Run, bool, error)
 }
 
+// StreamMarker is optional on a Bus: LastStored says when the event
+// stream stored its newest message, as the server reports it now (the
+// NATS server's clock; zero when it stored none;
+// listener.Listener.LastStored). The registry asks it once per rewind it
+// hears live: a progress read later from the stream's retained copy and
+// stored after that time was stored after the service heard the rewind,
+// judged on the one clock that stamped both (Tracker.beforeRewind).
+// Without it, a retained progress is judged with rewindMargin across the
+// NATS and PostgreSQL servers' clocks.
+type StreamMarker interface {
+	LastStored(ctx context.Context) (time.Time, error)
+}
+
 // CatchUpHolder is optional on a Bus: HoldCatchUps defers the catch-up
 // from the stream of every run subscribed until release, which catches
 // them all up at once (one read of the stream instead of one per run).
@@ -61,6 +75,7 @@ var (
 	_ CatchUpHolder  = ListenerBus{}
 	_ LateOfferer    = ListenerBus{}
 	_ RunStater      = ListenerBus{}
+	_ StreamMarker   = ListenerBus{}
 	_ intoSubscriber = ListenerBus{}
 )
 
@@ -96,6 +111,12 @@ func (b ListenerBus) OfferLate(runIDs []string) { b.L.OfferLate(runIDs) }
 // RunName looks the run's query name up in what JetStream retained.
 func (b ListenerBus) RunName(ctx context.Context, queryID, runID string) (string, error) {
 	return b.L.RunName(ctx, queryID, runID)
+}
+
+// LastStored says when the event stream stored its newest message (see
+// listener.LastStored).
+func (b ListenerBus) LastStored(ctx context.Context) (time.Time, error) {
+	return b.L.LastStored(ctx)
 }
 
 // RetainedRun reads what the stream retains of one run (see

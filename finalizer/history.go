@@ -1,6 +1,7 @@
 package finalizer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -160,7 +161,8 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	if at.IsZero() {
 		return false
 	}
-	storedBefore := !stored.IsZero() && stored.Before(at.Add(rewindMargin))
+	mark, marked := t.rewindMark(at)
+	storedBefore := t.storedBefore(stored, at, mark, marked)
 	if !storedBefore && (ev.Timestamp.IsZero() || !ev.Timestamp.Before(at)) {
 		return false
 	}
@@ -169,11 +171,16 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	// why the table stays rewound sees why.
 	t.setHeld(outcomeBeforeRewind)
 	t.mu.Lock()
-	if storedBefore {
+	switch {
+	case storedBefore && marked:
+		t.held = outcomeBeforeRewind + ": the run's progress was stored by the stream at " + stored.UTC().Format(time.RFC3339Nano) +
+			" (posted at " + ev.Timestamp.UTC().Format(time.RFC3339) + " by its driver's clock), before this service heard its table's rewind (the stream's newest message then was stored at " +
+			mark.UTC().Format(time.RFC3339Nano) + "); its next progress posted after the rewind moves the verdict"
+	case storedBefore:
 		t.held = outcomeBeforeRewind + ": the run's progress was stored by the stream at " + stored.UTC().Format(time.RFC3339) +
 			" (posted at " + ev.Timestamp.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " +
 			at.UTC().Format(time.RFC3339) + " or within " + rewindMargin.String() + " after; its next progress posted after the rewind moves the verdict"
-	} else {
+	default:
 		t.held = outcomeBeforeRewind + ": the run's progress was posted at " + ev.Timestamp.UTC().Format(time.RFC3339) +
 			", before its table was rewound at " + at.UTC().Format(time.RFC3339) + "; its next progress posted after the rewind moves the verdict"
 	}
@@ -183,8 +190,42 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	if !stored.IsZero() {
 		fields = append(fields, zap.Time("stored", stored))
 	}
+	if marked {
+		fields = append(fields, zap.Time("stream_last_stored_at_rewind", mark))
+	}
 	t.log.Info("a progress posted before the table's last rewind is not applied (it would undo the rewind)", fields...)
 	return true
+}
+
+// rewindMark is the event stream's newest stored time when this service
+// heard the table's rewind at live (Registry.markStream); ok is false
+// when none is known for that rewind.
+func (t *Tracker) rewindMark(at time.Time) (time.Time, bool) {
+	if t.cfg.host == nil || at.IsZero() {
+		return time.Time{}, false
+	}
+	return t.cfg.host.rewindMark(at)
+}
+
+// storedBefore reports whether a progress the stream stored at stored
+// (zero: not known) counts as stored before the table's rewind at: when
+// this service heard that rewind live and read the stream's state then
+// (marked, mark its newest stored time), stored at or before mark, the
+// NATS server's clock against itself, with no margin (ADR 0019, addendum
+// of 2026-12-06: the usual reset's new run has its first progress read
+// from the stream seconds after the rewind, and the margin held it);
+// otherwise (the rewind read from the rows at a start or after a
+// reconnect, or the stream's state not read) before at plus
+// rewindMargin, across the NATS and PostgreSQL servers' clocks.
+func (t *Tracker) storedBefore(stored, at, mark time.Time, marked bool) bool {
+	switch {
+	case stored.IsZero():
+		return false
+	case marked:
+		return !stored.After(mark)
+	default:
+		return stored.Before(at.Add(rewindMargin))
+	}
 }
 
 // rewindMargin is how long after a table's rewind (rewound_at, the
@@ -228,7 +269,8 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 	if rw.IsZero() {
 		return false
 	}
-	storedBefore := !stored.IsZero() && stored.Before(rw.Add(rewindMargin))
+	mark, marked := t.rewindMark(rw)
+	storedBefore := t.storedBefore(stored, rw, mark, marked)
 	if !storedBefore && !at.Before(rw) {
 		return false
 	}
@@ -241,11 +283,16 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 		t.setHeld(outcomeBeforeRewind)
 		t.heldByQuiet = true
 		t.mu.Lock()
-		if storedBefore {
+		switch {
+		case storedBefore && marked:
+			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at " + stored.UTC().Format(time.RFC3339Nano) +
+				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), before this service heard its table's rewind (the stream's newest message then was stored at " +
+				mark.UTC().Format(time.RFC3339Nano) + "); its next progress, or quiet signal, from after the rewind moves the verdict"
+		case storedBefore:
 			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at " + stored.UTC().Format(time.RFC3339) +
 				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " + rw.UTC().Format(time.RFC3339) +
 				" or within " + rewindMargin.String() + " after; its next progress, or quiet signal, from after the rewind moves the verdict"
-		} else {
+		default:
 			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") says its source was caught up at " + at.UTC().Format(time.RFC3339) +
 				", before its table was rewound at " + rw.UTC().Format(time.RFC3339) + "; its next progress, or quiet signal, from after the rewind moves the verdict"
 		}
@@ -498,9 +545,118 @@ func (r *Registry) Rewound(table string, until, at time.Time) {
 		n := r.forgetWrites(table)
 		r.log.Debug("rewind heard that was known already; the table's trackers forget their writes",
 			zap.String("table", table), zap.Time("rewound_at", at), zap.Int("trackers", n))
+		if at.Equal(r.knownRewindOf(table)) {
+			// Heard live all the same: the table's latest rewind committed
+			// just before, and the stream's state now is its threshold.
+			r.markStream(table)
+		}
 		return
 	}
 	r.rewind(table, until, at, false)
+	if table != "" {
+		r.markStream(table)
+	}
+}
+
+// streamMark is the stream's state when this service heard a table's
+// rewind live (markStream): rewind is the rewind as the registry keeps it
+// (r.rewinds), last when the stream stored its newest message then (the
+// NATS server's clock; zero when it stored none).
+type streamMark struct {
+	rewind, last time.Time
+}
+
+// markStream asks the event stream, once, when it stored its newest
+// message (StreamMarker), right after this service heard table's rewind
+// live, and keeps it with that rewind (r.marks): a progress read later
+// from the stream's retained copy is judged against the rewind by its
+// stored time against that one, both stamped by the NATS server's clock
+// (Tracker.beforeRewind), instead of against rewound_at with
+// rewindMargin across the NATS and PostgreSQL servers' clocks. The usual
+// reset (stop the old query, rewind, start the new one at once) has the
+// new run's first progress read from the stream seconds after the
+// rewind: within the margin it waited for the run's next progress, and
+// an AvailableNow run that posts one and terminates left the table at
+// the rewind for good (ADR 0019, addendum of 2026-12-06).
+//
+// The stream's state is read after the rewind committed (its
+// notification is sent at the commit): every message stored before the
+// commit is in it, stored no later than its last (on one server's clock
+// that does not step back), so a progress stored before the rewind is
+// never taken as after it; one stored between the commit and the read is
+// held (late, never wrong). The read runs on a goroutine of its own
+// (counted in r.wg, bounded by the advance timeout): the notification
+// callback must not wait on NATS. Until it answers, or when it fails, the
+// margin rule holds. A rewind this service did not hear live (read from
+// the rows at a start or after a reconnect) has no mark: the stream's
+// state then says nothing of when the rewind committed.
+func (r *Registry) markStream(table string) {
+	sm, ok := r.cfg.Bus.(StreamMarker)
+	if !ok {
+		return
+	}
+	rw := r.rewinds.Load()
+	if rw == nil {
+		return
+	}
+	at := (*rw)[table]
+	if _, ok := r.markOf(table, at); ok || at.IsZero() {
+		return // marked already: the first read is the earliest threshold
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(r.stopCtx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
+		defer cancel()
+		last, err := sm.LastStored(ctx)
+		if err != nil {
+			r.log.Warn("could not read the event stream's state after hearing a rewind; a progress read from the stream is judged against the rewind with a margin across the servers' clocks (one stored within "+rewindMargin.String()+" after it waits for its run's next progress)",
+				zap.String("table", table), zap.Time("rewind", at), zap.Error(err))
+			return
+		}
+		for {
+			old := r.marks.Load()
+			if old != nil {
+				if m, ok := (*old)[table]; ok && m.rewind.Equal(at) {
+					return
+				}
+			}
+			next := make(map[string]streamMark, 1)
+			if old != nil {
+				for k, v := range *old {
+					next[k] = v
+				}
+			}
+			next[table] = streamMark{rewind: at, last: last}
+			if r.marks.CompareAndSwap(old, &next) {
+				break
+			}
+		}
+		r.log.Info("the event stream's state when the rewind was heard: a progress it stores later is after the rewind",
+			zap.String("table", table), zap.Time("rewind", at), zap.Time("stream_last_stored", last))
+	}()
+}
+
+// markOf is the stream's newest stored time when this service heard
+// table's rewind at live (markStream); ok is false when none was read
+// for that rewind (a later rewind replaced it, it was read from the rows,
+// or the read has not answered or failed). Lock-free.
+func (r *Registry) markOf(table string, at time.Time) (last time.Time, ok bool) {
+	m := r.marks.Load()
+	if m == nil {
+		return time.Time{}, false
+	}
+	mk, ok := (*m)[table]
+	if !ok || at.IsZero() || !mk.rewind.Equal(at) {
+		return time.Time{}, false
+	}
+	return mk.last, true
 }
 
 // forgetWrites has the trackers of table ("" = of every table) forget

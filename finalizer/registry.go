@@ -306,6 +306,8 @@ func (e *entry) knownRewind() time.Time {
 
 func (e *entry) learnRewind(v control.Verdict) { e.r.learnRewind(e.req.Table, v) }
 
+func (e *entry) rewindMark(at time.Time) (time.Time, bool) { return e.r.markOf(e.req.Table, at) }
+
 func (e *entry) rewoundAt() (silent, since, latest time.Time) {
 	r := e.r
 	if rw := r.rewinds.Load(); rw != nil {
@@ -755,7 +757,11 @@ type Registry struct {
 	// notification, or a refused advance's row): what the trackers'
 	// advances carry as the rewind they knew (Advance.Guard), which the
 	// statement checks against the row. Copied on write; nil while none.
-	known      atomic.Pointer[map[string]time.Time]
+	known atomic.Pointer[map[string]time.Time]
+	// marks maps each table whose rewind this service heard live to the
+	// event stream's newest stored time then (markStream), kept with that
+	// rewind; copied on write; nil while none.
+	marks      atomic.Pointer[map[string]streamMark]
 	queue      []string // pending runs in arrival order
 	maxPending int
 	// rescan asks discovery to offer the runs the stream retains once

@@ -342,6 +342,11 @@ type runHost interface {
 	// its rewind, when not known yet, is then known as if its
 	// notification had been heard.
 	learnRewind(v control.Verdict)
+	// rewindMark is the event stream's newest stored time when this
+	// service heard the tracker's table's rewind at live (the NATS
+	// server's clock, Registry.markStream); ok is false when none is
+	// known for that rewind (then rewindMargin applies).
+	rewindMark(at time.Time) (last time.Time, ok bool)
 }
 
 // errJoinPending fails an advance while the table waits for another
@@ -415,6 +420,8 @@ func (h *funcHost) learnRewind(v control.Verdict) {
 		}
 	}
 }
+
+func (h *funcHost) rewindMark(time.Time) (time.Time, bool) { return time.Time{}, false }
 
 // Notify schedules the tracker, or only stamps its status
 // (listener.Notifier, see begin and notified).

@@ -460,3 +460,30 @@ func cmpErr(a, b error) error {
 	}
 	return b
 }
+
+// LastStored returns when the event stream stored its newest message, as
+// the server reports it now (its stream info's State.LastTime, the NATS
+// server's clock; zero when the stream has stored none). A message the
+// stream stores after this call answered carries a later sequence and,
+// on the server's clock, a later stored time. The registry asks it when
+// it hears an operator's rewind (finalizer.StreamMarker): a progress
+// read from the stream's retained copy whose stored time is after it was
+// stored after the service heard the rewind, judged on the one clock
+// that stamped both (ADR 0019, addendum of 2026-12-06). Without a
+// deadline in ctx, Options.RequestTimeout applies.
+func (l *Listener) LastStored(ctx context.Context) (time.Time, error) {
+	st, err := l.eventStream(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	cctx, cancel := l.withTimeout(ctx, l.opts.RequestTimeout)
+	defer cancel()
+	info, err := st.Info(cctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("stream %s: info: %w", l.opts.Stream, err)
+	}
+	if info.State.LastSeq == 0 {
+		return time.Time{}, nil
+	}
+	return info.State.LastTime, nil
+}

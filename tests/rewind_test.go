@@ -357,3 +357,38 @@ func TestARewindHoldsAgainstADriverClockAhead(t *testing.T) {
 	// A new run reprocessing moves the verdict as before.
 	newRunMoves(t, s, pgURL)
 }
+
+// TestAResetRunsOnlyProgressMovesTheRewoundTable: the usual reset, as a
+// script: the old query stopped, `finalizer rewind`, the new query
+// started at once, an AvailableNow run that posts one progress and
+// terminates. Its progress reaches the stream before discovery's tracker
+// subscribes, so its catch-up reads it from the stream, stored seconds
+// after the rewind: within the minute's margin across the NATS and
+// PostgreSQL servers' clocks, it was held as before_rewind until the
+// run's next progress, which never comes (the table stayed at the rewind
+// for good). The rewind heard live is judged on the NATS server's own
+// clock now: the stream's state when the service heard it (ADR 0019,
+// addendum of 2026-12-06).
+func TestAResetRunsOnlyProgressMovesTheRewoundTable(t *testing.T) {
+	pgURL := pgtest.URL(t)
+	pg := []string{"--postgres-url", pgURL}
+	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
+	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: t.TempDir(), config: cfg})
+	pub := connect(t, s.natsURL)
+	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
+	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
+	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
+	s.logged(t, "the run's end", "run terminated")
+	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
+		"--reason", "reprocessing from 14:00", "--by", "ops"}, pg...)...); code != 0 {
+		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
+	}
+	s.logged(t, "the stream's state at the rewind", "the event stream's state when the rewind was heard")
+	// The new query, started by the script: one progress, then its end,
+	// published at once (its tracker reads them from the stream).
+	pub.publish("started", queryA, runB, startedJSON(queryA, runB, "orders-v1"))
+	pub.publish("progress", queryA, runB, progressPosted(queryA, runB, "orders-v1", 0, time.Now().UTC(), "2026-09-28T15:10:00"))
+	pub.publish("terminated", queryA, runB, terminatedJSON(queryA, runB))
+	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T15:00:00Z")
+}

@@ -1,0 +1,131 @@
+package finalizer_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+)
+
+// markingBus is a fakeBus whose stream reports when it stored its
+// newest message (finalizer.StreamMarker), counting the requests.
+type markingBus struct {
+	*fakeBus
+	mu    sync.Mutex
+	last  time.Time
+	asked int
+}
+
+func (b *markingBus) LastStored(context.Context) (time.Time, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.asked++
+	return b.last, nil
+}
+
+// newMarkRig is newRig with a markingBus whose stream's newest message
+// was stored at last.
+func newMarkRig(t *testing.T, last time.Time) (*rig, *markingBus) {
+	t.Helper()
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := &rig{clock: newFakeClock(utc("2026-09-29T00:00:00Z")), store: newFakeStore(), bus: newFakeBus(), logs: logs}
+	r.m = finalizer.NewMetrics(nil, r.clock.Now)
+	mb := &markingBus{fakeBus: r.bus, last: last}
+	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
+		Bus: mb, Store: &batchFake{fakeStore: r.store}, Clock: r.clock, Logger: zap.New(core), Metrics: r.m,
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.reg.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return r, mb
+}
+
+// TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock (ADR
+// 0019, addendum of 2026-12-06): the usual reset is a script (stop the
+// old query, rewind, start the new one at once), and the new run's first
+// progress is often read from the stream by its tracker's catch-up, not
+// heard live. Stored seconds after the rewind, within the minute's
+// margin across the NATS and PostgreSQL servers' clocks, it was held as
+// before_rewind until the run's next progress: an AvailableNow run that
+// posts one progress and terminates left the table at the rewind for
+// good. A rewind heard live is now judged on the NATS server's own clock:
+// the stream's newest stored time when the service heard it. Stored
+// after it: applied (t_b); stored at or before it: held, whatever the
+// driver's clock says (t_a, a driver ten minutes ahead). One request per
+// rewind heard.
+func TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock(t *testing.T) {
+	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
+	r, mb := newMarkRig(t, rewoundAt.Add(-time.Second))
+	for _, table := range []string{"t_a", "t_b"} {
+		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+	}
+	eventually(t, "the stream's state read for both rewinds", func() bool {
+		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == 2
+	})
+	type retained struct {
+		posted, stored time.Time
+	}
+	last := map[string]retained{
+		// The old run: the driver's clock ten minutes ahead, stored two
+		// seconds before the rewind.
+		runA: {rewoundAt.Add(8 * time.Minute), rewoundAt.Add(-2 * time.Second)},
+		// The new run, started by the script right after the rewind: its
+		// first progress stored five seconds after it, read from the
+		// stream by its tracker's catch-up.
+		runB: {rewoundAt.Add(4 * time.Second), rewoundAt.Add(5 * time.Second)},
+	}
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		l := last[runID]
+		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+		ev.Timestamp = l.posted
+		box.OfferRetainedAt(ev, l.stored)
+	}
+	r.track(t, runA, "t_a")
+	r.track(t, runB, "t_b")
+	eventually(t, "t_b applied", func() bool { return r.store.Verdict("t_b").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.staysRewound(t, "t_a", "the old run's progress held", 1,
+		"a retained progress stored before the rewind heard live was applied (driver's clock ahead): verdict %s")
+	mb.mu.Lock()
+	asked := mb.asked
+	mb.mu.Unlock()
+	if asked != 2 {
+		t.Errorf("the stream's state was read %d times for two rewinds heard, want 2", asked)
+	}
+}
+
+// TestARewindNotHeardLiveKeepsTheMargin: a rewind read from the rows (a
+// restart's recovery) has no stream state of when it committed; a
+// retained progress stored within the minute after it is still held.
+func TestARewindNotHeardLiveKeepsTheMargin(t *testing.T) {
+	rewoundAt := utc("2026-09-28T23:00:00Z")
+	r, mb := newMarkRig(t, rewoundAt.Add(-time.Second))
+	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+		ev.Timestamp = rewoundAt.Add(10 * time.Second)
+		box.OfferRetainedAt(ev, rewoundAt.Add(20*time.Second))
+	}
+	r.track(t, runB, "t_a")
+	r.staysRewound(t, "t_a", "the progress held by the margin", 1,
+		"a retained progress stored within the margin after a rewind not heard live was applied: verdict %s")
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if mb.asked != 0 {
+		t.Errorf("the stream's state was read %d times for a rewind not heard live", mb.asked)
+	}
+}
