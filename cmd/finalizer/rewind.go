@@ -16,6 +16,11 @@ import (
 	"github.com/finalizer-dev/finalizer/control"
 )
 
+// earliestVerdict is the earliest verdict the service writes: its trackers
+// hold a progress whose time is before 1970 (finalizer's minTime), so a
+// rewind before it is a typo.
+var earliestVerdict = time.Unix(0, 0).UTC()
+
 // defaultOperator names who runs an operator command when --by is not
 // given: the OS user at this host.
 func defaultOperator() string {
@@ -64,7 +69,8 @@ old query has stopped.
 Downstream jobs that consumed a period ending after TS must run again for it: a job that
 LISTENs on finalizer_verdict sees the flag; the audit table lists every rewind.
 
-TS is RFC 3339 with any offset; a naive time is UTC. It must be before the verdict.
+TS is RFC 3339 with any offset; a naive time is UTC. It must be before the verdict and
+not before 1970-01-01T00:00:00Z (the service never writes an earlier verdict).
 
 Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it).`,
 		Example: `  finalizer rewind --table bronze.orders --to 2026-09-28T00:00:00Z \
@@ -78,6 +84,10 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 			ts, err := parseTS(to)
 			if err != nil {
 				return usageError(err)
+			}
+			if ts.Before(earliestVerdict) {
+				return usageError(fmt.Errorf("--to %s is before %s: the service never writes a verdict before 1970 (it drops such event times as implausible), so a rewind there could never be undone by a run",
+					ts.Format(time.RFC3339Nano), earliestVerdict.Format(time.RFC3339)))
 			}
 			if by == "" {
 				by = defaultOperator()
