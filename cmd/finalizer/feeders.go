@@ -81,7 +81,7 @@ func printFeederList(w io.Writer, fs []control.Feeder, now time.Time) {
 		byTable[f.Table] = append(byTable[f.Table], f)
 		until, lag, retired := "-", "-", ""
 		if !f.FinalizedUntil.IsZero() {
-			until = f.FinalizedUntil.Format(time.RFC3339)
+			until = f.FinalizedUntil.Format(time.RFC3339Nano)
 			lag = fmtLag(now.Sub(f.FinalizedUntil).Seconds())
 		}
 		if f.Retired() {
@@ -153,9 +153,9 @@ Exit codes: 0 retired, 2 usage or connection error (or no such active feeder).`,
 			case v.FinalizedUntil.IsZero():
 				fmt.Fprintf(stdout, "%s: no verdict yet\n", table)
 			case moved:
-				fmt.Fprintf(stdout, "%s: final until %s (moved)\n", table, v.FinalizedUntil.Format(time.RFC3339))
+				fmt.Fprintf(stdout, "%s: final until %s (moved)\n", table, v.FinalizedUntil.Format(time.RFC3339Nano))
 			default:
-				fmt.Fprintf(stdout, "%s: final until %s\n", table, v.FinalizedUntil.Format(time.RFC3339))
+				fmt.Fprintf(stdout, "%s: final until %s\n", table, v.FinalizedUntil.Format(time.RFC3339Nano))
 			}
 			return nil
 		},
@@ -213,7 +213,7 @@ Exit codes: 0 taken back, 2 usage or connection error (or no such retired feeder
 			if v.FinalizedUntil.IsZero() {
 				fmt.Fprintf(stdout, "%s: no verdict yet\n", table)
 			} else {
-				fmt.Fprintf(stdout, "%s: final until %s\n", table, v.FinalizedUntil.Format(time.RFC3339))
+				fmt.Fprintf(stdout, "%s: final until %s\n", table, v.FinalizedUntil.Format(time.RFC3339Nano))
 			}
 			return nil
 		},

@@ -102,14 +102,14 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 				return usageError(err)
 			}
 			fmt.Fprintf(stdout, "%s: rewound from %s to %s by %s (audit entry %d)\n", table,
-				e.From.Format(time.RFC3339), e.To.Format(time.RFC3339), e.By, e.ID)
+				e.From.Format(time.RFC3339Nano), e.To.Format(time.RFC3339Nano), e.By, e.ID)
 			for _, f := range e.Retired {
 				fmt.Fprintf(stdout, "retired feeder %s\n", f)
 			}
 			if e.ClearedMark != "" {
 				fmt.Fprintf(stdout, "cleared the mark (%d signs): %s\n", e.ClearedMarks, e.ClearedMark)
 			}
-			fmt.Fprintf(stdout, "downstream jobs that consumed a period ending after %s must run again for it\n", e.To.Format(time.RFC3339))
+			fmt.Fprintf(stdout, "downstream jobs that consumed a period ending after %s must run again for it\n", e.To.Format(time.RFC3339Nano))
 			return nil
 		},
 	}
@@ -213,10 +213,11 @@ Exit codes: 0 shown, 2 usage or connection error.`,
 	return cmd
 }
 
-// fmtTime prints t in RFC 3339, or "-" when it is zero.
+// fmtTime prints a verdict time in RFC 3339 with its fraction when it has
+// one (a stored 10:59:59.999999 must not read 10:59:59), or "-" when zero.
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.Format(time.RFC3339)
+	return t.Format(time.RFC3339Nano)
 }

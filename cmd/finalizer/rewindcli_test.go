@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRewindRefusesATimeBefore1970 checks that rewind refuses a target the
@@ -15,5 +16,22 @@ func TestRewindRefusesATimeBefore1970(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, "before 1970-01-01T00:00:00Z") {
 			t.Errorf("rewind --to %s: exit %d, stderr %q; want 2 and the 1970 bound", to, code, errOut)
 		}
+	}
+}
+
+// TestVerdictTimesKeepTheirFraction checks that a verdict stored with a
+// fraction of a second is printed with it (status, audit's FROM and TO):
+// 10:59:59.999999 printed as 10:59:59 reads as rounded.
+func TestVerdictTimesKeepTheirFraction(t *testing.T) {
+	at := time.Date(2026, 9, 28, 10, 59, 59, 999999000, time.UTC)
+	if out := printed(tableStatus{Table: "bronze.orders", FinalizedUntil: at, UpdatedAt: statusAt, RewoundAt: at}); !strings.Contains(out, "2026-09-28T10:59:59.999999Z") ||
+		strings.Contains(out, "10:59:59Z") {
+		t.Errorf("status:\n%s", out)
+	}
+	if got := fmtTime(at); got != "2026-09-28T10:59:59.999999Z" {
+		t.Errorf("fmtTime = %s", got)
+	}
+	if got := fmtTime(at.Truncate(time.Second)); got != "2026-09-28T10:59:59Z" {
+		t.Errorf("fmtTime of a whole second = %s", got)
 	}
 }

@@ -75,17 +75,17 @@ Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection erro
 						return err
 					}
 				}
-				fmt.Fprintf(stdout, "%s: no verdict yet; period ending %s is not final\n", table, end.Format(time.RFC3339))
+				fmt.Fprintf(stdout, "%s: no verdict yet; period ending %s is not final\n", table, end.Format(time.RFC3339Nano))
 				return negative("")
 			case err != nil:
 				return usageError(err)
 			}
 			if !v.Reaches(end) {
 				fmt.Fprintf(stdout, "%s: period ending %s is not final (final until %s)\n", table,
-					end.Format(time.RFC3339), v.FinalizedUntil.UTC().Format(time.RFC3339))
+					end.Format(time.RFC3339Nano), v.FinalizedUntil.UTC().Format(time.RFC3339Nano))
 				return negative("")
 			}
-			fmt.Fprintf(stdout, "%s: period ending %s is final\n", table, end.Format(time.RFC3339))
+			fmt.Fprintf(stdout, "%s: period ending %s is final\n", table, end.Format(time.RFC3339Nano))
 			return nil
 		},
 	}
@@ -138,7 +138,7 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 			// like one that expires while waiting, not an error (2).
 			timedOut := func(err error) error {
 				if timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-					return negative("%s: not final until %s within %s (PostgreSQL had not answered yet: %v)", table, ts.Format(time.RFC3339), timeout, err)
+					return negative("%s: not final until %s within %s (PostgreSQL had not answered yet: %v)", table, ts.Format(time.RFC3339Nano), timeout, err)
 				}
 				return err
 			}
@@ -157,14 +157,14 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 			v, err := s.Wait(ctx, table, ts)
 			if err != nil {
 				if errors.Is(err, context.DeadlineExceeded) {
-					return negative("%s: not final until %s within %s", table, ts.Format(time.RFC3339), timeout)
+					return negative("%s: not final until %s within %s", table, ts.Format(time.RFC3339Nano), timeout)
 				}
 				if errors.Is(err, context.Canceled) {
 					return negative("%s: interrupted", table)
 				}
 				return usageError(err)
 			}
-			fmt.Fprintf(stdout, "%s: final until %s\n", table, v.FinalizedUntil.Format(time.RFC3339))
+			fmt.Fprintf(stdout, "%s: final until %s\n", table, v.FinalizedUntil.Format(time.RFC3339Nano))
 			return nil
 		},
 	}
@@ -326,7 +326,7 @@ func heldBy(f control.Feeder, state string) string {
 	if f.FinalizedUntil.IsZero() { // tracked, no verdict of its own yet
 		return fmt.Sprintf("held by %s: no verdict of its own yet (%s)", f.Name(), state)
 	}
-	s := fmt.Sprintf("held by %s at %s", f.Name(), f.FinalizedUntil.Format(time.RFC3339))
+	s := fmt.Sprintf("held by %s at %s", f.Name(), f.FinalizedUntil.Format(time.RFC3339Nano))
 	if state != "reporting" && state != "idle" {
 		s += " (" + state + ")"
 	}
@@ -651,7 +651,7 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 			continue
 		}
 		by, batch := moveBy(t)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Table, t.FinalizedUntil.Format(time.RFC3339),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Table, t.FinalizedUntil.Format(time.RFC3339Nano),
 			fmtLag(t.LagSeconds), t.UpdatedAt.Format(time.RFC3339), by, batch)
 	}
 	if len(tables) == 0 {
@@ -666,7 +666,7 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 				t.Table, t.MarkedAt.Format(time.RFC3339), t.Marks, t.Mark, t.Table, t.Table)
 		}
 		if !t.RewoundAt.IsZero() {
-			fmt.Fprintf(w, "\n%s was last rewound at %s (finalizer audit --table %s)\n", t.Table, t.RewoundAt.Format(time.RFC3339), t.Table)
+			fmt.Fprintf(w, "\n%s was last rewound at %s (finalizer audit --table %s)\n", t.Table, t.RewoundAt.Format(time.RFC3339Nano), t.Table)
 		}
 	}
 	fmt.Fprintln(w)
@@ -737,7 +737,7 @@ func printFeeders(w io.Writer, tables []tableStatus) {
 				mark = "  <- holds the table"
 			}
 			if !f.FinalizedUntil.IsZero() {
-				until = f.FinalizedUntil.Format(time.RFC3339)
+				until = f.FinalizedUntil.Format(time.RFC3339Nano)
 				if f.RetiredAt.IsZero() {
 					lag = fmtLag(f.LagSeconds)
 				}

@@ -127,7 +127,7 @@ func holdsBack(v control.Verdict, runs []runRow, feeders []control.Feeder) (stat
 			}
 		}
 		state, why = holdsBack(control.Verdict{Table: v.Table, FinalizedUntil: f.FinalizedUntil}, own, nil)
-		return state, fmt.Sprintf("held by feeder %s at %s: %s", name, fmtTime(f.FinalizedUntil), why)
+		return state, fmt.Sprintf("held by feeder %s at %s: %s", name, fmtVerdict(f.FinalizedUntil), why)
 	}
 	var worst *runRow
 	for i := range runs {
@@ -136,7 +136,7 @@ func holdsBack(v control.Verdict, runs []runRow, feeders []control.Feeder) (stat
 			worst = r
 		}
 	}
-	next := "the period from " + fmtTime(v.FinalizedUntil)
+	next := "the period from " + fmtVerdict(v.FinalizedUntil)
 	switch {
 	case worst == nil:
 		return TableUntracked, "no tracked run: nothing moves it"
@@ -163,6 +163,16 @@ func fmtLastEvent(r runRow) string {
 		return "none since " + fmtTime(r.LastEvent) + " (start)"
 	}
 	return fmtTime(r.LastEvent)
+}
+
+// fmtVerdict prints a verdict time in UTC with its fraction when it has one:
+// a stored 10:59:59.999999 must not read as 10:59:59, a second it does not
+// cover.
+func fmtVerdict(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.999999999Z")
 }
 
 // fmtTime prints a time in UTC, to the second.

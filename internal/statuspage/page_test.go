@@ -635,3 +635,15 @@ func TestWatchedPageBoundsItsShare(t *testing.T) {
 		t.Errorf("%d reads in a second of moves; the page stopped following them", l1-l0)
 	}
 }
+
+// TestFmtVerdictKeepsTheFraction: a verdict with a fraction of a second is
+// shown with it, a whole second without one.
+func TestFmtVerdictKeepsTheFraction(t *testing.T) {
+	at := time.Date(2026, 9, 28, 10, 59, 59, 999999000, time.UTC)
+	if got := fmtVerdict(at); got != "2026-09-28 10:59:59.999999Z" {
+		t.Errorf("fmtVerdict = %s", got)
+	}
+	if got := fmtVerdict(at.Truncate(time.Second)); got != "2026-09-28 10:59:59Z" {
+		t.Errorf("fmtVerdict of a whole second = %s", got)
+	}
+}
