@@ -176,20 +176,41 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 	} else {
 		msg += " and no tracker of the service writes it"
 	}
-	if vs, err := s.List(ctx); err == nil {
-		names := make([]string, 0, len(vs))
-		for _, v := range vs {
-			names = append(names, v.Table)
-		}
-		switch near := nearestName(table, names); {
-		case near != "":
-			msg += fmt.Sprintf("; did you mean %q?", near)
-		case len(names) > 0 && len(names) <= 5:
-			msg += "; tables with a verdict: " + strings.Join(names, ", ")
-		}
-	}
+	msg += suggestTable(ctx, s, table)
 	msg += "; --allow-missing treats it as not final yet"
 	return &exitError{code: exitMissing, err: errors.New(msg)}
+}
+
+// suggestTable is what the commands add to an unknown table's error: the
+// nearest name with a verdict ("; did you mean \"bronze.orders\"?"), or
+// the tables with a verdict when there are few, or "".
+func suggestTable(ctx context.Context, s *control.Store, table string) string {
+	vs, err := s.List(ctx)
+	if err != nil {
+		return ""
+	}
+	names := make([]string, 0, len(vs))
+	for _, v := range vs {
+		names = append(names, v.Table)
+	}
+	switch near := nearestName(table, names); {
+	case near != "":
+		return fmt.Sprintf("; did you mean %q?", near)
+	case len(names) > 0 && len(names) <= 5:
+		return "; tables with a verdict: " + strings.Join(names, ", ")
+	}
+	return ""
+}
+
+// noVerdict is the error of an operator command (rewind, acknowledge) on a
+// table without a verdict: its name quoted and the nearest known name, as
+// is-final says it (exit 2: nothing to rewind or acknowledge); err when it
+// is another error.
+func noVerdict(ctx context.Context, s *control.Store, table string, err error) error {
+	if !errors.Is(err, control.ErrNotFound) {
+		return usageError(err)
+	}
+	return usageError(fmt.Errorf("no verdict for table %q: nothing to move back or acknowledge%s", table, suggestTable(ctx, s, table)))
 }
 
 // serviceWrites reports whether a tracker of the service writes table

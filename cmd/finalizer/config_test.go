@@ -10,11 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain starts one throwaway PostgreSQL cluster for the tests that run
+// the commands against a control table (pgtest.URL), and checks for leaked
+// goroutines after the run, as goleak.VerifyTestMain did.
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func writeConfig(t *testing.T, body string) string {
 	t.Helper()

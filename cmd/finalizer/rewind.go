@@ -99,7 +99,7 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 			defer s.Close()
 			e, err := s.Rewind(cmd.Context(), control.Rewind{Table: table, To: ts, Reason: reason, By: by, Retire: retire})
 			if err != nil {
-				return usageError(err)
+				return noVerdict(cmd.Context(), s, table, err)
 			}
 			fmt.Fprintf(stdout, "%s: rewound from %s to %s by %s (audit entry %d)\n", table,
 				e.From.Format(time.RFC3339Nano), e.To.Format(time.RFC3339Nano), e.By, e.ID)
@@ -149,7 +149,7 @@ Exit codes: 0 acknowledged, 2 usage or connection error (or no verdict).`,
 			defer s.Close()
 			e, err := s.Acknowledge(cmd.Context(), control.Acknowledge{Table: table, Reason: reason, By: by})
 			if err != nil {
-				return usageError(err)
+				return noVerdict(cmd.Context(), s, table, err)
 			}
 			if e.ClearedMark == "" {
 				fmt.Fprintf(stdout, "%s: no mark to clear; acknowledged (audit entry %d)\n", table, e.ID)

@@ -35,3 +35,20 @@ func TestVerdictTimesKeepTheirFraction(t *testing.T) {
 		t.Errorf("fmtTime of a whole second = %s", got)
 	}
 }
+
+// TestRewindOfAnUnknownTableSuggestsTheNearest: rewind and acknowledge of a
+// table without a verdict quote its name and suggest the nearest one, as
+// is-final does; they said `no verdict for table bronze.order` unquoted.
+func TestRewindOfAnUnknownTableSuggestsTheNearest(t *testing.T) {
+	url, s := controlDB(t)
+	advanceTo(t, s, "bronze.orders", "q1", "orders", "r1", statusAt)
+	for _, args := range [][]string{
+		{"rewind", "--table", "bronze.order", "--to", "2026-09-28T00:00:00Z", "--reason", "r", "--postgres-url", url},
+		{"acknowledge", "--table", "bronze.order", "--reason", "r", "--postgres-url", url},
+	} {
+		code, _, errOut := runCLI(t, args...)
+		if code != 2 || !strings.Contains(errOut, `no verdict for table "bronze.order"`) || !strings.Contains(errOut, `did you mean "bronze.orders"?`) {
+			t.Errorf("%s: exit %d, stderr %q", args[0], code, errOut)
+		}
+	}
+}

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
+)
+
+// controlDB is a fresh, migrated control table for the commands' tests
+// (their --postgres-url), with the store that wrote it, closed at cleanup.
+func controlDB(t *testing.T) (string, *control.Store) {
+	t.Helper()
+	url := pgtest.URL(t)
+	s, err := control.Open(context.Background(), url, control.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return url, s
+}
+
+// advanceTo moves table's verdict to until, written by query (a feeder of
+// the table) in run.
+func advanceTo(t *testing.T, s *control.Store, table, query, name, run string, until time.Time) {
+	t.Helper()
+	if _, _, err := s.Advance(context.Background(), control.Advance{Table: table, FinalizedUntil: until, EndTime: until,
+		QueryID: query, QueryName: name, RunID: run, BatchID: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
