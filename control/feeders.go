@@ -76,6 +76,25 @@ var ErrNoFeeder = errors.New("no such feeder")
 // live one with the old, so the caller must name the query id.
 var ErrAmbiguousFeeder = errors.New("the name matches several feeders; give the query id")
 
+// AmbiguousFeederError is the ErrAmbiguousFeeder of one name: the feeders
+// of Table that have it (active ones, or retired ones for an unretire).
+type AmbiguousFeederError struct {
+	Name  string
+	Table string
+	IDs   []string
+	What  string // "active" or "retired"
+}
+
+// Error says the name is ambiguous and what to pass instead, without
+// claiming that no feeder has it.
+func (e *AmbiguousFeederError) Error() string {
+	return fmt.Sprintf("feeder name %q is ambiguous: %d %s feeders of %s have it (ids %s); pass the query id (after a checkpoint reset the old and the new query share the name: name the old one by its id)",
+		e.Name, len(e.IDs), e.What, e.Table, strings.Join(e.IDs, ", "))
+}
+
+// Is makes it an ErrAmbiguousFeeder.
+func (e *AmbiguousFeederError) Is(target error) bool { return target == ErrAmbiguousFeeder }
+
 // Feeders returns the feeders of table, retired ones included, oldest
 // first; table "" returns every table's, ordered by table.
 func (s *Store) Feeders(ctx context.Context, table string) ([]Feeder, error) {
@@ -509,7 +528,7 @@ RETURNING `+feederColumns, table, query, nullString(why))
 	})
 	switch {
 	case errors.Is(err, errNothingRetired) && len(ids) > 1:
-		return nil, Verdict{}, false, fmt.Errorf("%s: %w: %s", op, ErrAmbiguousFeeder, strings.Join(ids, ", "))
+		return nil, Verdict{}, false, fmt.Errorf("%s: %w", op, &AmbiguousFeederError{Name: query, Table: table, IDs: ids, What: "active"})
 	case errors.Is(err, errNothingRetired):
 		return nil, Verdict{}, false, fmt.Errorf("%s: %w", op, ErrNoFeeder)
 	case err != nil:
@@ -610,7 +629,7 @@ RETURNING `+feederColumns, table, query)
 	})
 	switch {
 	case errors.Is(err, errNothingRetired) && len(ids) > 1:
-		return nil, Verdict{}, fmt.Errorf("%s: %w: %s", op, ErrAmbiguousFeeder, strings.Join(ids, ", "))
+		return nil, Verdict{}, fmt.Errorf("%s: %w", op, &AmbiguousFeederError{Name: query, Table: table, IDs: ids, What: "retired"})
 	case errors.Is(err, errNothingRetired):
 		return nil, Verdict{}, fmt.Errorf("%s: %w: no retired feeder of that name or id", op, ErrNoFeeder)
 	case err != nil:

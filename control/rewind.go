@@ -195,8 +195,7 @@ ORDER BY joined_at, feeder`, r.Table, q)
 				return err
 			}
 			if len(match) > 1 && !slices.Contains(match, q) {
-				return fmt.Errorf("%w: %q names %d active feeders of %s (%s): after a checkpoint reset the old and the new query share the name; retire the old query by its id: nothing was rewound",
-					ErrNoFeeder, q, len(match), r.Table, strings.Join(match, ", "))
+				return fmt.Errorf("%w: nothing was rewound", &AmbiguousFeederError{Name: q, Table: r.Table, IDs: match, What: "active"})
 			}
 			rows, err = tx.Query(ctx, `
 UPDATE `+s.n.feeds+` SET retired_at = now(), retired_why = $3
@@ -230,7 +229,7 @@ RETURNING feeder`, r.Table, q, why)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return AuditEntry{}, fmt.Errorf("%s: %w", op, ErrNotFound)
-	case errors.Is(err, ErrNotBehind), errors.Is(err, ErrNoFeeder):
+	case errors.Is(err, ErrNotBehind), errors.Is(err, ErrNoFeeder), errors.Is(err, ErrAmbiguousFeeder):
 		return AuditEntry{}, fmt.Errorf("%s: %w", op, err)
 	case err != nil:
 		return AuditEntry{}, wrap(ctx, op, err)

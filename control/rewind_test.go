@@ -340,7 +340,7 @@ func TestRewindRefusesAmbiguousFeederName(t *testing.T) {
 	adv("q-new", "orders-v1", at(10, 0)) // the reset query, reprocessing
 	adv("q-x", "other", at(15, 0))
 	_, err := s.Rewind(ctx, Rewind{Table: "t", To: at(9, 0), Reason: "reset", By: "a", Retire: []string{"orders-v1"}})
-	if !errors.Is(err, ErrNoFeeder) || !strings.Contains(err.Error(), "q-old, q-new") || !strings.Contains(err.Error(), "by its id") {
+	if !errors.Is(err, ErrAmbiguousFeeder) || errors.Is(err, ErrNoFeeder) || !strings.Contains(err.Error(), `feeder name "orders-v1" is ambiguous: 2 active feeders`) || !strings.Contains(err.Error(), "q-old, q-new") || !strings.Contains(err.Error(), "by its id") {
 		t.Fatalf("rewind retiring by a shared name: %v, want a refusal naming both ids", err)
 	}
 	if v, _ := s.Get(ctx, "t"); !v.FinalizedUntil.Equal(at(15, 0)) {
