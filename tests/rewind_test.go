@@ -106,11 +106,16 @@ func TestRewindCommand(t *testing.T) {
 		t.Fatalf("audit: %d %s %s", code, out, e)
 	}
 	var audit struct {
-		Audit []struct {
-			Table, Action, By, DBUser, Reason string
-			From, To                          time.Time
-			FromRunID                         string
-			FromBatchID                       int64
+		Audit []struct { // the audit table's column names (ADR 0013, addendum of 2026-12-06)
+			Table       string    `json:"table_name"`
+			Action      string    `json:"action"`
+			By          string    `json:"by_operator"`
+			DBUser      string    `json:"db_user"`
+			Reason      string    `json:"reason"`
+			From        time.Time `json:"from_until"`
+			To          time.Time `json:"to_until"`
+			FromRunID   string    `json:"from_run_id"`
+			FromBatchID int64     `json:"from_batch_id"`
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &audit); err != nil {

@@ -176,6 +176,12 @@ func newAuditCmd(stdout io.Writer) *cobra.Command {
 		Long: `Lists the audit table: every rewind and acknowledgement, who made it, when, from and
 to which verdict, why, and the provenance and mark it replaced.
 
+--json prints {"audit": [...]}, each entry with the audit table's column names (id,
+table_name, action, at, by_operator, db_user, reason, from_until, to_until,
+from_query_id, from_run_id, from_batch_id, from_end_time, cleared_mark, cleared_marks)
+and null for a NULL. Before 2026-12-06 it printed Go's field names and the zero time
+0001-01-01T00:00:00Z for a NULL; that was a bug.
+
 Exit codes: 0 shown, 2 usage or connection error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -191,7 +197,11 @@ Exit codes: 0 shown, 2 usage or connection error.`,
 			if asJSON {
 				enc := json.NewEncoder(stdout)
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"audit": entries})
+				doc := make([]auditJSON, len(entries))
+				for i, e := range entries {
+					doc[i] = toAuditJSON(e)
+				}
+				return enc.Encode(map[string]any{"audit": doc})
 			}
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tAT\tTABLE\tACTION\tFROM\tTO\tBY\tREASON")
@@ -211,6 +221,55 @@ Exit codes: 0 shown, 2 usage or connection error.`,
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	addPostgresClientFlags(fs)
 	return cmd
+}
+
+// auditJSON is one row of the audit table as audit --json prints it: its
+// columns' names, and null for a NULL (a rewind of a verdict no run wrote
+// has no from_query_id, an acknowledgement no cleared_mark).
+type auditJSON struct {
+	ID           int64      `json:"id"`
+	TableName    string     `json:"table_name"`
+	Action       string     `json:"action"`
+	At           time.Time  `json:"at"`
+	ByOperator   string     `json:"by_operator"`
+	DBUser       string     `json:"db_user"`
+	Reason       string     `json:"reason"`
+	FromUntil    *time.Time `json:"from_until"`
+	ToUntil      *time.Time `json:"to_until"`
+	FromQueryID  *string    `json:"from_query_id"`
+	FromRunID    *string    `json:"from_run_id"`
+	FromBatchID  *int64     `json:"from_batch_id"`
+	FromEndTime  *time.Time `json:"from_end_time"`
+	ClearedMark  *string    `json:"cleared_mark"`
+	ClearedMarks *int64     `json:"cleared_marks"`
+}
+
+// toAuditJSON is e as audit --json prints it. A zero time, an empty id or
+// mark and a zero count were NULL; a batch is NULL when no run is named
+// (control writes them together).
+func toAuditJSON(e control.AuditEntry) auditJSON {
+	ts := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	str := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
+	j := auditJSON{ID: e.ID, TableName: e.Table, Action: e.Action, At: e.At, ByOperator: e.By, DBUser: e.DBUser, Reason: e.Reason,
+		FromUntil: ts(e.From), ToUntil: ts(e.To), FromQueryID: str(e.FromQueryID), FromRunID: str(e.FromRunID),
+		FromEndTime: ts(e.FromEndTime), ClearedMark: str(e.ClearedMark)}
+	if e.FromRunID != "" {
+		j.FromBatchID = &e.FromBatchID
+	}
+	if e.ClearedMark != "" || e.ClearedMarks != 0 {
+		j.ClearedMarks = &e.ClearedMarks
+	}
+	return j
 }
 
 // fmtTime prints a verdict time in RFC 3339 with its fraction when it has
