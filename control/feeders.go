@@ -482,6 +482,9 @@ func (s *Store) RetireFeeder(ctx context.Context, table, query, why string) ([]F
 	if err := CheckTableName(query); err != nil { // the same rules as a name
 		return nil, Verdict{}, false, fmt.Errorf("retire feeder of %s: %w: the query name or id is invalid", table, ErrNoFeeder)
 	}
+	if err := CheckOperatorText("the reason", why); err != nil {
+		return nil, Verdict{}, false, fmt.Errorf("%s: %w", op, err)
+	}
 	var (
 		retired []Feeder
 		ids     []string
@@ -567,6 +570,12 @@ func (s *Store) UnretireFeeder(ctx context.Context, table, query, reason, by str
 	}
 	if err := CheckTableName(query); err != nil {
 		return nil, Verdict{}, fmt.Errorf("unretire feeder of %s: %w: the query name or id is invalid", table, ErrNoFeeder)
+	}
+	if err := CheckOperatorText("the reason", reason); err != nil {
+		return nil, Verdict{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := CheckOperatorText("by", by); err != nil {
+		return nil, Verdict{}, fmt.Errorf("%s: %w", op, err)
 	}
 	var (
 		back []Feeder

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"errors"
 	"fmt"
 	"unicode"
 	"unicode/utf8"
@@ -43,6 +44,29 @@ func CheckTableName(name string) error {
 		}
 		if unicode.Is(unicode.Bidi_Control, r) {
 			return fmt.Errorf("%w: contains a bidirectional formatting character (%U)", ErrInvalidTable, r)
+		}
+	}
+	return nil
+}
+
+// ErrInvalidText means an operator's free text (who, why) holds a
+// character a terminal would obey rather than print.
+var ErrInvalidText = errors.New("invalid operator text")
+
+// CheckOperatorText reports why s cannot be kept as an operator's free
+// text (field names it: "--reason", "by"), or nil when it can: it must be
+// valid UTF-8 without control characters (ESC starts a terminal's escape
+// sequence; a newline or a carriage return forges lines of `finalizer
+// audit` and `status`) or bidirectional formatting characters, which
+// `finalizer audit`, `status` and `feeders list` would print to an
+// operator's terminal. The error wraps ErrInvalidText.
+func CheckOperatorText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidText, field)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			return fmt.Errorf("%w: %s contains the control character %U; write it as plain text on one line (no escape sequences, tabs or newlines)", ErrInvalidText, field, r)
 		}
 	}
 	return nil

@@ -42,6 +42,8 @@ Exit codes: 0 listed, 2 usage or connection error.`,
 		Example: `  finalizer feeders list --table silver.all`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stdout := newSafeWriter(stdout) // the database's free text, escaped
+			defer stdout.Flush()
 			s, _, err := openStore(cmd.Context(), cmd.Flags())
 			if err != nil {
 				return err
@@ -85,13 +87,13 @@ func printFeederList(w io.Writer, fs []control.Feeder, now time.Time) {
 			lag = fmtLag(now.Sub(f.FinalizedUntil).Seconds())
 		}
 		if f.Retired() {
-			retired = f.RetiredAt.Format(time.RFC3339) + " " + f.RetiredWhy
+			retired = f.RetiredAt.Format(time.RFC3339) + " " + field(f.RetiredWhy)
 		}
 		expected := ""
 		if f.Expected {
 			expected = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Table, f.Feeder, f.QueryName, until, lag, expected, retired)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", field(f.Table), field(f.Feeder), field(f.QueryName), until, lag, expected, retired)
 	}
 	if len(fs) == 0 {
 		fmt.Fprintln(tw, "(no feeders yet)")
@@ -99,7 +101,7 @@ func printFeederList(w io.Writer, fs []control.Feeder, now time.Time) {
 	tw.Flush()
 	for _, t := range order {
 		if h, held := control.HeldBy(byTable[t]); held {
-			fmt.Fprintf(w, "%s is %s\n", t, heldBy(h, "reporting"))
+			fmt.Fprintf(w, "%s is %s\n", field(t), heldBy(h, "reporting"))
 		}
 	}
 }
@@ -127,11 +129,16 @@ Exit codes: 0 retired, 2 usage or connection error (or no such active feeder).`,
 		Example: `  finalizer feeders retire --table silver.all --query backfill-2026 --reason "backfill done"`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stdout := newSafeWriter(stdout) // the database's free text, escaped
+			defer stdout.Flush()
 			if err := required("table", table, "query", query); err != nil {
 				return err
 			}
 			if by == "" {
 				by = defaultOperator()
+			}
+			if err := checkOperatorFlags(reason, by); err != nil {
+				return err
 			}
 			why := "finalizer feeders retire by " + by
 			if reason != "" {
@@ -147,7 +154,7 @@ Exit codes: 0 retired, 2 usage or connection error (or no such active feeder).`,
 				return usageError(err)
 			}
 			for _, f := range retired {
-				fmt.Fprintf(stdout, "%s: retired feeder %s (%s)\n", table, f.Feeder, f.Name())
+				fmt.Fprintf(stdout, "%s: retired feeder %s (%s)\n", table, field(f.Feeder), field(f.Name()))
 			}
 			switch {
 			case v.FinalizedUntil.IsZero():
@@ -192,11 +199,16 @@ Exit codes: 0 taken back, 2 usage or connection error (or no such retired feeder
 		Example: `  finalizer feeders unretire --table silver.all --query backfill-2026 --reason "rerun from the same checkpoint"`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stdout := newSafeWriter(stdout) // the database's free text, escaped
+			defer stdout.Flush()
 			if err := required("table", table, "query", query); err != nil {
 				return err
 			}
 			if by == "" {
 				by = defaultOperator()
+			}
+			if err := checkOperatorFlags(reason, by); err != nil {
+				return err
 			}
 			s, _, err := openStore(cmd.Context(), cmd.Flags())
 			if err != nil {
@@ -208,7 +220,7 @@ Exit codes: 0 taken back, 2 usage or connection error (or no such retired feeder
 				return usageError(err)
 			}
 			for _, f := range back {
-				fmt.Fprintf(stdout, "%s: feeder %s (%s) holds the table again, from %s\n", table, f.Feeder, f.Name(), fmtTime(f.FinalizedUntil))
+				fmt.Fprintf(stdout, "%s: feeder %s (%s) holds the table again, from %s\n", table, field(f.Feeder), field(f.Name()), fmtTime(f.FinalizedUntil))
 			}
 			if v.FinalizedUntil.IsZero() {
 				fmt.Fprintf(stdout, "%s: no verdict yet\n", table)

@@ -296,13 +296,16 @@ func withActions(ctx context.Context, svc *service.Service, tables []tableStatus
 }
 
 // feederError answers a failed retire or unretire: 404 for no such
-// feeder, 409 for a name several active feeders share, else other.
+// feeder, 409 for a name several active feeders share, 400 for a reason
+// or by with a control character, else other.
 func feederError(w http.ResponseWriter, err error, other func(http.ResponseWriter, error)) {
 	switch {
 	case errors.Is(err, control.ErrNoFeeder):
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
 	case errors.Is(err, control.ErrAmbiguousFeeder):
 		writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+	case errors.Is(err, control.ErrInvalidText):
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 	default:
 		other(w, err)
 	}

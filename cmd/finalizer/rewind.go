@@ -37,10 +37,24 @@ func defaultOperator() string {
 	return name
 }
 
+// checkOperatorFlags refuses a --reason or --by that holds a control or
+// bidirectional formatting character (control.CheckOperatorText): kept in
+// the audit table, it would reach every terminal that runs finalizer audit
+// or status.
+func checkOperatorFlags(reason, by string) error {
+	if err := control.CheckOperatorText("--reason", reason); err != nil {
+		return usageError(err)
+	}
+	if err := control.CheckOperatorText("--by", by); err != nil {
+		return usageError(err)
+	}
+	return nil
+}
+
 // addOperatorFlags adds --reason and --by.
 func addOperatorFlags(fs *pflag.FlagSet, reason, by *string) {
-	fs.StringVar(reason, "reason", "", "why, in words the audit trail keeps (required)")
-	fs.StringVar(by, "by", "", "who asks, kept in the audit trail (default: the OS user @ host)")
+	fs.StringVar(reason, "reason", "", "why, in words the audit trail keeps (required; one line of plain text: control characters are refused)")
+	fs.StringVar(by, "by", "", "who asks, kept in the audit trail (default: the OS user @ host; control characters are refused)")
 }
 
 func newRewindCmd(stdout io.Writer) *cobra.Command {
@@ -78,6 +92,8 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
     --retire-feeder 8d268dc2-bc9c-4be8-97a9-b135d2943028`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stdout := newSafeWriter(stdout) // the database's free text, escaped
+			defer stdout.Flush()
 			if err := required("table", table, "to", to, "reason", reason); err != nil {
 				return err
 			}
@@ -92,6 +108,9 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 			if by == "" {
 				by = defaultOperator()
 			}
+			if err := checkOperatorFlags(reason, by); err != nil {
+				return err
+			}
 			s, _, err := openStore(cmd.Context(), cmd.Flags())
 			if err != nil {
 				return err
@@ -102,12 +121,12 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 				return noVerdict(cmd.Context(), s, table, err)
 			}
 			fmt.Fprintf(stdout, "%s: rewound from %s to %s by %s (audit entry %d)\n", table,
-				e.From.Format(time.RFC3339Nano), e.To.Format(time.RFC3339Nano), e.By, e.ID)
+				e.From.Format(time.RFC3339Nano), e.To.Format(time.RFC3339Nano), field(e.By), e.ID)
 			for _, f := range e.Retired {
-				fmt.Fprintf(stdout, "retired feeder %s\n", f)
+				fmt.Fprintf(stdout, "retired feeder %s\n", field(f))
 			}
 			if e.ClearedMark != "" {
-				fmt.Fprintf(stdout, "cleared the mark (%d signs): %s\n", e.ClearedMarks, e.ClearedMark)
+				fmt.Fprintf(stdout, "cleared the mark (%d signs): %s\n", e.ClearedMarks, field(e.ClearedMark))
 			}
 			fmt.Fprintf(stdout, "downstream jobs that consumed a period ending after %s must run again for it\n", e.To.Format(time.RFC3339Nano))
 			return nil
@@ -136,11 +155,16 @@ Exit codes: 0 acknowledged, 2 usage or connection error (or no verdict).`,
 		Example: `  finalizer acknowledge --table bronze.orders --reason "replay into an idempotent MERGE; nothing changed"`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stdout := newSafeWriter(stdout) // the database's free text, escaped
+			defer stdout.Flush()
 			if err := required("table", table, "reason", reason); err != nil {
 				return err
 			}
 			if by == "" {
 				by = defaultOperator()
+			}
+			if err := checkOperatorFlags(reason, by); err != nil {
+				return err
 			}
 			s, _, err := openStore(cmd.Context(), cmd.Flags())
 			if err != nil {
@@ -155,7 +179,7 @@ Exit codes: 0 acknowledged, 2 usage or connection error (or no verdict).`,
 				fmt.Fprintf(stdout, "%s: no mark to clear; acknowledged (audit entry %d)\n", table, e.ID)
 				return nil
 			}
-			fmt.Fprintf(stdout, "%s: mark cleared (%d signs: %s) by %s (audit entry %d)\n", table, e.ClearedMarks, e.ClearedMark, e.By, e.ID)
+			fmt.Fprintf(stdout, "%s: mark cleared (%d signs: %s) by %s (audit entry %d)\n", table, e.ClearedMarks, field(e.ClearedMark), field(e.By), e.ID)
 			return nil
 		},
 	}
@@ -185,6 +209,8 @@ and null for a NULL. Before 2026-12-06 it printed Go's field names and the zero 
 Exit codes: 0 shown, 2 usage or connection error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stdout := newSafeWriter(stdout) // the database's free text, escaped
+			defer stdout.Flush()
 			s, _, err := openStore(cmd.Context(), cmd.Flags())
 			if err != nil {
 				return err
@@ -206,8 +232,8 @@ Exit codes: 0 shown, 2 usage or connection error.`,
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tAT\tTABLE\tACTION\tFROM\tTO\tBY\tREASON")
 			for _, e := range entries {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.At.Format(time.RFC3339), e.Table, e.Action,
-					fmtTime(e.From), fmtTime(e.To), e.By, oneLine(errors.New(e.Reason)))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.At.Format(time.RFC3339), field(e.Table), field(e.Action),
+					fmtTime(e.From), fmtTime(e.To), field(e.By), field(oneLine(errors.New(e.Reason))))
 			}
 			if len(entries) == 0 {
 				fmt.Fprintln(tw, "(none)")

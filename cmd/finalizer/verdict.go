@@ -321,12 +321,12 @@ func toTableStatus(v control.Verdict, now time.Time, runs []finalizer.TrackerSta
 // why it is silent: "held by region-us at 2026-09-28T12:00:00Z (stale)".
 func heldBy(f control.Feeder, state string) string {
 	if f.FinalizedUntil.IsZero() && f.Expected {
-		return fmt.Sprintf("held by %s: expected, never reported", f.Name())
+		return fmt.Sprintf("held by %s: expected, never reported", field(f.Name()))
 	}
 	if f.FinalizedUntil.IsZero() { // tracked, no verdict of its own yet
-		return fmt.Sprintf("held by %s: no verdict of its own yet (%s)", f.Name(), state)
+		return fmt.Sprintf("held by %s: no verdict of its own yet (%s)", field(f.Name()), state)
 	}
-	s := fmt.Sprintf("held by %s at %s", f.Name(), f.FinalizedUntil.Format(time.RFC3339Nano))
+	s := fmt.Sprintf("held by %s at %s", field(f.Name()), f.FinalizedUntil.Format(time.RFC3339Nano))
 	if state != "reporting" && state != "idle" {
 		s += " (" + state + ")"
 	}
@@ -472,6 +472,8 @@ of the service could write (a typo: the nearest known name is suggested).`,
   finalizer status --table bronze.orders --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stdout := newSafeWriter(stdout) // the database's free text, escaped
+			defer stdout.Flush()
 			ctx := cmd.Context()
 			s, c, err := openStore(ctx, cmd.Flags())
 			if err != nil {
@@ -577,7 +579,7 @@ func joinWaitsWithoutTables(ctx context.Context, stdout io.Writer, base, token, 
 	if len(shown) > 0 {
 		fmt.Fprintln(stdout, "the control table cannot be read; the service says these tables wait for a new feeder's join:")
 		for _, w := range shown {
-			fmt.Fprintf(stdout, "%s is %s\n", w.Table, w.HeldBy())
+			fmt.Fprintf(stdout, "%s is %s\n", field(w.Table), field(w.HeldBy()))
 		}
 	}
 	return usageError(err)
@@ -647,11 +649,11 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 	fmt.Fprintln(tw, "TABLE\tFINALIZED_UNTIL\tLAG\tLAST MOVE\tBY RUN\tBATCH")
 	for _, t := range tables {
 		if t.FinalizedUntil.IsZero() {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\n", t.Table)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\n", field(t.Table))
 			continue
 		}
 		by, batch := moveBy(t)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Table, t.FinalizedUntil.Format(time.RFC3339Nano),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", field(t.Table), t.FinalizedUntil.Format(time.RFC3339Nano),
 			fmtLag(t.LagSeconds), t.UpdatedAt.Format(time.RFC3339), by, batch)
 	}
 	if len(tables) == 0 {
@@ -663,10 +665,10 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 	for _, t := range tables {
 		if t.Mark != "" {
 			fmt.Fprintf(w, "\nMARKED %s since %s (%d signs): %s\n  its history may have changed under the verdict: look, then `finalizer rewind --table %s --to TS --reason ...` or `finalizer acknowledge --table %s --reason ...`\n",
-				t.Table, t.MarkedAt.Format(time.RFC3339), t.Marks, t.Mark, t.Table, t.Table)
+				field(t.Table), t.MarkedAt.Format(time.RFC3339), t.Marks, field(t.Mark), field(t.Table), field(t.Table))
 		}
 		if !t.RewoundAt.IsZero() {
-			fmt.Fprintf(w, "\n%s was last rewound at %s (finalizer audit --table %s)\n", t.Table, t.RewoundAt.Format(time.RFC3339Nano), t.Table)
+			fmt.Fprintf(w, "\n%s was last rewound at %s (finalizer audit --table %s)\n", field(t.Table), t.RewoundAt.Format(time.RFC3339Nano), field(t.Table))
 		}
 	}
 	fmt.Fprintln(w)
@@ -707,7 +709,7 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 			// heard live since its tracker started (the time shown).
 			heard = "none since " + heard
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Table, short(r.QueryID), heard, state, last)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", field(r.RunID), field(r.Table), field(short(r.QueryID)), heard, state, field(last))
 	}
 	if n == 0 {
 		fmt.Fprintln(tw, "(none)")
@@ -744,15 +746,15 @@ func printFeeders(w io.Writer, tables []tableStatus) {
 			}
 			state := f.State
 			if !f.RetiredAt.IsZero() && f.RetiredWhy != "" {
-				state += ": " + f.RetiredWhy
+				state += ": " + field(f.RetiredWhy)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\n", t.Table, shortFeeder(f.Feeder), f.QueryName, until, lag, state, mark)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\n", field(t.Table), field(shortFeeder(f.Feeder)), field(f.QueryName), until, lag, state, mark)
 		}
 	}
 	tw.Flush()
 	for _, t := range shown {
 		if t.HeldBy != "" {
-			fmt.Fprintf(w, "%s is %s\n", t.Table, t.HeldBy)
+			fmt.Fprintf(w, "%s is %s\n", field(t.Table), field(t.HeldBy))
 		}
 	}
 }

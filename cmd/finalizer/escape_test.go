@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/finalizer-dev/finalizer/control"
+)
+
+// TestOperatorFlagsRefuseControlCharacters: --by and --reason took ESC and
+// other control characters, kept in the audit table and printed raw by
+// audit. rewind, acknowledge and feeders retire/unretire refuse them
+// before they connect.
+func TestOperatorFlagsRefuseControlCharacters(t *testing.T) {
+	pg := []string{"--postgres-url", "postgres://127.0.0.1:1/x"}
+	for _, args := range [][]string{
+		{"rewind", "--table", "t", "--to", "2026-09-28T00:00:00Z", "--reason", "r\x1b[2J"},
+		{"rewind", "--table", "t", "--to", "2026-09-28T00:00:00Z", "--reason", "r", "--by", "ops\x1b]0;x\x07"},
+		{"acknowledge", "--table", "t", "--reason", "line\nforged"},
+		{"feeders", "retire", "--table", "t", "--query", "q", "--reason", "\u202eevil"},
+		{"feeders", "unretire", "--table", "t", "--query", "q", "--reason", "r", "--by", "a\rb"},
+	} {
+		code, _, errOut := runCLI(t, append(args, pg...)...)
+		if code != 2 || !strings.Contains(errOut, "control character") {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and the control character named", args, code, errOut)
+		}
+	}
+}
+
+// TestFeederErrorAnswers400ForControlCharacters: the HTTP API's retire
+// and unretire answer 400 when the store refuses a reason or by.
+func TestFeederErrorAnswers400ForControlCharacters(t *testing.T) {
+	w := httptest.NewRecorder()
+	feederError(w, control.CheckOperatorText("the reason", "\x1b"), func(http.ResponseWriter, error) {})
+	if w.Code != 400 {
+		t.Errorf("code %d, want 400", w.Code)
+	}
+}
+
+// TestPrintedFreeTextIsEscaped: rows written before the input was checked,
+// or by hand in SQL, with ESC and newlines in a reason, an operator's name,
+// a feeder's query name and its retirement's why: audit, status and
+// feeders list print them escaped (\u001b), never raw, and a newline in
+// a value does not start a line.
+func TestPrintedFreeTextIsEscaped(t *testing.T) {
+	url, s := controlDB(t)
+	ctx := context.Background()
+	advanceTo(t, s, "bronze.orders", "q1", "orders", "r1", statusAt)
+	advanceTo(t, s, "bronze.orders", "q2", "orders2", "r2", statusAt)
+	if _, err := s.Rewind(ctx, control.Rewind{Table: "bronze.orders", To: statusAt.Add(-1), Reason: "r", By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := s.RetireFeeder(ctx, "bronze.orders", "q2", "done"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`UPDATE public.table_finalization_audit SET by_operator = E'ops\x1b[31m', reason = E'why\x1b]0;title\x07\nFORGED'`,
+		`UPDATE public.table_finalization_feeds SET query_name = E'name\x1b[2J', retired_why = E'gone\x1b[1A\nFORGED' WHERE feeder = 'q2'`,
+		`UPDATE public.table_finalization SET mark = E'mark\x1b[5m\nFORGED'`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"audit"}, {"audit", "--json"}, {"status", "--http-url", ""}, {"status", "--http-url", "", "--json"}, {"feeders", "list"}, {"feeders", "list", "--json"}} {
+		code, out, errOut := runCLI(t, append(args, "--postgres-url", url)...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, errOut)
+		}
+		if strings.ContainsAny(out, "\x1b\x07\r") {
+			t.Errorf("%q printed a raw control character:\n%q", args, out)
+		}
+		if !strings.Contains(out, `\u001b`) {
+			t.Errorf("%q: no escaped ESC:\n%s", args, out)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "FORGED") {
+				t.Errorf("%q: a value's newline started a line:\n%s", args, out)
+			}
+		}
+	}
+}
