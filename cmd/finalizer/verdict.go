@@ -314,7 +314,52 @@ func toTableStatus(v control.Verdict, now time.Time, runs []finalizer.TrackerSta
 			ts.HeldBy = heldBy(f, fs.State)
 		}
 	}
+	if ts.HeldBy == "" {
+		ts.HeldBy = notMoving(ts, runs)
+	}
 	return ts
+}
+
+// notMoving says why a table that no feeder holds does not move although
+// a run reports into it: the runs that report are of retired feeders (a
+// rewind --retire-feeder of its sole feeder, feeders retire), whose
+// progress moves nothing, and no other live run feeds it. "" when an
+// active feeder or another live run (a solo query that has no feeder row)
+// feeds it, or when its runs are not known (runs nil). A status that showed
+// such a run as plain "running", and no feeders, let an operator take the
+// table for moving.
+func notMoving(ts tableStatus, runs []finalizer.TrackerStatus) string {
+	retiredFeeder := map[string]string{} // query id -> name
+	for _, f := range ts.Feeders {
+		if f.RetiredAt.IsZero() {
+			return "" // an active feeder: its own state says why
+		}
+		retiredFeeder[f.Feeder] = feederName(f)
+	}
+	var reporting []string
+	for _, r := range runs {
+		if r.Table != ts.Table || r.Done || r.Terminated || r.Failed {
+			continue
+		}
+		name, ok := retiredFeeder[r.QueryID]
+		if !ok {
+			return "" // a live run of a query that is not retired feeds it
+		}
+		reporting = append(reporting, fmt.Sprintf("%s (run %s)", field(name), field(short(r.RunID))))
+	}
+	if len(reporting) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("not moving: the run of retired feeder %s still reports, and a retired query's progress moves nothing; no other run feeds it (finalizer feeders unretire takes it back)",
+		strings.Join(reporting, ", "))
+}
+
+// feederName is a feeder's query name when known, else its id.
+func feederName(f feederStatus) string {
+	if f.QueryName != "" {
+		return f.QueryName
+	}
+	return f.Feeder
 }
 
 // heldBy says which feeder holds a table and, when it is not reporting,
@@ -460,6 +505,9 @@ its lag behind now, when it last moved and from which run; and the runs the serv
 tracks, with their last error, read from the service's HTTP API (--http-url) when it is
 reachable. A table that waits for a new feeder's join is shown held by it ("T is held
 until query Q joins its feeders ..."), also before its first verdict.
+A run of a retired feeder that still reports moves nothing: it is listed as RETIRED,
+with the table's feeders ("retired but reporting"), and a table that no other run
+feeds is shown "not moving".
 
 When the control table cannot be read (PostgreSQL down), status still prints the feeder
 joins the service's tables wait for, read from its HTTP API ("T is held until query Q
@@ -677,6 +725,14 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 		return
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].Table < runs[j].Table })
+	retired := map[string]bool{} // table NUL query id of every retired feeder
+	for _, t := range tables {
+		for _, f := range t.Feeders {
+			if !f.RetiredAt.IsZero() {
+				retired[t.Table+"\x00"+f.Feeder] = true
+			}
+		}
+	}
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TRACKED RUN\tTABLE\tQUERY\tLAST EVENT\tSTATE\tLAST ERROR")
 	n := 0
@@ -687,6 +743,9 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 		n++
 		state := "running"
 		switch {
+		case retired[r.Table+"\x00"+r.QueryID] && !r.Done && !r.Terminated && !r.Failed:
+			// A retired query's run: its progress moves nothing.
+			state = "RETIRED, reporting (moves nothing)"
 		case r.Done:
 			state = "done"
 		case r.Stale:
@@ -722,7 +781,7 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 func printFeeders(w io.Writer, tables []tableStatus) {
 	var shown []tableStatus
 	for _, t := range tables {
-		if len(t.Feeders) > 1 || t.HeldBy != "" {
+		if len(t.Feeders) > 1 || t.HeldBy != "" || retiredButReporting(t) {
 			shown = append(shown, t)
 		}
 	}
@@ -757,6 +816,17 @@ func printFeeders(w io.Writer, tables []tableStatus) {
 			fmt.Fprintf(w, "%s is %s\n", field(t.Table), field(t.HeldBy))
 		}
 	}
+}
+
+// retiredButReporting reports whether a feeder of t is retired but a run
+// of it still reports: always shown, however many feeders t has.
+func retiredButReporting(t tableStatus) bool {
+	for _, f := range t.Feeders {
+		if f.State == "retired but reporting" {
+			return true
+		}
+	}
+	return false
 }
 
 // fmtLag prints a lag the way an operator reads it: 42s, 1h5m0s, 3d4h.

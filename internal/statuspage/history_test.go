@@ -153,3 +153,35 @@ func TestFmtLagAndBar(t *testing.T) {
 		t.Error("lagBar is not 0 at 0, full past 7 days, rising")
 	}
 }
+
+// A live run of a retired feeder moves nothing: after rewind
+// --retire-feeder of a table's sole feeder, its still-running run showed
+// as running and the table as moving. The run is retired and the table
+// untracked, whether the retired feeder was its only one or one of two;
+// another live run (a solo query without a feeder row) still moves it.
+func TestARetiredFeedersRunMovesNothing(t *testing.T) {
+	v := control.Verdict{Table: "silver.all", FinalizedUntil: utc("2026-09-28T12:00:00Z")}
+	old := control.Feeder{Table: "silver.all", Feeder: queryA, QueryName: "orders-v1", FinalizedUntil: utc("2026-09-28T12:00:00Z"),
+		RetiredAt: utc("2026-09-28T13:00:00Z")}
+	other := control.Feeder{Table: "silver.all", Feeder: "q-x", QueryName: "other", FinalizedUntil: utc("2026-09-28T12:00:00Z"),
+		RetiredAt: utc("2026-09-28T13:00:00Z")}
+	for _, feeders := range [][]control.Feeder{{old}, {old, other}} {
+		runs := []runRow{newRunRow(finalizer.TrackerStatus{RunID: runA, QueryID: queryA, Table: "silver.all"})}
+		retireRuns(runs, map[string][]control.Feeder{"silver.all": feeders})
+		if runs[0].State != RunRetired {
+			t.Fatalf("%d feeders: the retired feeder's run is %s, want %s", len(feeders), runs[0].State, RunRetired)
+		}
+		if state, why := holdsBack(v, runs, feeders); state != TableUntracked || !strings.Contains(why, "retired feeder") {
+			t.Errorf("%d feeders: table %s %q, want untracked", len(feeders), state, why)
+		}
+		solo := append(runs, newRunRow(finalizer.TrackerStatus{RunID: runB, QueryID: "q-new", Table: "silver.all"}))
+		if state, _ := holdsBack(v, solo, feeders); state != TableMoving {
+			t.Errorf("%d feeders and a new query's run: table %s, want moving", len(feeders), state)
+		}
+	}
+	ended := []runRow{newRunRow(finalizer.TrackerStatus{RunID: runA, QueryID: queryA, Table: "silver.all", Terminated: true})}
+	retireRuns(ended, map[string][]control.Feeder{"silver.all": {old}})
+	if ended[0].State != RunTerminated {
+		t.Errorf("a terminated run of a retired feeder is %s", ended[0].State)
+	}
+}

@@ -19,6 +19,7 @@ const (
 	RunFailing    = "failing"    // its last advance failed after the retries
 	RunTerminated = "terminated" // its termination arrived
 	RunStopped    = "stopped"    // its tracker stopped without a termination (superseded, expired, shutdown)
+	RunRetired    = "retired"    // a live run of a retired feeder of its table: its progress moves nothing
 )
 
 // The states a table is shown in: the state of what holds it back.
@@ -98,7 +99,27 @@ func newRunRow(r finalizer.TrackerStatus) runRow {
 }
 
 // severity orders run states by how much they explain a table held back.
-var severity = map[string]int{RunFailing: 6, RunStale: 5, RunHeld: 4, RunIdle: 3, RunRunning: 2, RunTerminated: 1, RunStopped: 0}
+var severity = map[string]int{RunFailing: 6, RunStale: 5, RunHeld: 4, RunIdle: 3, RunRunning: 2, RunRetired: 1, RunTerminated: 1, RunStopped: 0}
+
+// retireRuns marks the live runs of retired feeders (feeders: by table)
+// RunRetired: a retired query's progress moves nothing, so such a run
+// must neither show as running nor make its table moving (a rewind that
+// retired the table's sole feeder while its run still reported showed the
+// table st-moving).
+func retireRuns(runs []runRow, feeders map[string][]control.Feeder) {
+	for i := range runs {
+		r := &runs[i]
+		if r.State == RunTerminated || r.State == RunStopped {
+			continue
+		}
+		for _, f := range feeders[r.Table] {
+			if f.Feeder == r.QueryID && f.Retired() {
+				r.State = RunRetired
+				break
+			}
+		}
+	}
+}
 
 // holdsBack returns the state of a table and, in words, what holds its
 // verdict back, from the runs that feed it. The worst run explains the
@@ -150,6 +171,8 @@ func holdsBack(v control.Verdict, runs []runRow, feeders []control.Feeder) (stat
 		return TableIdle, fmt.Sprintf("run %s has no new data; %s is open", short(worst.RunID), next)
 	case worst.State == RunRunning:
 		return TableMoving, fmt.Sprintf("run %s: %s closes when its data passes the period's end", short(worst.RunID), next)
+	case worst.State == RunRetired:
+		return TableUntracked, fmt.Sprintf("run %s is of a retired feeder: its progress moves nothing; no live run moves it", short(worst.RunID))
 	default:
 		return TableUntracked, fmt.Sprintf("run %s %s; no live run moves it", short(worst.RunID), worst.State)
 	}

@@ -64,10 +64,12 @@ func (p *Page) refresh(read bool) {
 
 	statuses := p.o.Runs.Status()
 	runs := make([]runRow, 0, len(statuses))
-	byTable := make(map[string][]runRow)
 	for _, st := range statuses {
-		r := newRunRow(st)
-		runs = append(runs, r)
+		runs = append(runs, newRunRow(st))
+	}
+	retireRuns(runs, p.feeders)
+	byTable := make(map[string][]runRow)
+	for _, r := range runs {
 		byTable[r.Table] = append(byTable[r.Table], r)
 	}
 	sortRuns(runs)

@@ -190,6 +190,7 @@ var runStates = []stateDoc{
 	{RunFailing, "its last advance failed after the retries; the next event retries it"},
 	{RunTerminated, "the query ended; its last progress is applied"},
 	{RunStopped, "its tracker stopped without a termination (superseded, expired or shutdown)"},
+	{RunRetired, "events arrive, but its query is a retired feeder of the table: its progress moves nothing (finalizer feeders unretire takes it back)"},
 }
 
 // contentSecurity allows the page its own stylesheet, script and stream,
