@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/user"
+	"slices"
+	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -15,6 +19,80 @@ import (
 
 	"github.com/finalizer-dev/finalizer/control"
 )
+
+// lockNoteAfter is how long a rewind waits before it says that it waits,
+// most likely for the table's row, which another session holds.
+const lockNoteAfter = 2 * time.Second
+
+// rewindNoting is s.Rewind(r), with one line to stderr when it has not
+// returned after noteAfter: it blocks silently behind a transaction that
+// holds the table's row (a reader's FOR SHARE: 39 s were seen), and an
+// operator must know it waits rather than guess that it hangs. The note
+// names the sessions that hold the lock when PostgreSQL says so cheaply.
+// It waits as long as ctx allows (an interrupt ends it: nothing rewound).
+func rewindNoting(ctx context.Context, s *control.Store, stderr io.Writer, noteAfter time.Duration, r control.Rewind) (control.AuditEntry, error) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned here: ended by done before rewindNoting returns
+		defer wg.Done()
+		t := time.NewTimer(noteAfter)
+		defer t.Stop()
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		held := ""
+		if pids, err := s.RowLockHolders(ctx, r.Table); err == nil && len(pids) > 0 {
+			held = " held by another session (pid " + strings.Join(pids, ", ") + ")"
+		}
+		fmt.Fprintf(stderr, "finalizer: rewind: waiting for a lock on %s's row%s: most likely an open transaction that read it FOR SHARE or FOR UPDATE; the rewind goes on when it ends (interrupt to give up: nothing is rewound)\n",
+			field(r.Table), held)
+	}()
+	e, err := s.Rewind(ctx, r)
+	close(done)
+	wg.Wait()
+	return e, err
+}
+
+// warnLiveRuns warns on stderr when the service (base: its HTTP API, ""
+// to skip) tracks live runs of table that are not of a feeder the rewind
+// e retired: a rewind holds only until a tracked run reports progress
+// beyond it. It names each run and its query, or says in one line that it
+// could not ask; it never fails the rewind.
+func warnLiveRuns(ctx context.Context, stderr io.Writer, s *control.Store, base, token, table string, e control.AuditEntry) {
+	if base == "" {
+		return
+	}
+	runs, _, err := fetchRuns(ctx, base, token)
+	if err != nil {
+		fmt.Fprintf(stderr, "finalizer: rewind: could not check the service's live runs of %s (%v)\n", field(table), err)
+		return
+	}
+	names := map[string]string{}
+	if fs, err := s.Feeders(ctx, table); err == nil {
+		for _, f := range fs {
+			names[f.Feeder] = f.Name()
+		}
+	}
+	var live []string
+	for _, r := range runs {
+		if r.Table != table || r.Done || r.Terminated || r.Failed || slices.Contains(e.Retired, r.QueryID) {
+			continue
+		}
+		q := r.QueryID
+		if n := names[r.QueryID]; n != "" && n != q {
+			q = n + " (" + r.QueryID + ")"
+		}
+		live = append(live, fmt.Sprintf("run %s of query %s", field(r.RunID), field(q)))
+	}
+	if len(live) == 0 {
+		return
+	}
+	fmt.Fprintf(stderr, "finalizer: warning: the service tracks %d live run(s) of %s: %s; a rewind holds only until a tracked run reports progress beyond %s: stop the old query (or retire it with --retire-feeder), or rewind again once it stopped\n",
+		len(live), field(table), strings.Join(live, "; "), e.To.Format(time.RFC3339Nano))
+}
 
 // earliestVerdict is the earliest verdict the service writes: its trackers
 // hold a progress whose time is before 1970 (finalizer's minTime), so a
@@ -58,7 +136,7 @@ func addOperatorFlags(fs *pflag.FlagSet, reason, by *string) {
 }
 
 func newRewindCmd(stdout io.Writer) *cobra.Command {
-	var table, to, reason, by string
+	var table, to, reason, by, httpURL, httpToken string
 	var retire []string
 	cmd := &cobra.Command{
 		Use:   "rewind --table T --to TS --reason R [--by WHO] [--retire-feeder QUERY]...",
@@ -78,7 +156,12 @@ is-final, wait and SQL readers see the new verdict at once; the service's tracke
 table start again from TS (their next candidates move it forward as usual), and an advance
 they decided before the rewind, even one waiting for the row's lock when it commits, moves
 nothing. A rewind holds only until a tracked run reports progress beyond TS: rewind once the
-old query has stopped.
+old query has stopped. When the service's HTTP API answers (--http-url, or the --config
+file's http.listen), rewind warns on stderr after the rewind, naming the table's live
+tracked runs (run id, query) that are not of a feeder it retired; it says in one line when
+it could not ask. A rewind waiting for the table's row (another session's transaction holds
+it) says so on stderr after 2 s, and goes on waiting (interrupt it to give up: nothing is
+rewound).
 
 Downstream jobs that consumed a period ending after TS must run again for it: a job that
 LISTENs on finalizer_verdict sees the flag; the audit table lists every rewind.
@@ -111,15 +194,17 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 			if err := checkOperatorFlags(reason, by); err != nil {
 				return err
 			}
-			s, _, err := openStore(cmd.Context(), cmd.Flags())
+			s, c, err := openStore(cmd.Context(), cmd.Flags())
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			e, err := s.Rewind(cmd.Context(), control.Rewind{Table: table, To: ts, Reason: reason, By: by, Retire: retire})
+			e, err := rewindNoting(cmd.Context(), s, cmd.ErrOrStderr(), lockNoteAfter,
+				control.Rewind{Table: table, To: ts, Reason: reason, By: by, Retire: retire})
 			if err != nil {
 				return noVerdict(cmd.Context(), s, table, err)
 			}
+			defer warnLiveRuns(cmd.Context(), cmd.ErrOrStderr(), s, c.httpURL, httpToken, table, e)
 			fmt.Fprintf(stdout, "%s: rewound from %s to %s by %s (audit entry %d)\n", table,
 				e.From.Format(time.RFC3339Nano), e.To.Format(time.RFC3339Nano), field(e.By), e.ID)
 			for _, f := range e.Retired {
@@ -136,6 +221,8 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 	fs.StringVar(&table, "table", "", "the table (required)")
 	fs.StringVar(&to, "to", "", "the new finalized_until, before the current one (required)")
 	fs.StringArrayVar(&retire, "retire-feeder", nil, "retire this feeder (query id, or a name that matches one active feeder: after a reset the old and new query share the name) in the same transaction; repeatable")
+	fs.StringVar(&httpURL, "http-url", DefaultHTTPURL, `the service's HTTP API, asked for the table's live tracked runs (a warning names them: a run that reports beyond TS undoes the rewind); "" skips it; with --config and no --http-url, the file's http.listen; else`)
+	fs.StringVar(&httpToken, "http-token", "", "bearer token of the service's HTTP API (prefer FINALIZER_HTTP_TOKEN)")
 	addOperatorFlags(fs, &reason, &by)
 	addPostgresClientFlags(fs)
 	return cmd
