@@ -131,10 +131,13 @@ func (t *Tracker) checkRewound() {
 // progress, kept in the stream, was re-applied at every restart's recovery
 // (and by a track started after the rewind) and undid the rewind with no new data, declaring final the periods being
 // reprocessed. Spark's timestamp is when the batch's trigger started, on
-// the driver's clock: only such silent runs are held to it (a batch started
-// before the rewind and committed after it waits for the run's next
-// progress: late, never wrong). A progress without a timestamp is applied,
-// as before, unless the stream stored it before the rewind.
+// the driver's clock; the progress was posted when the trigger ended, its
+// durationMs.triggerExecution later (progress.Event.Posted), and that is
+// the time judged: a batch started before the rewind and committed (and
+// posted) after it is not held by it (it was, and a terminated run's last
+// one never moved the table: ADR 0019, addendum of 2026-12-06). A progress
+// without a timestamp is applied, as before, unless the stream stored it
+// before the rewind.
 //
 // A progress read from the stream's retained copy whose stored time is
 // known (Tracker.pendingHeard below 0) is judged by that time too, the
@@ -154,7 +157,8 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 			stored = time.Unix(0, -t.pendingHeard)
 		}
 	}
-	if ev.Timestamp.IsZero() && stored.IsZero() {
+	posted := ev.Posted()
+	if posted.IsZero() && stored.IsZero() {
 		return false
 	}
 	at := t.rewindAt(heard)
@@ -163,7 +167,7 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	}
 	mark, marked := t.rewindMark(at)
 	storedBefore := t.storedBefore(stored, at, mark, marked)
-	if !storedBefore && (ev.Timestamp.IsZero() || !ev.Timestamp.Before(at)) {
+	if !storedBefore && (posted.IsZero() || !posted.Before(at)) {
 		return false
 	}
 	// Shown in the run's status and the held-runs gauge until a progress
@@ -174,19 +178,19 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	switch {
 	case storedBefore && marked:
 		t.held = outcomeBeforeRewind + ": the run's progress was stored by the stream at " + stored.UTC().Format(time.RFC3339Nano) +
-			" (posted at " + ev.Timestamp.UTC().Format(time.RFC3339) + " by its driver's clock), before this service heard its table's rewind (the stream's newest message then was stored at " +
+			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before this service heard its table's rewind (the stream's newest message then was stored at " +
 			mark.UTC().Format(time.RFC3339Nano) + "); its next progress posted after the rewind moves the verdict"
 	case storedBefore:
 		t.held = outcomeBeforeRewind + ": the run's progress was stored by the stream at " + stored.UTC().Format(time.RFC3339) +
-			" (posted at " + ev.Timestamp.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " +
+			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " +
 			at.UTC().Format(time.RFC3339) + " or within " + rewindMargin.String() + " after; its next progress posted after the rewind moves the verdict"
 	default:
-		t.held = outcomeBeforeRewind + ": the run's progress was posted at " + ev.Timestamp.UTC().Format(time.RFC3339) +
+		t.held = outcomeBeforeRewind + ": the run's progress was posted at " + posted.UTC().Format(time.RFC3339) +
 			", before its table was rewound at " + at.UTC().Format(time.RFC3339) + "; its next progress posted after the rewind moves the verdict"
 	}
 	t.mu.Unlock()
 	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
-	fields := []zap.Field{zap.Time("posted", ev.Timestamp), zap.Time("rewound_at", at), zap.Int64("batch_id", ev.BatchID)}
+	fields := []zap.Field{zap.Time("posted", posted), zap.Time("rewound_at", at), zap.Int64("batch_id", ev.BatchID)}
 	if !stored.IsZero() {
 		fields = append(fields, zap.Time("stored", stored))
 	}

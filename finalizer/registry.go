@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -761,7 +762,11 @@ type Registry struct {
 	// marks maps each table whose rewind this service heard live to the
 	// event stream's newest stored time then (markStream), kept with that
 	// rewind; copied on write; nil while none.
-	marks      atomic.Pointer[map[string]streamMark]
+	marks atomic.Pointer[map[string]streamMark]
+	// heldDone is, per table, the status of the last tracker that ended
+	// with its run's last progress held before the table's rewind
+	// (keepHeldDone), listed by Status; guarded by mu.
+	heldDone   map[string]TrackerStatus
 	queue      []string // pending runs in arrival order
 	maxPending int
 	// rescan asks discovery to offer the runs the stream retains once
@@ -1279,6 +1284,9 @@ func (r *Registry) reap(e *entry) {
 		res.Done = true
 		if out.beforeRewind {
 			res.Note = "its last progress was posted before the rewind of table " + e.req.Table + " and not applied"
+			if why := strings.TrimPrefix(st.Held, outcomeBeforeRewind+": "); why != st.Held {
+				res.Note += ": " + why
+			}
 		}
 	case out.terminated:
 		res.Stopped = "the run terminated, but its last progress could not be applied"
@@ -1329,7 +1337,60 @@ func (r *Registry) reap(e *entry) {
 		}
 	}
 	r.finished.put(e.req.RunID, finishedRun{JoinResult: res, at: r.cfg.Clock.Now()})
+	switch {
+	case out.terminated && out.applied && out.beforeRewind:
+		r.keepHeldDone(e, st)
+	case out.terminated && out.applied:
+		// The table moved past (or by) this run's last progress: a run
+		// that ended held before its rewind no longer says why it stays.
+		delete(r.heldDone, e.req.Table)
+	}
 	r.mu.Unlock()
+}
+
+// keepHeldDone keeps the status of e's tracker, done with its run's last
+// progress held as before_rewind (not applied: it would undo the
+// rewind), as its table's: Status lists it after the tracker ended, so
+// that `finalizer status` and /v1/tables say why the table stays where
+// the rewind left it (found in review: once the tracker was reaped they
+// showed nothing that held the table back). One per table, the latest;
+// dropped when another run of the table ends with its last progress
+// applied, and not listed while another tracker of the table has written
+// since (heldDoneStatus). r.mu held.
+func (r *Registry) keepHeldDone(e *entry, st TrackerStatus) {
+	if r.heldDone == nil {
+		r.heldDone = map[string]TrackerStatus{}
+	}
+	st.Explicit = e.req.Explicit
+	st.Done, st.Terminated, st.Stale = true, true, false
+	why := strings.TrimPrefix(st.Held, outcomeBeforeRewind+": ")
+	st.Held = outcomeBeforeRewind + ": the run ended and its last progress was not applied (it would undo the rewind); the table stays where the rewind left it until another run's progress moves it: " + why
+	r.heldDone[e.req.Table] = st
+}
+
+// heldDoneStatus returns the kept statuses of runs that ended held
+// before their tables' rewinds (keepHeldDone) whose tables no tracker
+// in live has written since (a write shown since the rewind: Written).
+func (r *Registry) heldDoneStatus(live []seenTracker) []TrackerStatus {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(r.heldDone) == 0 {
+		return nil
+	}
+	out := make([]TrackerStatus, 0, len(r.heldDone))
+	for table, st := range r.heldDone {
+		moved := false
+		for _, x := range live {
+			if x.status.Table == table && (x.status.RunID == st.RunID || !x.status.Written.IsZero()) {
+				moved = true
+				break
+			}
+		}
+		if !moved {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 // Tracked returns the number of trackers the registry holds now (one per
@@ -1445,6 +1506,17 @@ func (r *Registry) Status() []TrackerStatus {
 	out := make([]TrackerStatus, len(seen))
 	for i, x := range seen {
 		out[i] = x.status
+	}
+	if held := r.heldDoneStatus(seen); len(held) > 0 {
+		// A run that ended held before its table's rewind, listed with
+		// the table's runs: why the table stays where the rewind left it.
+		out = append(out, held...)
+		sort.SliceStable(out, func(i, j int) bool {
+			if out[i].Table != out[j].Table {
+				return out[i].Table < out[j].Table
+			}
+			return out[i].RunID < out[j].RunID
+		})
 	}
 	return out
 }

@@ -283,8 +283,8 @@ func TestJoinSaysALastProgressFromBeforeARewindWasNotApplied(t *testing.T) {
 	if !res.Done || res.Stopped != "" {
 		t.Fatalf("join = %+v, want done", res)
 	}
-	if want := "its last progress was posted before the rewind of table t_c and not applied"; res.Note != want {
-		t.Errorf("join's note = %q, want %q", res.Note, want)
+	if want := "its last progress was posted before the rewind of table t_c and not applied: "; !strings.HasPrefix(res.Note, want) {
+		t.Errorf("join's note = %q, want it to begin %q", res.Note, want)
 	}
 	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
 		t.Fatalf("the progress from before the rewind moved the verdict to %s", got)

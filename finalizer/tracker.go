@@ -635,7 +635,12 @@ func (t *Tracker) runStep() {
 			t.retryStop = nil
 		}
 		t.cfg.Box.SetNotify(nil)
-		t.setHeld("") // the held-runs gauge counts live trackers only
+		// The held-runs gauge counts live trackers only; the hold's text
+		// stays in the status, for the reap (Registry.keepHeldDone).
+		if t.heldBy != "" {
+			t.cfg.Metrics.HeldRuns.WithLabelValues(t.heldBy).Dec()
+			t.heldBy = ""
+		}
 		t.done.close()
 		if t.onExit != nil {
 			t.onExit()

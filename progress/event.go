@@ -71,6 +71,15 @@ type Event struct {
 	// and its watermark is already the next batch's (ADR 0012).
 	Executed bool
 
+	// TriggerExecutionMs is durationMs.triggerExecution: how long the
+	// trigger ran from its start (Timestamp, which Spark stamps when the
+	// trigger starts: ProgressReporter's finishTrigger,
+	// formatTimestamp(currentTriggerStartTimestamp)) until just before
+	// Spark posted the progress, in milliseconds of the driver's clock; 0
+	// when absent, not a count, or beyond an int32 (24 days). It fills the
+	// padding after Executed: Event keeps its size.
+	TriggerExecutionMs int32
+
 	// NumInputRows is the progress's numInputRows, the sum over its
 	// sources as Spark computes it; -1 when a source's count is unknown.
 	NumInputRows int64
@@ -139,4 +148,16 @@ func (e *Event) RowsDroppedByWatermark() int64 {
 		}
 	}
 	return n
+}
+
+// Posted is when Spark posted the progress, by its driver's clock: its
+// trigger's start (Timestamp) plus the trigger's run (TriggerExecutionMs);
+// zero when Timestamp is. A batch that started before an operator's
+// rewind and committed after it was posted after it (ADR 0019, addendum
+// of 2026-12-06).
+func (e *Event) Posted() time.Time {
+	if e.Timestamp.IsZero() {
+		return time.Time{}
+	}
+	return e.Timestamp.Add(time.Duration(e.TriggerExecutionMs) * time.Millisecond)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 )
@@ -116,6 +117,7 @@ const (
 	keyDurationMs
 	keyStateOperators
 	keyAddBatch
+	keyTriggerExecution
 	keyOperatorName
 	keyRowsDropped
 	keyLate
@@ -169,6 +171,8 @@ func keyOf(key []byte, esc bool) int {
 		return keyStateOperators
 	case "addBatch":
 		return keyAddBatch
+	case "triggerExecution":
+		return keyTriggerExecution
 	case "operatorName":
 		return keyOperatorName
 	case "numRowsDroppedByWatermark":
@@ -234,6 +238,7 @@ type bodyFields struct {
 	watermark     span  // of eventTime, when it is an object
 	eventTimeDup  error // a key read twice in eventTime
 	addBatch      bool  // durationMs, when it is an object, has addBatch
+	triggerExec   span  // durationMs's triggerExecution, when it is an object
 	durationMsDup error // a key read twice in durationMs
 	// The elements of sources and stateOperators: the first ones in
 	// the arrays, the others (rare) in the slices. (A slice of the
@@ -438,8 +443,11 @@ func (p *parser) durationMs(i, depth int, f *bodyFields) (int, error) {
 		if err != nil {
 			return ve, err
 		}
-		if k == keyAddBatch {
+		switch k {
+		case keyAddBatch:
 			f.addBatch = true
+		case keyTriggerExecution:
+			f.triggerExec = span{vs, ve}
 		}
 		if j, done, err = p.next(ve, '}'); err != nil || done {
 			f.durationMsDup = ks.dup
@@ -746,6 +754,7 @@ func build(d []byte, f *bodyFields, kind Kind) (*Event, error) {
 		if ev.Executed, err = readExecuted(d, f); err != nil {
 			return nil, err
 		}
+		ev.TriggerExecutionMs = readMillis(d, f.triggerExec)
 		if ev.StateOperators, strs, err = readStateOperators(strs, d, f, pe.ops[:]); err != nil {
 			return nil, err
 		}
@@ -966,6 +975,18 @@ func readExecuted(d []byte, f *bodyFields) (bool, error) {
 		return false, fmt.Errorf("%w: %w", ErrMalformed, f.durationMsDup)
 	}
 	return f.addBatch, nil
+}
+
+// readMillis reads durationMs's triggerExecution, a count of
+// milliseconds Spark writes as an integer; absent, null, negative,
+// anything else or beyond an int32 gives 0 (the progress is then taken as
+// posted at its trigger's start, as before).
+func readMillis(d []byte, v span) int32 {
+	n := readCount(d, v)
+	if n < 0 || n > math.MaxInt32 {
+		return 0
+	}
+	return int32(n)
 }
 
 // readStateOperators reads the stateOperators array, into room when it

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -178,6 +179,11 @@ func refParse(data []byte, kind Kind) (*Event, error) {
 				return nil, fmt.Errorf("%w: durationMs", ErrMalformed)
 			}
 			_, ev.Executed = m["addBatch"]
+			if raw, ok := m["triggerExecution"]; ok {
+				if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil && n >= 0 && n <= math.MaxInt32 {
+					ev.TriggerExecutionMs = int32(n)
+				}
+			}
 		}
 		if raw, ok := body["stateOperators"]; ok && string(raw) != "null" {
 			var list []json.RawMessage
@@ -329,7 +335,7 @@ func refLookup(doc []byte, ptr string) (json.RawMessage, bool) {
 var refRead = map[string]bool{"Event": true, "progress": true, "id": true, "runId": true, "name": true,
 	"timestamp": true, "batchId": true, "sources": true, "eventTime": true, "exception": true,
 	"errorClassOnException": true, "description": true, "startOffset": true, "endOffset": true, "watermark": true,
-	"latestOffset": true, "numInputRows": true, "durationMs": true, "stateOperators": true, "addBatch": true,
+	"latestOffset": true, "numInputRows": true, "durationMs": true, "stateOperators": true, "addBatch": true, "triggerExecution": true,
 	"operatorName": true, "numRowsDroppedByWatermark": true, "numLateInputs": true}
 
 // refDuplicate reports a key of refRead repeated in the object obj (valid

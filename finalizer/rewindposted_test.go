@@ -1,0 +1,83 @@
+package finalizer_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// TestABatchStartedBeforeARewindAndPostedAfterItIsApplied (ADR 0019,
+// addendum of 2026-12-06): Spark's timestamp is the trigger's start
+// (ProgressReporter's finishTrigger: formatTimestamp(
+// currentTriggerStartTimestamp)); the progress is posted when the trigger
+// ends, durationMs.triggerExecution later. A retained progress of a batch
+// that started before the rewind and committed, and posted, after it was
+// held by its timestamp, and a terminated run's never moved the table. It
+// is judged by timestamp + triggerExecution now: posted after the rewind,
+// stored after it (t_a), applied; a batch that also ended before the
+// rewind (t_b) is still held.
+func TestABatchStartedBeforeARewindAndPostedAfterItIsApplied(t *testing.T) {
+	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
+	r, _ := newMarkRig(t, rewoundAt.Add(-time.Second))
+	for _, table := range []string{"t_a", "t_b"} {
+		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+	}
+	eventually(t, "the stream's state read for both rewinds", func() bool {
+		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == 2
+	})
+	exec := map[string]int32{
+		runA: 90_000, // started 30 s before the rewind, posted a minute after it
+		runB: 20_000, // started 30 s before the rewind, posted 10 s before it
+	}
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+		ev.Timestamp, ev.TriggerExecutionMs = rewoundAt.Add(-30*time.Second), exec[runID]
+		// Stored after the stream's state at the rewind: a client's queue
+		// across an outage stores late, so the posted time decides.
+		box.OfferRetainedAt(ev, rewoundAt.Add(2*time.Minute))
+	}
+	r.track(t, runA, "t_a")
+	r.track(t, runB, "t_b")
+	eventually(t, "t_a applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.staysRewound(t, "t_b", "the batch posted before the rewind held", 1,
+		"a progress posted (timestamp + triggerExecution) before the rewind was applied: verdict %s")
+}
+
+// TestARunEndedHeldBeforeItsRewindStaysInStatus: a terminated run whose
+// last progress was held before its table's rewind was reaped with its
+// tracker, and then nothing in `finalizer status` or /v1/tables (both
+// read Registry.Status) said why the table stayed at the rewind. The run
+// stays listed, done, held: its last progress not applied; join's note
+// gives the hold's reason. A run of the table that writes since hides it.
+func TestARunEndedHeldBeforeItsRewindStaysInStatus(t *testing.T) {
+	r, at := rewoundRig(t)
+	r.bus.retain(listener.Run{QueryID: queryA, RunID: runStopped, Kind: progress.KindTerminated, Terminated: true, Stored: at.Add(time.Minute)})
+	r.track(t, runStopped, "t_c")
+	r.publishAt(t, runStopped, "t_c", "2026-09-28T18:10:00", at.Add(-time.Minute), 1)
+	r.bus.Publish(terminated(runStopped))
+	res := r.join(t, runStopped)
+	if !res.Done || !strings.HasPrefix(res.Note, "its last progress was posted before the rewind of table t_c and not applied: the run's progress was posted at ") {
+		t.Fatalf("join = %+v, want done with the hold's reason", res)
+	}
+	held := func() (string, bool) {
+		for _, st := range r.reg.Status() {
+			if st.Table == "t_c" && st.RunID == runStopped {
+				return st.Held, st.Done
+			}
+		}
+		return "", false
+	}
+	h, done := held()
+	if !done || !strings.HasPrefix(h, "before_rewind: the run ended and its last progress was not applied") {
+		t.Fatalf("after the run ended, status shows t_c's run as %q (done %v): nothing says why the table stays at the rewind", h, done)
+	}
+	// Another run of the table writes: the table moves, the hold is
+	// not listed any more.
+	r.track(t, runB, "t_c")
+	r.publishApplied(t, runB, "t_c", "2026-09-28T15:10:00", r.clock.Now(), "2026-09-28T15:00:00Z")
+	eventually(t, "the hold no longer listed", func() bool { _, done := held(); return !done })
+}
