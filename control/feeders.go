@@ -630,7 +630,7 @@ RETURNING `+feederColumns, table, query)
 			// the table again.
 			if _, err := s.audit(ctx, tx, ActionUnretire, table, why, by,
 				Verdict{FinalizedUntil: v.FinalizedUntil, QueryID: f.Feeder, RunID: f.RunID, BatchID: f.BatchID, EndTime: f.EndTime},
-				v.FinalizedUntil); err != nil {
+				v.FinalizedUntil, time.Time{}); err != nil {
 				return err
 			}
 		}

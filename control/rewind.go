@@ -156,11 +156,22 @@ func (s *Store) Rewind(ctx context.Context, r Rewind) (AuditEntry, error) {
 			return fmt.Errorf("%w: the verdict is %s, the target %s", ErrNotBehind,
 				v.FinalizedUntil.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano))
 		}
+		// Stamped now, with the row locked, not at the transaction's
+		// start (now()): a rewind that waited 40 s behind a reader's lock
+		// (FOR SHARE) was stamped 40 s before it became visible, and a
+		// progress posted in between read as posted before it (join said
+		// so, against the audit). clock_timestamp() here is within
+		// milliseconds of the commit; the row's rewound_at and
+		// updated_at, the feeders' updated_at and the audit's at take the
+		// one value (ADR 0019, addendum of 2026-12-06). The guard
+		// (Advance.Guard) compares the stored value with what a tracker
+		// knew of it, whatever it is.
 		var rewoundAt time.Time
 		if err := tx.QueryRow(ctx, `
 UPDATE `+s.n.table+` SET finalized_until = $2, end_time = NULL, end_offset = NULL, query_id = NULL,
-	run_id = NULL, batch_id = NULL, sources = NULL, updated_at = now(), rewound_at = now(),
+	run_id = NULL, batch_id = NULL, sources = NULL, updated_at = stamp.at, rewound_at = stamp.at,
 	mark = NULL, marked_at = NULL, marks = 0
+FROM (SELECT clock_timestamp() AS at) AS stamp
 WHERE table_name = $1
 RETURNING rewound_at`, r.Table, to).Scan(&rewoundAt); err != nil {
 			return err
@@ -169,11 +180,11 @@ RETURNING rewound_at`, r.Table, to).Scan(&rewoundAt); err != nil {
 		// otherwise the next advance would move it forward again to the
 		// lowest of them, undoing the rewind.
 		if _, err := tx.Exec(ctx, `
-UPDATE `+s.n.feeds+` SET finalized_until = $2, updated_at = now()
-WHERE table_name = $1 AND finalized_until > $2`, r.Table, to); err != nil {
+UPDATE `+s.n.feeds+` SET finalized_until = $2, updated_at = $3
+WHERE table_name = $1 AND finalized_until > $2`, r.Table, to, rewoundAt); err != nil {
 			return err
 		}
-		e, err = s.audit(ctx, tx, ActionRewind, r.Table, r.Reason, r.By, v, to)
+		e, err = s.audit(ctx, tx, ActionRewind, r.Table, r.Reason, r.By, v, to, rewoundAt)
 		if err != nil {
 			return err
 		}
@@ -267,7 +278,7 @@ func (s *Store) Acknowledge(ctx context.Context, a Acknowledge) (AuditEntry, err
 		if _, err := tx.Exec(ctx, `UPDATE `+s.n.table+` SET mark = NULL, marked_at = NULL, marks = 0 WHERE table_name = $1`, a.Table); err != nil {
 			return err
 		}
-		e, err = s.audit(ctx, tx, ActionAcknowledge, a.Table, a.Reason, a.By, v, v.FinalizedUntil)
+		e, err = s.audit(ctx, tx, ActionAcknowledge, a.Table, a.Reason, a.By, v, v.FinalizedUntil, time.Time{})
 		return err
 	})
 	switch {
@@ -282,8 +293,9 @@ func (s *Store) Acknowledge(ctx context.Context, a Acknowledge) (AuditEntry, err
 const auditColumns = `id, table_name, action, at, by_operator, db_user, reason, from_until, to_until,
 	from_query_id, from_run_id, from_batch_id, from_end_time, cleared_mark, cleared_marks`
 
-// audit records one action on the verdict v (as it stood before) in tx.
-func (s *Store) audit(ctx context.Context, tx pgx.Tx, action, table, reason, by string, v Verdict, to time.Time) (AuditEntry, error) {
+// audit records one action on the verdict v (as it stood before) in tx,
+// at at (zero: the transaction's start, now()).
+func (s *Store) audit(ctx context.Context, tx pgx.Tx, action, table, reason, by string, v Verdict, to, at time.Time) (AuditEntry, error) {
 	var batch any
 	if v.QueryID != "" || v.BatchID != 0 {
 		batch = v.BatchID
@@ -294,11 +306,11 @@ func (s *Store) audit(ctx context.Context, tx pgx.Tx, action, table, reason, by 
 	}
 	row := tx.QueryRow(ctx, `
 INSERT INTO `+s.n.audit+` (table_name, action, by_operator, reason, from_until, to_until,
-	from_query_id, from_run_id, from_batch_id, from_end_time, cleared_mark, cleared_marks)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+	from_query_id, from_run_id, from_batch_id, from_end_time, cleared_mark, cleared_marks, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, coalesce($13, now()))
 RETURNING `+auditColumns,
 		table, action, by, reason, nullTime(v.FinalizedUntil), nullTime(to), nullString(v.QueryID), nullString(v.RunID),
-		batch, nullTime(v.EndTime), nullString(v.Mark), marks)
+		batch, nullTime(v.EndTime), nullString(v.Mark), marks, nullTime(at))
 	return scanAudit(row)
 }
 

@@ -167,7 +167,17 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	}
 	mark, marked := t.rewindMark(at)
 	storedBefore := t.storedBefore(stored, at, mark, marked)
-	if !storedBefore && (posted.IsZero() || !posted.Before(at)) {
+	// The driver's time is judged against the rewind's stored rewound_at
+	// when this service heard it with it (the stamp the audit shows,
+	// taken with the row locked, within milliseconds of the commit: ADR
+	// 0019, addendum of 2026-12-06), not against when it was heard: join
+	// said "posted before the rewind" of a progress posted after the
+	// audit's time. Both are other clocks than the driver's.
+	rewound := at
+	if s := t.storedRewind(at); !s.IsZero() {
+		rewound = s
+	}
+	if !storedBefore && (posted.IsZero() || !posted.Before(rewound)) {
 		return false
 	}
 	// Shown in the run's status and the held-runs gauge until a progress
@@ -185,12 +195,12 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " +
 			at.UTC().Format(time.RFC3339) + " or within " + rewindMargin.String() + " after; its next progress posted after the rewind moves the verdict"
 	default:
-		t.held = outcomeBeforeRewind + ": the run's progress was posted at " + posted.UTC().Format(time.RFC3339) +
-			", before its table was rewound at " + at.UTC().Format(time.RFC3339) + "; its next progress posted after the rewind moves the verdict"
+		t.held = outcomeBeforeRewind + ": the run's progress was posted at " + posted.UTC().Format(time.RFC3339Nano) +
+			", before its table was rewound at " + rewound.UTC().Format(time.RFC3339Nano) + "; its next progress posted after the rewind moves the verdict"
 	}
 	t.mu.Unlock()
 	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
-	fields := []zap.Field{zap.Time("posted", posted), zap.Time("rewound_at", at), zap.Int64("batch_id", ev.BatchID)}
+	fields := []zap.Field{zap.Time("posted", posted), zap.Time("rewound_at", rewound), zap.Int64("batch_id", ev.BatchID)}
 	if !stored.IsZero() {
 		fields = append(fields, zap.Time("stored", stored))
 	}
@@ -199,6 +209,16 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	}
 	t.log.Info("a progress posted before the table's last rewind is not applied (it would undo the rewind)", fields...)
 	return true
+}
+
+// storedRewind is the rewound_at the control table stored for the
+// table's rewind kept as at, when this service heard it live with it;
+// zero otherwise.
+func (t *Tracker) storedRewind(at time.Time) time.Time {
+	if t.cfg.host == nil || at.IsZero() {
+		return time.Time{}
+	}
+	return t.cfg.host.storedRewind(at)
 }
 
 // rewindMark is the event stream's newest stored time when this service
@@ -562,12 +582,44 @@ func (r *Registry) Rewound(table string, until, at time.Time) {
 	}
 }
 
-// streamMark is the stream's state when this service heard a table's
-// rewind live (markStream): rewind is the rewind as the registry keeps it
-// (r.rewinds), last when the stream stored its newest message then (the
-// NATS server's clock; zero when it stored none).
+// streamMark is what the registry knows of a table's rewind heard live:
+// rewind is the rewind as the registry keeps it (r.rewinds: when it was
+// heard, the service's clock), stored its rewound_at as the control
+// table stored it (the notification's; zero when not carried), and,
+// once read (markStream), last when the stream stored its newest message
+// then (the NATS server's clock; zero when it stored none).
 type streamMark struct {
-	rewind, last time.Time
+	rewind, stored, last time.Time
+	read                 bool
+}
+
+// setMark updates table's entry in r.marks for the rewind kept as key:
+// change edits it (a fresh entry when there is none for key, replacing
+// one of an earlier rewind) and reports whether to keep the edit.
+func (r *Registry) setMark(table string, key time.Time, change func(*streamMark) bool) {
+	for {
+		old := r.marks.Load()
+		var m streamMark
+		if old != nil {
+			if x, ok := (*old)[table]; ok && x.rewind.Equal(key) {
+				m = x
+			}
+		}
+		m.rewind = key
+		if !change(&m) {
+			return
+		}
+		next := make(map[string]streamMark, 1)
+		if old != nil {
+			for k, v := range *old {
+				next[k] = v
+			}
+		}
+		next[table] = m
+		if r.marks.CompareAndSwap(old, &next) {
+			return
+		}
+	}
 }
 
 // markStream asks the event stream, once, when it stored its newest
@@ -624,24 +676,13 @@ func (r *Registry) markStream(table string) {
 				zap.String("table", table), zap.Time("rewind", at), zap.Error(err))
 			return
 		}
-		for {
-			old := r.marks.Load()
-			if old != nil {
-				if m, ok := (*old)[table]; ok && m.rewind.Equal(at) {
-					return
-				}
+		r.setMark(table, at, func(m *streamMark) bool {
+			if m.read {
+				return false // the first read is the earliest threshold
 			}
-			next := make(map[string]streamMark, 1)
-			if old != nil {
-				for k, v := range *old {
-					next[k] = v
-				}
-			}
-			next[table] = streamMark{rewind: at, last: last}
-			if r.marks.CompareAndSwap(old, &next) {
-				break
-			}
-		}
+			m.last, m.read = last, true
+			return true
+		})
 		r.log.Info("the event stream's state when the rewind was heard: a progress it stores later is after the rewind",
 			zap.String("table", table), zap.Time("rewind", at), zap.Time("stream_last_stored", last))
 	}()
@@ -657,10 +698,25 @@ func (r *Registry) markOf(table string, at time.Time) (last time.Time, ok bool) 
 		return time.Time{}, false
 	}
 	mk, ok := (*m)[table]
-	if !ok || at.IsZero() || !mk.rewind.Equal(at) {
+	if !ok || at.IsZero() || !mk.rewind.Equal(at) || !mk.read {
 		return time.Time{}, false
 	}
 	return mk.last, true
+}
+
+// storedOf is the rewound_at the control table stored for table's rewind
+// kept as at (r.rewinds), when this service heard it live with it (its
+// notification's); zero otherwise (then at is the stored value itself,
+// read from the rows, or not known). Lock-free.
+func (r *Registry) storedOf(table string, at time.Time) time.Time {
+	m := r.marks.Load()
+	if m == nil || at.IsZero() {
+		return time.Time{}
+	}
+	if mk, ok := (*m)[table]; ok && mk.rewind.Equal(at) {
+		return mk.stored
+	}
+	return time.Time{}
 }
 
 // forgetWrites has the trackers of table ("" = of every table) forget
@@ -718,7 +774,15 @@ func (r *Registry) rewind(table string, until, at time.Time, learnt bool) {
 	}
 	// Heard after the rewind's commit: no earlier than its rewound_at, so
 	// a progress posted before the rewind is never applied after it.
-	r.noteRewinds(map[string]time.Time{table: r.cfg.Clock.Now()})
+	heard := r.cfg.Clock.Now()
+	if !at.IsZero() {
+		// Its rewound_at as stored, kept with it before it is noted: a
+		// progress's driver timestamp is judged against the stamp the
+		// audit shows (Tracker.beforeRewind), while what was heard live
+		// is judged by when the rewind was heard (same clock).
+		r.setMark(table, heard, func(m *streamMark) bool { m.stored = at; return true })
+	}
+	r.noteRewinds(map[string]time.Time{table: heard})
 	if !at.IsZero() {
 		r.noteKnown(map[string]time.Time{table: at})
 	}

@@ -2,6 +2,7 @@ package finalizer_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,5 +128,39 @@ func TestARewindNotHeardLiveKeepsTheMargin(t *testing.T) {
 	defer mb.mu.Unlock()
 	if mb.asked != 0 {
 		t.Errorf("the stream's state was read %d times for a rewind not heard live", mb.asked)
+	}
+}
+
+// TestARetainedProgressIsJudgedAgainstTheStoredRewoundAt (ADR 0019,
+// addendum of 2026-12-06): a progress's driver timestamp was judged
+// against when this service heard the rewind, and join said "posted
+// before the rewind" of a progress posted after the rewound_at the audit
+// shows. Against the notification's rewound_at (stamped with the row
+// locked, within milliseconds of the commit): posted after it, applied
+// (t_a); posted before it, held, and the hold names that rewound_at
+// (t_b).
+func TestARetainedProgressIsJudgedAgainstTheStoredRewoundAt(t *testing.T) {
+	r := newRig(t)
+	heard := r.clock.Now()
+	rewoundAt := heard.Add(-5 * time.Second) // heard five seconds after its commit
+	for _, table := range []string{"t_a", "t_b"} {
+		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+	}
+	posted := map[string]time.Time{runA: rewoundAt.Add(2 * time.Second), runB: rewoundAt.Add(-time.Second)}
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+		ev.Timestamp = posted[runID]
+		box.OfferRetained(ev) // no stored time: judged by its timestamp
+	}
+	r.track(t, runA, "t_a")
+	r.track(t, runB, "t_b")
+	eventually(t, "t_a applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.staysRewound(t, "t_b", "the progress posted before the rewind held", 1,
+		"a progress posted before the stored rewound_at was applied: verdict %s")
+	for _, st := range r.reg.Status() {
+		if st.Table == "t_b" && !strings.Contains(st.Held, "before its table was rewound at "+rewoundAt.UTC().Format(time.RFC3339Nano)) {
+			t.Errorf("t_b's hold %q does not name the stored rewound_at %s", st.Held, rewoundAt.UTC().Format(time.RFC3339Nano))
+		}
 	}
 }

@@ -347,6 +347,10 @@ type runHost interface {
 	// server's clock, Registry.markStream); ok is false when none is
 	// known for that rewind (then rewindMargin applies).
 	rewindMark(at time.Time) (last time.Time, ok bool)
+	// storedRewind is the rewound_at the control table stored for the
+	// rewind kept as at, when this service heard it live with it (the
+	// notification's); zero otherwise.
+	storedRewind(at time.Time) time.Time
 }
 
 // errJoinPending fails an advance while the table waits for another
@@ -422,6 +426,8 @@ func (h *funcHost) learnRewind(v control.Verdict) {
 }
 
 func (h *funcHost) rewindMark(time.Time) (time.Time, bool) { return time.Time{}, false }
+
+func (h *funcHost) storedRewind(time.Time) time.Time { return time.Time{} }
 
 // Notify schedules the tracker, or only stamps its status
 // (listener.Notifier, see begin and notified).
