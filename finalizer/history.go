@@ -199,6 +199,12 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 			", before its table was rewound at " + rewound.UTC().Format(time.RFC3339Nano) + "; its next progress posted after the rewind moves the verdict"
 	}
 	t.mu.Unlock()
+	if ev == t.pending {
+		// Its advance, failing before (the database down), is dropped:
+		// nothing is failing any more (ADR 0019, addendum of
+		// 2026-12-06). The run shows held, FAILING no more.
+		t.endFailing("the progress whose advance failed is dropped: posted before its table's rewind")
+	}
 	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
 	fields := []zap.Field{zap.Time("posted", posted), zap.Time("rewound_at", rewound), zap.Int64("batch_id", ev.BatchID)}
 	if !stored.IsZero() {
@@ -417,12 +423,28 @@ func (t *Tracker) refusedByRewind(v control.Verdict, cand progress.Candidate, ev
 		" was refused by the control table: the table was rewound at " + v.RewoundAt.UTC().Format(time.RFC3339Nano) +
 		", after the progress was taken; the run's next progress moves the verdict"
 	failures := t.failures
-	t.failures, t.lastErr = 0, nil
+	t.failures, t.lastErr = 0, nil // an answer from the database
 	t.mu.Unlock()
 	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
 	t.log.Info("an advance decided before the table's last rewind was refused by the control table (it would undo the rewind); dropped",
 		zap.Time("candidate", cand.Until), zap.Time("rewound_at", v.RewoundAt), zap.Int64("batch_id", ev.BatchID),
 		zap.Int("failures_before", failures))
+}
+
+// endFailing ends the run's failing state (failed advances in a row and
+// the last error, shown as FAILING in status) when the advance that
+// failed is answered or dropped otherwise than by a success: a refused
+// re-assert, or a failed advance's progress held as posted before its
+// table's rewind. Before, status kept FAILING (1) with the outage's
+// error after the database had answered (found in review).
+func (t *Tracker) endFailing(why string) {
+	t.mu.Lock()
+	failures := t.failures
+	t.failures, t.lastErr = 0, nil
+	t.mu.Unlock()
+	if failures > 0 {
+		t.log.Info("the failing advance is over", zap.String("why", why), zap.Int("failures_before", failures))
+	}
 }
 
 // later returns the later of a and b.

@@ -1273,6 +1273,7 @@ func (t *Tracker) reassertLast(ctx context.Context) bool {
 		t.log.Info("re-assert of the last write refused: the table was rewound since; not re-asserted",
 			zap.Time("last_write", t.lastAdv.FinalizedUntil), zap.Time("rewound_at", v.RewoundAt))
 		t.learnRewind(v)
+		t.endFailing("the re-assert was answered by the control table (refused: the table was rewound since)")
 		return true
 	case err != nil:
 		m.Reasserts.WithLabelValues("failed").Inc()
