@@ -77,10 +77,17 @@ type pendingRun struct {
 
 	started, progress, terminated *progress.Event
 	idle                          bool
+	// heard is when progress was heard live (this process's clock), zero
+	// when it was not (a recovery's listing): handed to the tracker with
+	// it (fill), so that a rewind that came while the run waited for its
+	// decision is judged against when the progress was heard, not when
+	// the tracker took it (ADR 0019, addendum of 2026-12-06).
+	heard time.Time
 }
 
-// merge takes in one more discovered event of the run.
-func (p *pendingRun) merge(run listener.Run) {
+// merge takes in one more discovered event of the run, heard live at
+// heard (zero: not heard live).
+func (p *pendingRun) merge(run listener.Run, heard time.Time) {
 	if p.run.Name == "" {
 		p.run.Name = run.Name
 	}
@@ -93,7 +100,7 @@ func (p *pendingRun) merge(run listener.Run) {
 		p.started = ev
 	case progress.KindProgress:
 		if ev.Newer(p.progress) {
-			p.progress = ev
+			p.progress, p.heard = ev, heard
 		}
 	case progress.KindIdle:
 		p.idle = true
@@ -107,7 +114,7 @@ func (p *pendingRun) merge(run listener.Run) {
 // fill offers what the run's events said so far to a new tracker's box.
 func (p *pendingRun) fill(box *listener.Mailbox) {
 	box.Offer(p.started)
-	box.Offer(p.progress)
+	box.OfferHeardAt(p.progress, p.heard)
 	if p.idle && p.progress == nil {
 		box.Offer(&progress.Event{Kind: progress.KindIdle, QueryID: p.run.QueryID, RunID: p.run.RunID})
 	}
@@ -166,7 +173,7 @@ func (r *Registry) Discovered(run listener.Run) {
 			e.box.Offer(run.Event)
 		}
 		if p := r.pending[run.RunID]; p != nil {
-			p.merge(run)
+			p.merge(run, r.cfg.Clock.Now())
 			return
 		}
 		x, expired := r.expired.get(run.RunID)
@@ -192,7 +199,7 @@ func (r *Registry) Discovered(run listener.Run) {
 		}
 	} else if p := r.pending[run.RunID]; p != nil {
 		nameless := p.run.Name == ""
-		p.merge(run)
+		p.merge(run, r.cfg.Clock.Now())
 		if nameless && p.run.Name != "" {
 			r.joinEarly(p.run)
 		}
@@ -222,7 +229,7 @@ func (r *Registry) Discovered(run listener.Run) {
 	}
 	p := &pendingRun{run: run}
 	p.run.Event = nil
-	p.merge(run)
+	p.merge(run, r.cfg.Clock.Now())
 	r.pending[run.RunID] = p
 	r.queue = append(r.queue, run.RunID)
 	r.taken = true

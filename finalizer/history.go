@@ -158,12 +158,20 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 		}
 	}
 	posted := ev.Posted()
-	if posted.IsZero() && stored.IsZero() {
+	if posted.IsZero() && stored.IsZero() && heard.IsZero() {
 		return false
 	}
 	at := t.rewindAt(heard)
 	if at.IsZero() {
 		return false
+	}
+	// Heard before this service heard the rewind, both on its clock: sent
+	// before it, whatever its driver's clock says (a progress a run
+	// waiting for its decision held across the rewind, or one taken
+	// before a rewind that came while the tracker ran).
+	heardBefore := false
+	if !heard.IsZero() && heard.Before(at) {
+		_, heardBefore = t.cfg.host.storedRewind(at)
 	}
 	mark, marked := t.rewindMark(at)
 	storedBefore := t.storedBefore(stored, at, mark, marked)
@@ -177,7 +185,7 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	if s := t.storedRewind(at); !s.IsZero() {
 		rewound = s
 	}
-	if !storedBefore && (posted.IsZero() || !posted.Before(rewound)) {
+	if !storedBefore && !heardBefore && (posted.IsZero() || !posted.Before(rewound)) {
 		return false
 	}
 	// Shown in the run's status and the held-runs gauge until a progress
@@ -186,6 +194,10 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	t.setHeld(outcomeBeforeRewind)
 	t.mu.Lock()
 	switch {
+	case heardBefore:
+		t.held = outcomeBeforeRewind + ": the run's progress was heard at " + heard.UTC().Format(time.RFC3339Nano) +
+			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before this service heard its table's rewind at " +
+			at.UTC().Format(time.RFC3339Nano) + "; its next progress posted after the rewind moves the verdict"
 	case storedBefore && marked:
 		t.held = outcomeBeforeRewind + ": the run's progress was stored by the stream at " + stored.UTC().Format(time.RFC3339Nano) +
 			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before this service heard its table's rewind (the stream's newest message then was stored at " +
@@ -224,7 +236,8 @@ func (t *Tracker) storedRewind(at time.Time) time.Time {
 	if t.cfg.host == nil || at.IsZero() {
 		return time.Time{}
 	}
-	return t.cfg.host.storedRewind(at)
+	stored, _ := t.cfg.host.storedRewind(at)
+	return stored
 }
 
 // rewindMark is the event stream's newest stored time when this service
@@ -373,6 +386,20 @@ func (t *Tracker) rewindAt(heard time.Time) time.Time {
 	at, since, latest := t.cfg.host.rewoundAt()
 	if heard.IsZero() {
 		return later(at, latest)
+	}
+	if latest.After(heard) {
+		// Heard before this service heard the table's latest rewind,
+		// both on its clock: a progress a run waiting for its decision
+		// held across the rewind (discovery's pending run), handed to
+		// the tracker afterwards with when it was heard
+		// (Mail.ProgressHeard), was judged against the rewinds its start
+		// was judged against, which hold that rewind, and so by its
+		// driver's clock only (ADR 0019, addendum of 2026-12-06). A
+		// tracker's own live progress is heard after its start, hence
+		// after every rewind judged at it; a later one is since's case.
+		if _, live := t.cfg.host.storedRewind(latest); live {
+			return latest
+		}
 	}
 	if since.IsZero() || !since.After(at) || heard.After(since) {
 		return at
@@ -728,17 +755,18 @@ func (r *Registry) markOf(table string, at time.Time) (last time.Time, ok bool) 
 
 // storedOf is the rewound_at the control table stored for table's rewind
 // kept as at (r.rewinds), when this service heard it live with it (its
-// notification's); zero otherwise (then at is the stored value itself,
-// read from the rows, or not known). Lock-free.
-func (r *Registry) storedOf(table string, at time.Time) time.Time {
+// notification's), zero otherwise (then at is the stored value itself,
+// read from the rows, or not known); live says whether at is when this
+// service heard (or learnt) that rewind, on its own clock. Lock-free.
+func (r *Registry) storedOf(table string, at time.Time) (stored time.Time, live bool) {
 	m := r.marks.Load()
 	if m == nil || at.IsZero() {
-		return time.Time{}
+		return time.Time{}, false
 	}
 	if mk, ok := (*m)[table]; ok && mk.rewind.Equal(at) {
-		return mk.stored
+		return mk.stored, true
 	}
-	return time.Time{}
+	return time.Time{}, false
 }
 
 // forgetWrites has the trackers of table ("" = of every table) forget
@@ -797,13 +825,12 @@ func (r *Registry) rewind(table string, until, at time.Time, learnt bool) {
 	// Heard after the rewind's commit: no earlier than its rewound_at, so
 	// a progress posted before the rewind is never applied after it.
 	heard := r.cfg.Clock.Now()
-	if !at.IsZero() {
-		// Its rewound_at as stored, kept with it before it is noted: a
-		// progress's driver timestamp is judged against the stamp the
-		// audit shows (Tracker.beforeRewind), while what was heard live
-		// is judged by when the rewind was heard (same clock).
-		r.setMark(table, heard, func(m *streamMark) bool { m.stored = at; return true })
-	}
+	// Kept with the rewind before it is noted: that it was heard (or
+	// learnt) by this service, on its clock, and its rewound_at as
+	// stored: a progress's driver timestamp is judged against the stamp
+	// the audit shows (Tracker.beforeRewind), while what was heard live
+	// is judged by when the rewind was heard (same clock: rewindAt).
+	r.setMark(table, heard, func(m *streamMark) bool { m.stored = at; return true })
 	r.noteRewinds(map[string]time.Time{table: heard})
 	if !at.IsZero() {
 		r.noteKnown(map[string]time.Time{table: at})

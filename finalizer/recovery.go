@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -144,12 +145,12 @@ func (r *Registry) recoverPending(runs []listener.Run) []int {
 		}
 		need = append(need, i)
 		if p := r.pending[run.RunID]; p != nil {
-			p.merge(*run)
+			p.merge(*run, time.Time{})
 			continue
 		}
 		p := &pendingRun{run: *run}
 		p.run.Event = nil
-		p.merge(*run)
+		p.merge(*run, time.Time{})
 		r.pending[run.RunID] = p
 	}
 	return need

@@ -309,7 +309,7 @@ func (e *entry) learnRewind(v control.Verdict) { e.r.learnRewind(e.req.Table, v)
 
 func (e *entry) rewindMark(at time.Time) (time.Time, bool) { return e.r.markOf(e.req.Table, at) }
 
-func (e *entry) storedRewind(at time.Time) time.Time { return e.r.storedOf(e.req.Table, at) }
+func (e *entry) storedRewind(at time.Time) (time.Time, bool) { return e.r.storedOf(e.req.Table, at) }
 
 func (e *entry) rewoundAt() (silent, since, latest time.Time) {
 	r := e.r

@@ -349,8 +349,9 @@ type runHost interface {
 	rewindMark(at time.Time) (last time.Time, ok bool)
 	// storedRewind is the rewound_at the control table stored for the
 	// rewind kept as at, when this service heard it live with it (the
-	// notification's); zero otherwise.
-	storedRewind(at time.Time) time.Time
+	// notification's), zero otherwise; live says whether at is when this
+	// service heard or learnt that rewind (its own clock).
+	storedRewind(at time.Time) (stored time.Time, live bool)
 }
 
 // errJoinPending fails an advance while the table waits for another
@@ -427,7 +428,7 @@ func (h *funcHost) learnRewind(v control.Verdict) {
 
 func (h *funcHost) rewindMark(time.Time) (time.Time, bool) { return time.Time{}, false }
 
-func (h *funcHost) storedRewind(time.Time) time.Time { return time.Time{} }
+func (h *funcHost) storedRewind(time.Time) (time.Time, bool) { return time.Time{}, false }
 
 // Notify schedules the tracker, or only stamps its status
 // (listener.Notifier, see begin and notified).
@@ -995,6 +996,11 @@ func (t *Tracker) retireOnTermination(ctx context.Context, failed bool) {
 func (t *Tracker) heardAt(mail listener.Mail) int64 {
 	if mail.ProgressRetained {
 		return -mail.ProgressStored
+	}
+	if mail.ProgressHeard > 0 {
+		// Heard before it was handed over (a run that waited for its
+		// decision): judged by when it was heard.
+		return mail.ProgressHeard
 	}
 	return t.cfg.Clock.Now().UnixNano()
 }

@@ -35,8 +35,10 @@ type Mailbox struct {
 	// stored is when the stream stored the retained progress that last
 	// entered the slot (OfferRetainedAt: Unix ns, the NATS server's
 	// clock), 0 when none did since the last Take or its time is not
-	// known (Mail.ProgressStored). Its 8 bytes keep the mailbox in its
-	// 160-byte size class (TestMailboxWakeOnDemand).
+	// known (Mail.ProgressStored). Below 0, it is instead when the
+	// progress that entered the slot was heard live, earlier than its
+	// offer (OfferHeardAt: -Unix ns, Mail.ProgressHeard). Its 8 bytes keep
+	// the mailbox in its 160-byte size class (TestMailboxWakeOnDemand).
 	stored int64
 	// The flags sit together, in one word (the mailbox stays in its
 	// 160-byte size class, issue 12).
@@ -149,6 +151,12 @@ type Mail struct {
 	// reached the stream after it): judged by this time, it is judged no
 	// later than it came.
 	ProgressStored int64
+	// ProgressHeard is when the progress that entered the slot since the
+	// last Take was heard live, when that was earlier than its offer
+	// (OfferHeardAt: Unix ns, this process's clock); 0 otherwise (heard
+	// as offered, or retained). Progress is that progress or a newer one:
+	// judged by this time, it is judged no later than it came.
+	ProgressHeard int64
 }
 
 // NewMailbox returns an empty Mailbox.
@@ -179,6 +187,18 @@ func (m *Mailbox) OfferRetained(ev *progress.Event) { m.offer(ev, false, 0) }
 // is OfferRetained.
 func (m *Mailbox) OfferRetainedAt(ev *progress.Event, stored time.Time) {
 	m.offer(ev, false, unixNanos(stored))
+}
+
+// OfferHeardAt is Offer for a progress heard live at heard, earlier than
+// now (this process's clock): one a registry held for a run waiting for
+// its decision (discovery's pending run) and hands to the run's new
+// tracker. The next Take says when it was heard (Mail.ProgressHeard), so
+// that a tracker judges it against a rewind that came meanwhile by when
+// it was heard, not by when it was handed over. A zero heard is Offer.
+// A retained progress's stored time, when one entered the slot, is kept
+// instead (the earlier-judged of the two).
+func (m *Mailbox) OfferHeardAt(ev *progress.Event, heard time.Time) {
+	m.offer(ev, true, -unixNanos(heard))
 }
 
 // unixNanos is t in Unix ns, 0 for the zero time.
@@ -217,8 +237,11 @@ func (m *Mailbox) offer(ev *progress.Event, live bool, stored int64) {
 		}
 		if ev.Newer(m.progress) && m.admit(ev) != nil {
 			m.progress = ev
-			if !live {
+			switch {
+			case !live:
 				m.retained, m.stored = true, stored
+			case stored < 0 && m.stored == 0:
+				m.stored = stored // heard earlier (OfferHeardAt)
 			}
 		} else if stamped = m.stampQuiet(live); !stamped {
 			m.notNewer = true
@@ -468,7 +491,12 @@ func (m *Mailbox) Take() Mail {
 		}
 	}
 	mail := Mail{Progress: m.progress, Idle: m.idle, NotNewer: m.notNewer, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started, BatchZero: m.zero, Heard: m.heard,
-		ProgressRetained: m.retained, ProgressStored: m.stored}
+		ProgressRetained: m.retained}
+	if m.stored > 0 {
+		mail.ProgressStored = m.stored
+	} else {
+		mail.ProgressHeard = -m.stored
+	}
 	m.idleAt, m.started, m.zero, m.heard, m.retained, m.stored = time.Time{}, nil, false, false, false, 0
 	if m.progress != nil {
 		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: m.progress.Timestamp}, true

@@ -126,3 +126,28 @@ func TestCatchUpsSayWhenTheStreamStoredTheProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMailboxSaysWhenAHandedOverProgressWasHeard: a progress heard
+// earlier than it is offered (OfferHeardAt: a registry's pending run
+// handing it to a new tracker) says when it was heard
+// (Mail.ProgressHeard); a newer live one after it keeps that time (the
+// earlier, so the stricter); a retained one's stored time wins; a plain
+// live offer says nothing.
+func TestMailboxSaysWhenAHandedOverProgressWasHeard(t *testing.T) {
+	m := listener.NewMailbox()
+	heard := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	m.OfferHeardAt(&progress.Event{Kind: progress.KindProgress, BatchID: 3, Timestamp: heard}, heard)
+	m.Offer(&progress.Event{Kind: progress.KindProgress, BatchID: 4, Timestamp: heard})
+	if mail := m.Take(); mail.Progress.BatchID != 4 || !mail.Heard || mail.ProgressRetained || mail.ProgressStored != 0 || mail.ProgressHeard != heard.UnixNano() {
+		t.Fatalf("handed over, then live: %+v, want heard at %d", mail, heard.UnixNano())
+	}
+	m.OfferRetainedAt(&progress.Event{Kind: progress.KindProgress, BatchID: 5, Timestamp: heard}, heard.Add(-time.Minute))
+	m.OfferHeardAt(&progress.Event{Kind: progress.KindProgress, BatchID: 6, Timestamp: heard}, heard)
+	if mail := m.Take(); !mail.ProgressRetained || mail.ProgressStored != heard.Add(-time.Minute).UnixNano() || mail.ProgressHeard != 0 {
+		t.Fatalf("retained, then handed over: %+v", mail)
+	}
+	m.Offer(&progress.Event{Kind: progress.KindProgress, BatchID: 7, Timestamp: heard})
+	if mail := m.Take(); mail.ProgressHeard != 0 || mail.ProgressStored != 0 {
+		t.Fatalf("live only: %+v", mail)
+	}
+}
