@@ -640,6 +640,11 @@ func (r *Registry) Rewound(table string, until, at time.Time) {
 type streamMark struct {
 	rewind, stored, last time.Time
 	read                 bool
+	// heard: rewind is when this service heard (or learnt) the rewind,
+	// its own clock (Registry.rewind); false for a mark read for a
+	// rewind known from the rows before its notification came (rewind
+	// is then its stored rewound_at, PostgreSQL's clock).
+	heard bool
 }
 
 // setMark updates table's entry in r.marks for the rewind kept as key:
@@ -763,7 +768,7 @@ func (r *Registry) storedOf(table string, at time.Time) (stored time.Time, live 
 	if m == nil || at.IsZero() {
 		return time.Time{}, false
 	}
-	if mk, ok := (*m)[table]; ok && mk.rewind.Equal(at) {
+	if mk, ok := (*m)[table]; ok && mk.rewind.Equal(at) && mk.heard {
 		return mk.stored, true
 	}
 	return time.Time{}, false
@@ -830,7 +835,7 @@ func (r *Registry) rewind(table string, until, at time.Time, learnt bool) {
 	// stored: a progress's driver timestamp is judged against the stamp
 	// the audit shows (Tracker.beforeRewind), while what was heard live
 	// is judged by when the rewind was heard (same clock: rewindAt).
-	r.setMark(table, heard, func(m *streamMark) bool { m.stored = at; return true })
+	r.setMark(table, heard, func(m *streamMark) bool { m.stored, m.heard = at, true; return true })
 	r.noteRewinds(map[string]time.Time{table: heard})
 	if !at.IsZero() {
 		r.noteKnown(map[string]time.Time{table: at})

@@ -164,3 +164,33 @@ func TestARetainedProgressIsJudgedAgainstTheStoredRewoundAt(t *testing.T) {
 		}
 	}
 }
+
+// TestARewindReadBeforeItsNotificationIsMarkedWhenHeard: a rewind read
+// from the rows (a re-read, a recovery) before its notification came is
+// judged with the margin until the notification is heard; then the
+// stream's state is read as for any rewind heard live, and a progress
+// stored after it is applied.
+func TestARewindReadBeforeItsNotificationIsMarkedWhenHeard(t *testing.T) {
+	rewoundAt := utc("2026-09-29T00:00:00Z")
+	r, mb := newMarkRig(t, rewoundAt.Add(-time.Second))
+	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.reg.Rewound("t_a", utc("2026-09-28T14:00:00Z"), rewoundAt) // known already
+	eventually(t, "the stream's state read", func() bool {
+		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == 1
+	})
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+		ev.Timestamp = rewoundAt.Add(4 * time.Second)
+		box.OfferRetainedAt(ev, rewoundAt.Add(5*time.Second))
+	}
+	r.track(t, runB, "t_a")
+	eventually(t, "t_a applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if mb.asked != 1 {
+		t.Errorf("the stream's state was read %d times, want 1", mb.asked)
+	}
+}
