@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
@@ -132,10 +133,13 @@ func TestQuietProgressSignals(t *testing.T) {
 			if got := untils(g.store.Calls()); len(got) != 3 {
 				t.Fatalf("writes %v, want 3", got)
 			}
-			st := g.reg.Status()[0]
-			if st.Quiet == nil || st.Quiet.Signal != signal || !st.Quiet.Until.Equal(utc("2026-09-28T16:00:00Z")) {
-				t.Fatalf("status quiet = %+v, want %s to 16:00", st.Quiet, signal)
-			}
+			// The store answers before the tracker records the quiet move it
+			// made: the status is read until it says so.
+			var quiet *finalizer.QuietMove
+			eventually(t, signal+" to 16:00 in the status", func() bool {
+				quiet = g.reg.Status()[0].Quiet
+				return quiet != nil && quiet.Signal == signal && quiet.Until.Equal(utc("2026-09-28T16:00:00Z"))
+			})
 			g.bus.Publish(terminated(runA))
 			g.join(t, runA)
 		})
