@@ -198,3 +198,23 @@ func TestNoTimeIsShownAndWarnedOnce(t *testing.T) {
 		t.Fatalf("%d warnings for a query with no watermark yet, want 0: %v", n, w.logs.All())
 	}
 }
+
+// An explicit track names no query; the run's progress does: its advances
+// carry that name, so that the feeder's row has it and an expected feeder
+// of that name is resolved, as for a discovered run, and the run's status
+// shows it.
+func TestAnExplicitTracksAdvancesCarryTheQueryNameOfItsProgress(t *testing.T) {
+	g := newGuardRig(t, quietClock)
+	g.trackSpec(t, progress.SpecOptions{})
+	ev := dataProgress("2026-09-28T13:40:00", "2026-09-28T13:41:00Z")
+	ev.Name = "orders-v2"
+	g.bus.Publish(ev)
+	eventually(t, "13:00", func() bool { return g.store.Verdict("t").Equal(utc("2026-09-28T13:00:00Z")) })
+	calls := g.store.Calls()
+	if len(calls) != 1 || calls[0].QueryName != "orders-v2" {
+		t.Fatalf("advances %+v, want one with the query name orders-v2", calls)
+	}
+	if st := g.reg.Status()[0]; st.QueryName != "orders-v2" {
+		t.Fatalf("status query name %q, want orders-v2", st.QueryName)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -1115,6 +1116,16 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 	if !t.written.IsZero() && !cand.Until.After(t.written) {
 		m.candidate("same_period").Inc()
 		return true
+	}
+	if t.cfg.QueryName == "" && ev.Name != "" && len(ev.Name) <= MaxQueryNameLen {
+		// An explicit track names no query; its progress does. The name
+		// goes with the advance, so that the feeder's row has it (and an
+		// expected feeder of that name is resolved), as a discovered
+		// run's does. Copied once: the event's strings are slices of its
+		// document.
+		t.mu.Lock()
+		t.cfg.QueryName = strings.Clone(ev.Name)
+		t.mu.Unlock()
 	}
 	adv := control.Advance{
 		Table:          t.cfg.Table,
