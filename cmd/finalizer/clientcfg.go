@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -139,29 +140,48 @@ func managedDown(dataDir string) error {
 }
 
 // knownTable reports whether something could write the table's verdict
-// although it has none yet: an explicit track not yet done, a rule of the
-// --config file whose table (template) matches, or a tracker of the running
-// service (read from its HTTP API when reachable). When nothing could, it
-// returns an error with exit code 3 that names the table and the closest
-// table with a verdict.
-func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, httpToken string) error {
+// although it has none yet: a feeder row (an expected feeder of a rule, a
+// joined query: the table is held by it), an explicit track not yet done,
+// a rule of the --config file whose table (template) matches, or a tracker
+// or a feeder's join wait of the running service (read from its HTTP API
+// when reachable). It returns what holds the table when that is known
+// ("held by e-one: expected, never reported"), else "". When nothing could
+// write it, it returns an error with exit code 3 that names the table and
+// the closest table with a verdict.
+func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, httpToken string) (string, error) {
+	feeders, err := s.Feeders(ctx, table)
+	if err != nil {
+		return "", usageError(err)
+	}
+	runs, waits, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
+	for _, w := range waits {
+		if w.Table == table {
+			return w.HeldBy(), nil // a join holds it first, as status says
+		}
+	}
+	if len(feeders) > 0 {
+		known := runs
+		if runsErr != nil || c.httpURL == "" {
+			known = nil
+		}
+		return toTableStatus(control.Verdict{Table: table}, time.Now().UTC(), known, feeders).HeldBy, nil
+	}
 	tracks, err := s.Tracks(ctx)
 	if err != nil {
-		return usageError(err)
+		return "", usageError(err)
 	}
 	for _, t := range tracks {
 		if t.Table == table {
-			return nil
+			return "", nil
 		}
 	}
 	for _, r := range c.rules {
 		if ruleCouldWrite(r, table) {
-			return nil
+			return "", nil
 		}
 	}
-	runs, waits, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
 	if serviceWrites(runs, waits, table) {
-		return nil
+		return "", nil
 	}
 	msg := fmt.Sprintf("unknown table %q: it has no verdict, and no explicit track", table)
 	if c.configFile != "" {
@@ -178,7 +198,7 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 	}
 	msg += suggestTable(ctx, s, table)
 	msg += "; --allow-missing treats it as not final yet"
-	return &exitError{code: exitMissing, err: errors.New(msg)}
+	return "", &exitError{code: exitMissing, err: errors.New(msg)}
 }
 
 // suggestTable is what the commands add to an unknown table's error: the

@@ -237,7 +237,10 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			}
 			wait = min(wait, maxLongPoll)
 		}
-		resp := map[string]any{"table": table, "period_end": end, "final": false}
+		// finalized_until is null while the table has no verdict (no row,
+		// or a row whose feeders have not all reported): never the zero
+		// time.
+		resp := map[string]any{"table": table, "period_end": end, "final": false, "finalized_until": nil}
 		if wait > 0 {
 			ctx, cancel := context.WithTimeout(r.Context(), wait)
 			defer cancel()
@@ -264,12 +267,24 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 			httpError(w, err)
 			return
 		default:
-			resp["finalized_until"] = v.FinalizedUntil
-			resp["final"] = v.Reaches(end)
+			setFinal(resp, v, end)
 		}
 		writeJSON(w, http.StatusOK, resp)
 	})
 	return mux
+}
+
+// setFinal sets the answer of GET /v1/tables/{table}/final from the
+// table's row v: final and finalized_until, left false and null when the
+// row has no verdict yet (NULL finalized_until: its expected feeders have
+// not all reported), not the zero time 0001-01-01T00:00:00Z.
+func setFinal(resp map[string]any, v control.Verdict, end time.Time) {
+	if v.FinalizedUntil.IsZero() {
+		resp["final"], resp["finalized_until"] = false, nil
+		return
+	}
+	resp["finalized_until"] = v.FinalizedUntil
+	resp["final"] = v.Reaches(end)
 }
 
 // offsetAsSpace is an RFC 3339 time whose "+" offset arrived as a space:

@@ -25,7 +25,7 @@ func TestStatusAfterARewindNamesNoBatch(t *testing.T) {
 	at := statusAt
 	lines := strings.Split(printed(
 		tableStatus{Table: "bronze.orders", FinalizedUntil: at, UpdatedAt: at, RewoundAt: at},
-		tableStatus{Table: "bronze.users", FinalizedUntil: at, UpdatedAt: at, RunID: "0b7e5a52-9c1d-4e2f-a3b4-c5d6e7f8a9b0", BatchID: 7},
+		tableStatus{Table: "bronze.users", FinalizedUntil: at, UpdatedAt: at, RunID: "0b7e5a52-9c1d-4e2f-a3b4-c5d6e7f8a9b0", BatchID: new(int64(7))},
 	), "\n")
 	if f := strings.Fields(lines[1]); len(f) != 6 || f[0] != "bronze.orders" || f[4] != "-" || f[5] != "-" {
 		t.Errorf("rewound table's line: %q", lines[1])

@@ -201,6 +201,13 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 			defer s.Close()
 			e, err := rewindNoting(cmd.Context(), s, cmd.ErrOrStderr(), lockNoteAfter,
 				control.Rewind{Table: table, To: ts, Reason: reason, By: by, Retire: retire})
+			if errors.Is(err, control.ErrNotBehind) {
+				if v, gerr := s.Get(cmd.Context(), table); gerr == nil && v.FinalizedUntil.IsZero() {
+					// A row without a verdict (NULL finalized_until): the
+					// store compares with the zero time and says so.
+					return usageError(fmt.Errorf("table %q has no verdict yet: nothing to move back", table))
+				}
+			}
 			if err != nil {
 				return noVerdict(cmd.Context(), s, table, err)
 			}

@@ -45,8 +45,10 @@ func newIsFinalCmd(stdout io.Writer) *cobra.Command {
 		Long: `Checks once whether every period of the table ending at or before TS is complete
 (finalized_until >= TS). TS is RFC 3339 with any offset; a naive time is UTC.
 
-A table without a verdict is not final (exit 1) while something could write it: an
-explicit track, a rule of the --config file, or a tracker of the running service. When
+A table without a verdict is not final (exit 1) while something could write it: a
+feeder row (an expected feeder that never reported: the line says what holds the
+table), an explicit track, a rule of the --config file, or a tracker or join wait of
+the running service. When
 nothing could (a misspelled name), is-final exits 3 and names the table;
 --allow-missing makes that exit 1 too.
 
@@ -70,15 +72,24 @@ Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection erro
 			v, err := s.Get(cmd.Context(), table)
 			switch {
 			case errors.Is(err, control.ErrNotFound):
+				held := ""
 				if !allowMissing {
-					if err := knownTable(cmd.Context(), s, c, table, httpToken); err != nil {
+					if held, err = knownTable(cmd.Context(), s, c, table, httpToken); err != nil {
 						return err
 					}
 				}
-				fmt.Fprintf(stdout, "%s: no verdict yet; period ending %s is not final\n", table, end.Format(time.RFC3339Nano))
+				if held != "" {
+					held = " (" + held + ")"
+				}
+				fmt.Fprintf(stdout, "%s: no verdict yet%s; period ending %s is not final\n", table, held, end.Format(time.RFC3339Nano))
 				return negative("")
 			case err != nil:
 				return usageError(err)
+			case v.FinalizedUntil.IsZero():
+				// A row without a verdict (NULL finalized_until: its
+				// feeders have not all reported): not the zero time.
+				fmt.Fprintf(stdout, "%s: no verdict yet; period ending %s is not final\n", table, end.Format(time.RFC3339Nano))
+				return negative("")
 			}
 			if !v.Reaches(end) {
 				fmt.Fprintf(stdout, "%s: period ending %s is not final (final until %s)\n", table,
@@ -108,8 +119,9 @@ func newWaitCmd(stdout io.Writer) *cobra.Command {
 finalizer_verdict channel (no polling). Returns at once when it is already final.
 TS is RFC 3339 with any offset; a naive time is UTC.
 
-A table without a verdict is waited for while something could write it: an explicit
-track, a rule of the --config file, or a tracker of the running service. When nothing
+A table without a verdict is waited for while something could write it: a feeder row,
+an explicit track, a rule of the --config file, or a tracker or join wait of the
+running service. When nothing
 could (a misspelled name), wait exits 3 at once instead of waiting out its timeout;
 --allow-missing waits anyway, for a table whose first verdict is still to come.
 
@@ -149,7 +161,7 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 			defer s.Close()
 			if !allowMissing {
 				if _, err := s.Get(ctx, table); errors.Is(err, control.ErrNotFound) {
-					if err := knownTable(ctx, s, c, table, httpToken); err != nil {
+					if _, err := knownTable(ctx, s, c, table, httpToken); err != nil {
 						return timedOut(err)
 					}
 				}
@@ -194,9 +206,12 @@ type tableStatus struct {
 	EndOffset      json.RawMessage `json:"end_offset,omitempty"`
 	QueryID        string          `json:"query_id,omitempty"`
 	RunID          string          `json:"run_id,omitempty"`
-	BatchID        int64           `json:"batch_id"`
-	Sources        []string        `json:"sources,omitempty"`
-	UpdatedAt      time.Time       `json:"updated_at,omitzero"`
+	// BatchID is the batch of the run that made the last move, null when
+	// no run made it (no verdict yet, or an operator's rewind): batch 0
+	// would read as a run's first batch.
+	BatchID   *int64    `json:"batch_id"`
+	Sources   []string  `json:"sources,omitempty"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 	// Mark is the first sign, since the last rewind or acknowledgement,
 	// that the table's history changed under the verdict; Marks counts
 	// them (finalizer rewind, finalizer acknowledge).
@@ -286,12 +301,16 @@ func feederState(f control.Feeder, runs []finalizer.TrackerStatus) string {
 func toTableStatus(v control.Verdict, now time.Time, runs []finalizer.TrackerStatus, feeders []control.Feeder) tableStatus {
 	ts := tableStatus{
 		Table: v.Table, FinalizedUntil: v.FinalizedUntil,
-		EndTime: v.EndTime, EndOffset: v.EndOffset, QueryID: v.QueryID, RunID: v.RunID, BatchID: v.BatchID,
+		EndTime: v.EndTime, EndOffset: v.EndOffset, QueryID: v.QueryID, RunID: v.RunID,
 		UpdatedAt: v.UpdatedAt, Sources: v.Sources, Mark: v.Mark, MarkedAt: v.MarkedAt, Marks: v.Marks,
 		RewoundAt: v.RewoundAt, Feeders: []feederStatus{}, Runs: []finalizer.TrackerStatus{},
 	}
 	if !v.FinalizedUntil.IsZero() {
 		ts.LagSeconds = now.Sub(v.FinalizedUntil).Seconds()
+	}
+	if v.RunID != "" {
+		b := v.BatchID
+		ts.BatchID = &b
 	}
 	for _, r := range runs {
 		if r.Table == v.Table {
@@ -547,7 +566,7 @@ of the service could write (a typo: the nearest known name is suggested).`,
 					// No verdict yet: a table a track, rule or tracker will
 					// write is shown as such; anything else is a typo, told
 					// apart (exit 3, with the nearest name) as wait does.
-					if err := knownTable(ctx, s, c, table, httpToken); err != nil {
+					if _, err := knownTable(ctx, s, c, table, httpToken); err != nil {
 						return err
 					}
 					verdicts = []control.Verdict{{Table: table}}
@@ -853,10 +872,10 @@ func shortFeeder(f string) string {
 // no run made it (an operator's rewind leaves the control row without a
 // run and batch: batch 0 would read as a run's first batch).
 func moveBy(t tableStatus) (run, batch string) {
-	if t.RunID == "" {
+	if t.RunID == "" || t.BatchID == nil {
 		return "-", "-"
 	}
-	return short(t.RunID), strconv.FormatInt(t.BatchID, 10)
+	return short(t.RunID), strconv.FormatInt(*t.BatchID, 10)
 }
 
 func short(id string) string {

@@ -39,11 +39,19 @@ func (p *Page) appendTableRowLocked(b []byte, r tableRow, now time.Time) []byte 
 	b = append(b, fmtLag(lag)...)
 	b = append(b, `</span><svg class="bar" viewBox="0 0 100 8" preserveAspectRatio="none" aria-hidden="true" focusable="false"><rect class="track" width="100" height="8"/><rect class="fill" width="`...)
 	b = strconv.AppendFloat(b, lagBar(lag), 'f', -1, 64)
-	b = append(b, `" height="8"/></svg></td><td class="until"><time datetime="`...)
-	b = r.Until.UTC().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `">`...)
-	b = append(b, fmtVerdict(r.Until)...)
-	b = append(b, `</time></td><td class="spark"><svg viewBox="0 0 1200 240" preserveAspectRatio="none" role="img" aria-label="`...)
+	b = append(b, `" height="8"/></svg></td><td class="until">`...)
+	if r.Until.IsZero() {
+		// No verdict yet: no machine-readable time (the zero time,
+		// 0001-01-01, is not one).
+		b = append(b, fmtVerdict(r.Until)...)
+	} else {
+		b = append(b, `<time datetime="`...)
+		b = r.Until.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, `">`...)
+		b = append(b, fmtVerdict(r.Until)...)
+		b = append(b, `</time>`...)
+	}
+	b = append(b, `</td><td class="spark"><svg viewBox="0 0 1200 240" preserveAspectRatio="none" role="img" aria-label="`...)
 	b = appendSparkLabel(b, sp)
 	b = append(b, `"><polyline points="`...)
 	b = append(b, sp.points...)
