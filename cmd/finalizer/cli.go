@@ -84,12 +84,21 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintf(stderr, "finalizer: %s\n", oneLine(ee.err))
+			fmt.Fprintf(stderr, "finalizer: %s\n", errLine(ee.err))
 		}
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "finalizer: %s\n", oneLine(err))
+	fmt.Fprintf(stderr, "finalizer: %s\n", errLine(err))
 	return exitUsage
+}
+
+// errLine is err as the one line run prints on stderr: folded (oneLine),
+// then escaped as the commands print the database's free text (field): an
+// error names a table or feeder the operator typed, or one read from the
+// database (a "did you mean", the tables with a verdict), written by hand
+// in SQL with an escape sequence in it.
+func errLine(err error) string {
+	return field(oneLine(err))
 }
 
 // oneLine folds a multi-line error (pgx lists every address it tried) into

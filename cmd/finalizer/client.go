@@ -168,9 +168,9 @@ Exit codes: 0 tracked (or already tracked), 2 usage error or no service reachabl
 				return usageError(fmt.Errorf("track refused: %s", rep.Error))
 			}
 			if rep.Tracked {
-				fmt.Fprintf(stdout, "tracking run %s of query %s into %s\n", runID, queryID, table)
+				fmt.Fprintf(stdout, "tracking run %s of query %s into %s\n", field(runID), field(queryID), field(table))
 			} else {
-				fmt.Fprintf(stdout, "run %s is already tracked into %s\n", runID, table)
+				fmt.Fprintf(stdout, "run %s is already tracked into %s\n", field(runID), field(table))
 			}
 			return nil
 		},
@@ -280,19 +280,19 @@ for the recovery (within --timeout) instead of calling the run unknown.`,
 				}
 				if rep.Stopped != "" {
 					if rep.LastError != "" {
-						fmt.Fprintf(cmd.ErrOrStderr(), "finalizer: the run's last advance failed: %s\n", rep.LastError)
+						fmt.Fprintf(cmd.ErrOrStderr(), "finalizer: the run's last advance failed: %s\n", field(rep.LastError))
 					}
 					return &exitError{code: exitStopped, err: fmt.Errorf("run %s: not done: %s", runID, rep.Stopped)}
 				}
 				if rep.Done {
 					if rep.LastError != "" {
-						fmt.Fprintf(cmd.ErrOrStderr(), "finalizer: warning: the run's last advance failed: %s\n", rep.LastError)
+						fmt.Fprintf(cmd.ErrOrStderr(), "finalizer: warning: the run's last advance failed: %s\n", field(rep.LastError))
 					}
 					if rep.Note != "" {
-						fmt.Fprintf(stdout, "run %s: done (%s)\n", runID, rep.Note)
+						fmt.Fprintf(stdout, "run %s: done (%s)\n", field(runID), field(rep.Note))
 						return nil
 					}
-					fmt.Fprintf(stdout, "run %s: done\n", runID)
+					fmt.Fprintf(stdout, "run %s: done\n", field(runID))
 					return nil
 				}
 			}

@@ -90,3 +90,55 @@ func TestPrintedFreeTextIsEscaped(t *testing.T) {
 		}
 	}
 }
+
+// TestMessagesEscapeTableNames: the "unknown table" error listed the
+// tables with a verdict as the database holds them, an escape sequence
+// written by hand in SQL included, and a hand-typed --table reached
+// stderr or stdout as typed (is-final, wait, status --table, rewind,
+// acknowledge). Every error line is escaped as the commands print the
+// database's free text, and audit escapes a reason's newline, carriage
+// return and tab (\u000a) as status and feeders list do instead of
+// folding them to " ; ".
+func TestMessagesEscapeTableNames(t *testing.T) {
+	url, s := controlDB(t)
+	ctx := context.Background()
+	advanceTo(t, s, "bronze.orders", "q1", "orders", "r1", statusAt)
+	if _, err := s.Acknowledge(ctx, control.Acknowledge{Table: "bronze.orders", Reason: "r", By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`INSERT INTO public.table_finalization (table_name, finalized_until) VALUES (E'evil\x1b[2J\u202e', now())`,
+		`UPDATE public.table_finalization_audit SET reason = E'one\ntwo\rthree\tfour'`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	typed := "zz\x1b[2Jtyped\u202e"
+	for _, args := range [][]string{
+		{"is-final", "--table", "nothing.here", "--period-end", "2026-09-28T00:00:00Z", "--http-url", ""},
+		{"wait", "--table", "nothing.here", "--until", "2026-09-28T00:00:00Z", "--http-url", ""},
+		{"status", "--table", "nothing.here", "--http-url", ""},
+		{"is-final", "--table", typed, "--period-end", "2026-09-28T00:00:00Z", "--http-url", ""},
+		{"is-final", "--table", typed, "--period-end", "2026-09-28T00:00:00Z", "--http-url", "", "--allow-missing"},
+		{"rewind", "--table", typed, "--to", "2026-09-28T00:00:00Z", "--reason", "r", "--http-url", ""},
+		{"acknowledge", "--table", typed, "--reason", "r"},
+	} {
+		code, out, errOut := runCLI(t, append(args, "--postgres-url", url)...)
+		if code == 0 {
+			t.Errorf("%q: exit 0", args)
+		}
+		if strings.ContainsAny(out+errOut, "\x1b\u202e") {
+			t.Errorf("%q printed a raw control character: stdout %q, stderr %q", args, out, errOut)
+		}
+	}
+	code, out, errOut := runCLI(t, "audit", "--postgres-url", url)
+	if code != 0 || !strings.Contains(out, `one\u000atwo\u000dthree\u0009four`) {
+		t.Errorf("audit: exit %d, stdout %q, stderr %q; want the reason's newline escaped", code, out, errOut)
+	}
+}

@@ -154,15 +154,15 @@ Exit codes: 0 retired, 2 usage or connection error (or no such active feeder).`,
 				return usageError(err)
 			}
 			for _, f := range retired {
-				fmt.Fprintf(stdout, "%s: retired feeder %s (%s)\n", table, field(f.Feeder), field(f.Name()))
+				fmt.Fprintf(stdout, "%s: retired feeder %s (%s)\n", field(table), field(f.Feeder), field(f.Name()))
 			}
 			switch {
 			case v.FinalizedUntil.IsZero():
-				fmt.Fprintf(stdout, "%s: no verdict yet\n", table)
+				fmt.Fprintf(stdout, "%s: no verdict yet\n", field(table))
 			case moved:
-				fmt.Fprintf(stdout, "%s: final until %s (moved)\n", table, v.FinalizedUntil.Format(time.RFC3339Nano))
+				fmt.Fprintf(stdout, "%s: final until %s (moved)\n", field(table), v.FinalizedUntil.Format(time.RFC3339Nano))
 			default:
-				fmt.Fprintf(stdout, "%s: final until %s\n", table, v.FinalizedUntil.Format(time.RFC3339Nano))
+				fmt.Fprintf(stdout, "%s: final until %s\n", field(table), v.FinalizedUntil.Format(time.RFC3339Nano))
 			}
 			return nil
 		},
@@ -220,12 +220,12 @@ Exit codes: 0 taken back, 2 usage or connection error (or no such retired feeder
 				return usageError(err)
 			}
 			for _, f := range back {
-				fmt.Fprintf(stdout, "%s: feeder %s (%s) holds the table again, from %s\n", table, field(f.Feeder), field(f.Name()), fmtTime(f.FinalizedUntil))
+				fmt.Fprintf(stdout, "%s: feeder %s (%s) holds the table again, from %s\n", field(table), field(f.Feeder), field(f.Name()), fmtTime(f.FinalizedUntil))
 			}
 			if v.FinalizedUntil.IsZero() {
-				fmt.Fprintf(stdout, "%s: no verdict yet\n", table)
+				fmt.Fprintf(stdout, "%s: no verdict yet\n", field(table))
 			} else {
-				fmt.Fprintf(stdout, "%s: final until %s\n", table, v.FinalizedUntil.Format(time.RFC3339Nano))
+				fmt.Fprintf(stdout, "%s: final until %s\n", field(table), v.FinalizedUntil.Format(time.RFC3339Nano))
 			}
 			return nil
 		},

@@ -91,7 +91,7 @@ but no streaming query event yet exits 0 with a note on stderr.`,
 				switch {
 				case err != nil:
 					c.malformed++
-					fmt.Fprintf(stderr, "finalizer: %s:%d: skipped: %v\n", doc.Source, doc.Number, err)
+					fmt.Fprintf(stderr, "finalizer: %s:%d: skipped: %s\n", field(doc.Source), doc.Number, errLine(err))
 					return nil
 				case !ok:
 					if len(bytes.TrimSpace(doc.Data)) > 0 {
@@ -113,7 +113,7 @@ but no streaming query event yet exits 0 with a note on stderr.`,
 				}
 				if errors.Is(err, eventlog.ErrLineTooLong) {
 					c.malformed++
-					fmt.Fprintf(stderr, "finalizer: skipped: %v\n", err)
+					fmt.Fprintf(stderr, "finalizer: skipped: %s\n", errLine(err))
 					continue
 				}
 				if err != nil {
@@ -122,7 +122,7 @@ but no streaming query event yet exits 0 with a note on stderr.`,
 				doc, ok, derr := docs.Add(line)
 				if derr != nil {
 					c.malformed++
-					fmt.Fprintf(stderr, "finalizer: skipped: %v\n", derr)
+					fmt.Fprintf(stderr, "finalizer: skipped: %s\n", errLine(derr))
 				}
 				if !ok {
 					continue
@@ -136,7 +136,7 @@ but no streaming query event yet exits 0 with a note on stderr.`,
 			}
 			if err := docs.Flush(); err != nil {
 				c.malformed++
-				fmt.Fprintf(stderr, "finalizer: skipped: %v\n", err)
+				fmt.Fprintf(stderr, "finalizer: skipped: %s\n", errLine(err))
 			}
 			fmt.Fprintln(stdout, c)
 			if ctx.Err() != nil && !errors.Is(ctx.Err(), context.Canceled) {

@@ -212,7 +212,7 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 				return noVerdict(cmd.Context(), s, table, err)
 			}
 			defer warnLiveRuns(cmd.Context(), cmd.ErrOrStderr(), s, c.httpURL, httpToken, table, e)
-			fmt.Fprintf(stdout, "%s: rewound from %s to %s by %s (audit entry %d)\n", table,
+			fmt.Fprintf(stdout, "%s: rewound from %s to %s by %s (audit entry %d)\n", field(table),
 				e.From.Format(time.RFC3339Nano), e.To.Format(time.RFC3339Nano), field(e.By), e.ID)
 			for _, f := range e.Retired {
 				fmt.Fprintf(stdout, "retired feeder %s\n", field(f))
@@ -270,10 +270,10 @@ Exit codes: 0 acknowledged, 2 usage or connection error (or no verdict).`,
 				return noVerdict(cmd.Context(), s, table, err)
 			}
 			if e.ClearedMark == "" {
-				fmt.Fprintf(stdout, "%s: no mark to clear; acknowledged (audit entry %d)\n", table, e.ID)
+				fmt.Fprintf(stdout, "%s: no mark to clear; acknowledged (audit entry %d)\n", field(table), e.ID)
 				return nil
 			}
-			fmt.Fprintf(stdout, "%s: mark cleared (%d signs: %s) by %s (audit entry %d)\n", table, e.ClearedMarks, field(e.ClearedMark), field(e.By), e.ID)
+			fmt.Fprintf(stdout, "%s: mark cleared (%d signs: %s) by %s (audit entry %d)\n", field(table), e.ClearedMarks, field(e.ClearedMark), field(e.By), e.ID)
 			return nil
 		},
 	}
@@ -327,7 +327,7 @@ Exit codes: 0 shown, 2 usage or connection error.`,
 			fmt.Fprintln(tw, "ID\tAT\tTABLE\tACTION\tFROM\tTO\tBY\tREASON")
 			for _, e := range entries {
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.At.Format(time.RFC3339), field(e.Table), field(e.Action),
-					fmtTime(e.From), fmtTime(e.To), field(e.By), field(oneLine(errors.New(e.Reason))))
+					fmtTime(e.From), fmtTime(e.To), field(e.By), field(e.Reason))
 			}
 			if len(entries) == 0 {
 				fmt.Fprintln(tw, "(none)")

@@ -57,6 +57,8 @@ Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection erro
 		Example: `  finalizer is-final --table bronze.orders --period-end 2026-09-28T15:00:00Z && run_the_batch_job`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stdout := newSafeWriter(stdout) // the table's name, escaped
+			defer stdout.Flush()
 			if err := required("table", table, "period-end", periodEnd); err != nil {
 				return err
 			}
@@ -81,22 +83,22 @@ Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection erro
 				if held != "" {
 					held = " (" + held + ")"
 				}
-				fmt.Fprintf(stdout, "%s: no verdict yet%s; period ending %s is not final\n", table, held, end.Format(time.RFC3339Nano))
+				fmt.Fprintf(stdout, "%s: no verdict yet%s; period ending %s is not final\n", field(table), held, end.Format(time.RFC3339Nano))
 				return negative("")
 			case err != nil:
 				return usageError(err)
 			case v.FinalizedUntil.IsZero():
 				// A row without a verdict (NULL finalized_until: its
 				// feeders have not all reported): not the zero time.
-				fmt.Fprintf(stdout, "%s: no verdict yet; period ending %s is not final\n", table, end.Format(time.RFC3339Nano))
+				fmt.Fprintf(stdout, "%s: no verdict yet; period ending %s is not final\n", field(table), end.Format(time.RFC3339Nano))
 				return negative("")
 			}
 			if !v.Reaches(end) {
-				fmt.Fprintf(stdout, "%s: period ending %s is not final (final until %s)\n", table,
+				fmt.Fprintf(stdout, "%s: period ending %s is not final (final until %s)\n", field(table),
 					end.Format(time.RFC3339Nano), v.FinalizedUntil.UTC().Format(time.RFC3339Nano))
 				return negative("")
 			}
-			fmt.Fprintf(stdout, "%s: period ending %s is final\n", table, end.Format(time.RFC3339Nano))
+			fmt.Fprintf(stdout, "%s: period ending %s is final\n", field(table), end.Format(time.RFC3339Nano))
 			return nil
 		},
 	}
@@ -129,6 +131,8 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 		Example: `  finalizer wait --table bronze.orders --until 2026-09-28T15:00:00Z --timeout 2h`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stdout := newSafeWriter(stdout) // the table's name, escaped
+			defer stdout.Flush()
 			if err := required("table", table, "until", until); err != nil {
 				return err
 			}
@@ -176,7 +180,7 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 				}
 				return usageError(err)
 			}
-			fmt.Fprintf(stdout, "%s: final until %s\n", table, v.FinalizedUntil.Format(time.RFC3339Nano))
+			fmt.Fprintf(stdout, "%s: final until %s\n", field(table), v.FinalizedUntil.Format(time.RFC3339Nano))
 			return nil
 		},
 	}
