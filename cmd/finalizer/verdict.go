@@ -668,6 +668,15 @@ func fetchRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStat
 	return runs, waits, redact.Error(err, base)
 }
 
+// clientPage is the page size the commands ask /v1/runs for, and
+// maxAnswer bounds such a page (status, is-final, wait, rewind's
+// live-runs check): 1,000 runs are far smaller (a run's status is about a
+// kilobyte); a larger answer is not the service's, and is refused unread.
+const (
+	clientPage = 1000
+	maxAnswer  = 8 << 20
+)
+
 // getRuns is fetchRuns before its error is redacted.
 func getRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, []finalizer.JoinWait, error) {
 	runs := []finalizer.TrackerStatus{}
@@ -675,7 +684,7 @@ func getRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus
 	shown := redact.URLs(base)
 	after := ""
 	for { // every page of GET /v1/runs
-		u := strings.TrimRight(base, "/") + "/v1/runs?limit=" + strconv.Itoa(maxPage)
+		u := strings.TrimRight(base, "/") + "/v1/runs?limit=" + strconv.Itoa(clientPage)
 		if after != "" {
 			u += "&after=" + url.QueryEscape(after)
 		}
@@ -699,9 +708,23 @@ func getRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus
 			JoinWaits []finalizer.JoinWait      `json:"join_waits"` // the first page's
 			Next      string                    `json:"next"`
 		}
-		err = json.NewDecoder(resp.Body).Decode(&doc)
+		// The page is read whole, at most maxAnswer bytes, under ctx (a
+		// body that trickles ends with the deadline), then decoded: a
+		// json.Decoder buffers the whole value before it decodes it, so a
+		// 75 MB answer was read at once and decoded for 36.7 s in 4.8 GB,
+		// whatever the deadline said.
+		raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 		resp.Body.Close()
 		if err != nil {
+			return runs, waits, fmt.Errorf("service at %s: reading its answer: %w", shown, err)
+		}
+		if len(raw) > maxAnswer {
+			return runs, waits, fmt.Errorf("service at %s: answer too large (more than %d MB in a page of /v1/runs; not read)", shown, maxAnswer>>20)
+		}
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			return runs, waits, fmt.Errorf("service at %s: %w", shown, err)
+		}
+		if err := ctx.Err(); err != nil {
 			return runs, waits, fmt.Errorf("service at %s: %w", shown, err)
 		}
 		runs = append(runs, doc.Runs...)
