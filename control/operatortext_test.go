@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,5 +51,26 @@ func TestOperatorTextRefusesControlCharacters(t *testing.T) {
 		if f.Feeder == "q1" && f.RetiredWhy != "done" {
 			t.Errorf("q1's why = %q", f.RetiredWhy)
 		}
+	}
+}
+
+// TestOperatorTextRefusesFormatAndSeparatorCharacters: line and paragraph
+// separators and invisible format characters passed, any length passed,
+// and a bidirectional override was named "the control character". Each is
+// refused with its kind; 1,000 bytes pass, 1,001 do not.
+func TestOperatorTextRefusesFormatAndSeparatorCharacters(t *testing.T) {
+	for bad, kind := range map[string]string{
+		"a\u2028b": "line separator U+2028", "a\u2029b": "paragraph separator U+2029",
+		"a\u200bb": "invisible formatting character U+200B", "\ufeffa": "invisible formatting character U+FEFF",
+		"a\u00adb": "invisible formatting character U+00AD", "\u202eevil": "bidirectional formatting character U+202E",
+		"\x1b": "control character U+001B", strings.Repeat("é", 501): "1002 bytes long",
+	} {
+		err := CheckOperatorText("--reason", bad)
+		if !errors.Is(err, ErrInvalidText) || !strings.Contains(err.Error(), kind) {
+			t.Errorf("CheckOperatorText(%q) = %v, want ErrInvalidText naming %q", bad, err, kind)
+		}
+	}
+	if err := CheckOperatorText("--reason", strings.Repeat("x", MaxOperatorText)); err != nil {
+		t.Errorf("1,000 bytes: %v", err)
 	}
 }

@@ -53,21 +53,52 @@ func CheckTableName(name string) error {
 // character a terminal would obey rather than print.
 var ErrInvalidText = errors.New("invalid operator text")
 
+// MaxOperatorText is the longest operator's free text (a reason, who) kept,
+// in bytes: one line an operator reads in audit and status.
+const MaxOperatorText = 1000
+
 // CheckOperatorText reports why s cannot be kept as an operator's free
-// text (field names it: "--reason", "by"), or nil when it can: it must be
-// valid UTF-8 without control characters (ESC starts a terminal's escape
-// sequence; a newline or a carriage return forges lines of `finalizer
-// audit` and `status`) or bidirectional formatting characters, which
-// `finalizer audit`, `status` and `feeders list` would print to an
-// operator's terminal. The error wraps ErrInvalidText.
+// text (field names it: "--reason", "by"), or nil when it can: valid UTF-8,
+// at most MaxOperatorText bytes, one line of plain text without control
+// characters (Cc: ESC starts a terminal's escape sequence; a newline or a
+// carriage return forges lines of `finalizer audit` and `status`), format
+// characters (Cf: bidirectional overrides, which reorder what an operator
+// reads; zero-width and invisible characters, U+200B, U+FEFF, U+00AD,
+// which hide text) or line and paragraph separators (Zl, Zp: U+2028 and
+// U+2029 start a line in many viewers). `finalizer audit`, `status` and
+// `feeders list` print it to an operator's terminal. The error names the
+// character and its kind, and wraps ErrInvalidText.
 func CheckOperatorText(field, s string) error {
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidText, field)
 	}
+	if len(s) > MaxOperatorText {
+		return fmt.Errorf("%w: %s is %d bytes long, more than %d: write it as one short line", ErrInvalidText, field, len(s), MaxOperatorText)
+	}
 	for _, r := range s {
-		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
-			return fmt.Errorf("%w: %s contains the control character %U; write it as plain text on one line (no escape sequences, tabs or newlines)", ErrInvalidText, field, r)
+		if kind := TextCharKind(r); kind != "" {
+			return fmt.Errorf("%w: %s contains the %s %U; write it as plain text on one line (no escape sequences, tabs, newlines, line separators, invisible or direction characters)", ErrInvalidText, field, kind, r)
 		}
 	}
 	return nil
+}
+
+// TextCharKind names the kind of r when an operator's free text must not
+// hold it ("control character", "bidirectional formatting character",
+// "invisible formatting character", "line separator", "paragraph
+// separator"), or "" when it may.
+func TextCharKind(r rune) string {
+	switch {
+	case unicode.Is(unicode.Cc, r):
+		return "control character"
+	case unicode.Is(unicode.Bidi_Control, r):
+		return "bidirectional formatting character"
+	case unicode.Is(unicode.Cf, r):
+		return "invisible formatting character"
+	case unicode.Is(unicode.Zl, r):
+		return "line separator"
+	case unicode.Is(unicode.Zp, r):
+		return "paragraph separator"
+	}
+	return ""
 }

@@ -22,12 +22,45 @@ func TestOperatorFlagsRefuseControlCharacters(t *testing.T) {
 		{"rewind", "--table", "t", "--to", "2026-09-28T00:00:00Z", "--reason", "r\x1b[2J"},
 		{"rewind", "--table", "t", "--to", "2026-09-28T00:00:00Z", "--reason", "r", "--by", "ops\x1b]0;x\x07"},
 		{"acknowledge", "--table", "t", "--reason", "line\nforged"},
-		{"feeders", "retire", "--table", "t", "--query", "q", "--reason", "\u202eevil"},
 		{"feeders", "unretire", "--table", "t", "--query", "q", "--reason", "r", "--by", "a\rb"},
 	} {
 		code, _, errOut := runCLI(t, append(args, pg...)...)
 		if code != 2 || !strings.Contains(errOut, "control character") {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and the control character named", args, code, errOut)
+		}
+	}
+}
+
+// TestOperatorFlagsRefuseFormatAndSeparatorCharacters: --reason and --by
+// took U+2028 and U+2029 (a new line in many viewers), zero-width and
+// invisible characters (U+200B, U+FEFF, U+00AD) and any length, although
+// the help said "one line of plain text", and a bidirectional override
+// was refused as "the control character U+202E". Each is refused with its
+// kind named, and the help of rewind, acknowledge and feeders
+// retire/unretire says what is refused.
+func TestOperatorFlagsRefuseFormatAndSeparatorCharacters(t *testing.T) {
+	pg := []string{"--postgres-url", "postgres://127.0.0.1:1/x"}
+	for _, c := range []struct {
+		args []string
+		kind string
+	}{
+		{[]string{"feeders", "retire", "--table", "t", "--query", "q", "--reason", "\u202eevil"}, "bidirectional formatting character U+202E"},
+		{[]string{"rewind", "--table", "t", "--to", "2026-09-28T00:00:00Z", "--reason", "one\u2028two"}, "line separator U+2028"},
+		{[]string{"acknowledge", "--table", "t", "--reason", "one\u2029two"}, "paragraph separator U+2029"},
+		{[]string{"acknowledge", "--table", "t", "--reason", "r", "--by", "ops\u200b"}, "invisible formatting character U+200B"},
+		{[]string{"feeders", "unretire", "--table", "t", "--query", "q", "--reason", "\ufeffr"}, "invisible formatting character U+FEFF"},
+		{[]string{"feeders", "retire", "--table", "t", "--query", "q", "--by", "a\u00adb"}, "invisible formatting character U+00AD"},
+		{[]string{"acknowledge", "--table", "t", "--reason", strings.Repeat("x", 1001)}, "1001 bytes long, more than 1000"},
+	} {
+		code, _, errOut := runCLI(t, append(c.args, pg...)...)
+		if code != 2 || !strings.Contains(errOut, c.kind) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", c.args[:2], code, errOut, c.kind)
+		}
+	}
+	for _, args := range [][]string{{"rewind"}, {"acknowledge"}, {"feeders", "retire"}, {"feeders", "unretire"}} {
+		_, out, _ := runCLI(t, append(args, "--help")...)
+		if !strings.Contains(out, "U+2028") || !strings.Contains(out, "1,000 bytes") {
+			t.Errorf("%q --help does not say what --reason and --by refuse:\n%s", args, out)
 		}
 	}
 }

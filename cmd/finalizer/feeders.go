@@ -123,7 +123,9 @@ could then be declared final ahead of its data. A retired query that reports aga
 recorded but does not hold the table (finalizer feeders unretire takes it back).
 
 The same is available as POST /v1/tables/{table}/feeders/{query}/retire on the service's
-HTTP API and as the NATS request <api_prefix>.feeders.retire ({"table", "query", "reason"}).
+HTTP API ({"reason", "by"}) and as the NATS request <api_prefix>.feeders.retire ({"table",
+"query", "reason", "by"}): reason and by are checked as --reason and --by are, and kept
+in the feeder's retired_why ("retired over HTTP by WHO: REASON").
 
 Exit codes: 0 retired, 2 usage or connection error (or no such active feeder).`,
 		Example: `  finalizer feeders retire --table silver.all --query backfill-2026 --reason "backfill done"`,
@@ -170,8 +172,8 @@ Exit codes: 0 retired, 2 usage or connection error (or no such active feeder).`,
 	fs := cmd.Flags()
 	fs.StringVar(&table, "table", "", "the table (required)")
 	fs.StringVar(&query, "query", "", "the query's name or id (required)")
-	fs.StringVar(&reason, "reason", "", "why, kept with the feeder")
-	fs.StringVar(&by, "by", "", "who asks, kept with the feeder (default: the OS user @ host)")
+	fs.StringVar(&reason, "reason", "", "why, kept with the feeder ("+refusedText+")")
+	fs.StringVar(&by, "by", "", "who asks, kept with the feeder (default: the OS user @ host; "+refusedText+")")
 	addPostgresClientFlags(fs)
 	return cmd
 }
@@ -233,8 +235,8 @@ Exit codes: 0 taken back, 2 usage or connection error (or no such retired feeder
 	fs := cmd.Flags()
 	fs.StringVar(&table, "table", "", "the table (required)")
 	fs.StringVar(&query, "query", "", "the retired query's name or id (required)")
-	fs.StringVar(&reason, "reason", "", "why, kept in the audit table")
-	fs.StringVar(&by, "by", "", "who asks, kept in the audit table (default: the OS user @ host)")
+	fs.StringVar(&reason, "reason", "", "why, kept in the audit table ("+refusedText+")")
+	fs.StringVar(&by, "by", "", "who asks, kept in the audit table (default: the OS user @ host; "+refusedText+")")
 	addPostgresClientFlags(fs)
 	return cmd
 }

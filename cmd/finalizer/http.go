@@ -154,16 +154,18 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 	mux.HandleFunc("POST /v1/tables/{table}/feeders/{query}/retire", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Reason string `json:"reason"`
+			By     string `json:"by"`
 		}
 		if r.ContentLength != 0 {
 			if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&body); err != nil {
-				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body: want {\"reason\": \"...\"}: " + err.Error()})
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body: want {\"reason\": \"...\", \"by\": \"...\"}: " + err.Error()})
 				return
 			}
 		}
-		why := strings.TrimSpace(body.Reason)
-		if why == "" {
-			why = "retired over HTTP"
+		why, err := service.RetireWhy("HTTP", body.By, body.Reason)
+		if err != nil {
+			feederError(w, err, httpError)
+			return
 		}
 		table, ok := table(w, r)
 		if !ok {

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/finalizer-dev/finalizer/control"
 )
 
 // escapeRune writes r as an escape a terminal prints rather than obeys:
@@ -15,9 +16,12 @@ func escapeRune(b *strings.Builder, r rune) {
 	fmt.Fprintf(b, `\u%04x`, r)
 }
 
-// hostile reports whether r must not reach a terminal as it is.
+// hostile reports whether r must not reach a terminal as it is: what an
+// operator's free text may not hold (control.TextCharKind: control,
+// format, line and paragraph separator characters, U+2028 and the
+// invisible U+200B included).
 func hostile(r rune) bool {
-	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
+	return control.TextCharKind(r) != ""
 }
 
 // field is a free-text value read from the database (a reason, a mark, a

@@ -115,8 +115,8 @@ func defaultOperator() string {
 	return name
 }
 
-// checkOperatorFlags refuses a --reason or --by that holds a control or
-// bidirectional formatting character (control.CheckOperatorText): kept in
+// checkOperatorFlags refuses a --reason or --by that is too long or holds
+// a control, format or separator character (control.CheckOperatorText): kept in
 // the audit table, it would reach every terminal that runs finalizer audit
 // or status.
 func checkOperatorFlags(reason, by string) error {
@@ -129,10 +129,14 @@ func checkOperatorFlags(reason, by string) error {
 	return nil
 }
 
+// refusedText says, in a flag's help, what --reason and --by may not hold
+// (control.CheckOperatorText).
+const refusedText = "one line of plain text, at most 1,000 bytes: control characters (ESC, tab, newline), invisible and direction formatting characters (U+200B, U+FEFF, U+00AD, U+202E) and line or paragraph separators (U+2028, U+2029) are refused"
+
 // addOperatorFlags adds --reason and --by.
 func addOperatorFlags(fs *pflag.FlagSet, reason, by *string) {
-	fs.StringVar(reason, "reason", "", "why, in words the audit trail keeps (required; one line of plain text: control characters are refused)")
-	fs.StringVar(by, "by", "", "who asks, kept in the audit trail (default: the OS user @ host; control characters are refused)")
+	fs.StringVar(reason, "reason", "", "why, in words the audit trail keeps (required; "+refusedText+")")
+	fs.StringVar(by, "by", "", "who asks, kept in the audit trail (default: the OS user @ host; "+refusedText+")")
 }
 
 func newRewindCmd(stdout io.Writer) *cobra.Command {

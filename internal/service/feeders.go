@@ -58,9 +58,9 @@ func (s *Service) handleRetire(ctx context.Context, r listener.RetireRequest) li
 	if r.Unretire {
 		return s.handleUnretire(ctx, r)
 	}
-	why := strings.TrimSpace(r.Reason)
-	if why == "" {
-		why = "retired over NATS"
+	why, err := RetireWhy("NATS", r.By, r.Reason)
+	if err != nil {
+		return listener.RetireReply{Error: err.Error()}
 	}
 	retired, v, moved, err := s.store.RetireFeeder(ctx, r.Table, r.Query, why)
 	if err != nil {
@@ -76,6 +76,30 @@ func (s *Service) handleRetire(ctx context.Context, r listener.RetireRequest) li
 	s.log.Info("feeder retired", zap.String("table", r.Table), zap.String("query", r.Query),
 		zap.Strings("feeders", reply.Retired), zap.String("reason", why), zap.Bool("moved", moved))
 	return reply
+}
+
+// RetireWhy is what a retirement asked for over via ("HTTP", "NATS") keeps
+// in the feeder's retired_why, as `finalizer feeders retire` keeps its
+// --by and --reason: "retired over HTTP by ops@host: backfill done". by
+// and reason are checked as the CLI checks them (control.CheckOperatorText:
+// an error wrapping control.ErrInvalidText); by was neither checked nor
+// kept.
+func RetireWhy(via, by, reason string) (string, error) {
+	by, reason = strings.TrimSpace(by), strings.TrimSpace(reason)
+	if err := control.CheckOperatorText("the reason", reason); err != nil {
+		return "", err
+	}
+	if err := control.CheckOperatorText("by", by); err != nil {
+		return "", err
+	}
+	why := "retired over " + via
+	if by != "" {
+		why += " by " + by
+	}
+	if reason != "" {
+		why += ": " + reason
+	}
+	return why, nil
 }
 
 // handleUnretire serves a RetireRequest on the unretire subject (the
