@@ -147,8 +147,9 @@ func managedDown(dataDir string) error {
 // when reachable). It returns what holds the table when that is known
 // ("held by e-one: expected, never reported"), else "". When nothing could
 // write it, it returns an error with exit code 3 that names the table and
-// the closest table with a verdict.
-func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, httpToken string) (string, error) {
+// the closest table with a verdict, and ends with hint: what the command
+// offers for a table whose first verdict is still to come (missingHint).
+func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, httpToken, hint string) (string, error) {
 	feeders, err := s.Feeders(ctx, table)
 	if err != nil {
 		return "", usageError(err)
@@ -197,8 +198,16 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 		msg += " and no tracker of the service writes it"
 	}
 	msg += suggestTable(ctx, s, table)
-	msg += "; --allow-missing treats it as not final yet"
+	msg += hint
 	return "", &exitError{code: exitMissing, err: errors.New(msg)}
+}
+
+// missingHint is the end of knownTable's error for each command: is-final
+// and wait have --allow-missing, status has not.
+var missingHint = map[string]string{
+	"is-final": "; --allow-missing treats it as not final yet (exit 1)",
+	"wait":     "; --allow-missing waits for its first verdict",
+	"status":   "; `finalizer status` lists the tables it knows",
 }
 
 // suggestTable is what the commands add to an unknown table's error: the

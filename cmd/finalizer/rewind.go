@@ -133,6 +133,19 @@ func checkOperatorFlags(reason, by string) error {
 // (control.CheckOperatorText).
 const refusedText = "one line of plain text, at most 1,000 bytes: control characters (ESC, tab, newline), invisible and direction formatting characters (U+200B, U+FEFF, U+00AD, U+202E) and line or paragraph separators (U+2028, U+2029) are refused"
 
+// requireReason refuses a --reason of rewind or acknowledge (op) that is
+// only blanks, in the command's words: the store said "invalid rewind: a
+// reason is required" of an acknowledgement too.
+func requireReason(op, reason, by string) error {
+	if strings.TrimSpace(reason) == "" {
+		return usageError(fmt.Errorf("%s: --reason is blank: say why, in words the audit trail keeps", op))
+	}
+	if strings.TrimSpace(by) == "" {
+		return usageError(fmt.Errorf("%s: --by is blank: name who asks (or leave --by out: the OS user @ host)", op))
+	}
+	return nil
+}
+
 // addOperatorFlags adds --reason and --by.
 func addOperatorFlags(fs *pflag.FlagSet, reason, by *string) {
 	fs.StringVar(reason, "reason", "", "why, in words the audit trail keeps (required; "+refusedText+")")
@@ -194,6 +207,9 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 			}
 			if by == "" {
 				by = defaultOperator()
+			}
+			if err := requireReason("rewind", reason, by); err != nil {
+				return err
 			}
 			if err := checkOperatorFlags(reason, by); err != nil {
 				return err
@@ -261,6 +277,9 @@ Exit codes: 0 acknowledged, 2 usage or connection error (or no verdict).`,
 			if by == "" {
 				by = defaultOperator()
 			}
+			if err := requireReason("acknowledge", reason, by); err != nil {
+				return err
+			}
 			if err := checkOperatorFlags(reason, by); err != nil {
 				return err
 			}
@@ -294,9 +313,11 @@ func newAuditCmd(stdout io.Writer) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "audit [--table T] [--limit N] [--json]",
-		Short: "List rewinds and acknowledgements, newest first",
-		Long: `Lists the audit table: every rewind and acknowledgement, who made it, when, from and
-to which verdict, why, and the provenance and mark it replaced.
+		Short: "List rewinds, acknowledgements and unretires, newest first",
+		Long: `Lists the audit table, newest first: every rewind, acknowledgement and feeder
+taken back (feeders unretire; its ACTION is unretire), who made it, when, from and to
+which verdict, why, and the provenance and mark it replaced. --limit N (default 100,
+at least 1) shows the newest N entries; 0 and negative limits are refused.
 
 --json prints {"audit": [...]}, each entry with the audit table's column names (id,
 table_name, action, at, by_operator, db_user, reason, from_until, to_until,
@@ -309,6 +330,9 @@ Exit codes: 0 shown, 2 usage or connection error.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			stdout := newSafeWriter(stdout) // the database's free text, escaped
 			defer stdout.Flush()
+			if limit < 1 {
+				return usageError(fmt.Errorf("--limit %d: want at least 1 (the newest N entries; the default is 100)", limit))
+			}
 			s, _, err := openStore(cmd.Context(), cmd.Flags())
 			if err != nil {
 				return err
@@ -341,7 +365,7 @@ Exit codes: 0 shown, 2 usage or connection error.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&table, "table", "", "only this table")
-	fs.IntVar(&limit, "limit", 100, "at most this many entries")
+	fs.IntVar(&limit, "limit", 100, "the newest this many entries (at least 1)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	addPostgresClientFlags(fs)
 	return cmd

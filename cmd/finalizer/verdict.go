@@ -76,7 +76,7 @@ Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection erro
 			case errors.Is(err, control.ErrNotFound):
 				held := ""
 				if !allowMissing {
-					if held, err = knownTable(cmd.Context(), s, c, table, httpToken); err != nil {
+					if held, err = knownTable(cmd.Context(), s, c, table, httpToken, missingHint["is-final"]); err != nil {
 						return err
 					}
 				}
@@ -165,7 +165,7 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 			defer s.Close()
 			if !allowMissing {
 				if _, err := s.Get(ctx, table); errors.Is(err, control.ErrNotFound) {
-					if _, err := knownTable(ctx, s, c, table, httpToken); err != nil {
+					if _, err := knownTable(ctx, s, c, table, httpToken, missingHint["wait"]); err != nil {
 						return timedOut(err)
 					}
 				}
@@ -570,7 +570,7 @@ of the service could write (a typo: the nearest known name is suggested).`,
 					// No verdict yet: a table a track, rule or tracker will
 					// write is shown as such; anything else is a typo, told
 					// apart (exit 3, with the nearest name) as wait does.
-					if _, err := knownTable(ctx, s, c, table, httpToken); err != nil {
+					if _, err := knownTable(ctx, s, c, table, httpToken, missingHint["status"]); err != nil {
 						return err
 					}
 					verdicts = []control.Verdict{{Table: table}}
