@@ -647,3 +647,20 @@ func TestFmtVerdictKeepsTheFraction(t *testing.T) {
 		t.Errorf("fmtVerdict of a whole second = %s", got)
 	}
 }
+
+// TestPageGivesNoTimeForATableWithoutAVerdict: a table held before its
+// first verdict had <time datetime="0001-01-01T00:00:00Z"> in its until
+// cell: the zero time given as a machine-readable time. It says "never",
+// with no time element.
+func TestPageGivesNoTimeForATableWithoutAVerdict(t *testing.T) {
+	now := time.Now().UTC()
+	src := &fakeSource{
+		waits: []finalizer.JoinWait{{Table: "silver.new", QueryID: "0b0b0b0b-bc9c-4be8-97a9-b135d2943028", QueryName: "region-eu",
+			RunID: runB, Since: now.Add(-5 * time.Minute)}},
+	}
+	_, srv := newPage(t, src, Options{})
+	_, _, body := get(t, srv.URL+"/")
+	if !strings.Contains(body, "silver.new") || strings.Contains(body, "0001-01-01") {
+		t.Errorf("page of a table without a verdict:\n%s", body)
+	}
+}
