@@ -229,21 +229,11 @@ func newRunMoves(t *testing.T, s *proc, pgURL string) {
 func TestTrackAfterARewindKeepsIt(t *testing.T) {
 	s, pgURL := serveATerminatedRun(t)
 	pg := []string{"--postgres-url", pgURL}
-	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
-		"--reason", "reprocessing from 14:00", "--by", "ops"}, pg...)...); code != 0 {
-		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
-	}
-	s.logged(t, "the rewind heard", "verdict rewound by an operator")
+	rewindOrdersTo14(t, s, pg)
 	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "bronze.orders"); code != 0 {
 		t.Fatalf("track: exit %d\n%s%s", code, out, e)
 	}
-	eventually(t, "the old progress taken", func() bool {
-		return strings.Contains(s.stderr.String(), "posted before the table's last rewind") ||
-			finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z") == 0
-	})
-	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
-		t.Fatalf("after the track, is-final 15:00 exits %d, want 1: the rewind was undone", code)
-	}
+	heldBeforeRewind(t, s, pg, "the old progress taken", "after the track,", "the rewind was undone")
 }
 
 // TestARewindNotHeardIsReadAgain: a rewind committed while the service's
@@ -279,13 +269,7 @@ func TestARewindNotHeardIsReadAgain(t *testing.T) {
 	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "bronze.orders"); code != 0 {
 		t.Fatalf("track: exit %d\n%s%s", code, out, e)
 	}
-	eventually(t, "the old progress taken", func() bool {
-		return strings.Contains(s.stderr.String(), "posted before the table's last rewind") ||
-			finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z") == 0
-	})
-	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
-		t.Fatalf("after the track, is-final 15:00 exits %d, want 1: the rewind not heard was undone", code)
-	}
+	heldBeforeRewind(t, s, pg, "the old progress taken", "after the track,", "the rewind not heard was undone")
 }
 
 // serveATerminatedRun starts serve on a fresh PostgreSQL with one rule
@@ -327,38 +311,23 @@ func TestARewindHoldsAgainstADriverClockAhead(t *testing.T) {
 	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
 	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
 	s.logged(t, "the run's end", "run terminated")
-	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
-		"--reason", "reprocessing from 14:00", "--by", "ops"}, pg...)...); code != 0 {
-		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
-	}
-	s.logged(t, "the rewind heard", "verdict rewound by an operator")
+	rewindOrdersTo14(t, s, pg)
 
 	// A new track of the old run: its catch-up reads the last progress.
 	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "bronze.orders"); code != 0 {
 		t.Fatalf("track: exit %d\n%s%s", code, out, e)
 	}
-	eventually(t, "the old progress taken by the track", func() bool {
-		return strings.Contains(s.stderr.String(), "posted before the table's last rewind") ||
-			finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z") == 0
-	})
-	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
-		t.Fatalf("after the track, is-final 15:00 exits %d, want 1: a progress stamped after the rewind by a clock ahead undid it", code)
-	}
+	heldBeforeRewind(t, s, pg, "the old progress taken by the track", "after the track,", "a progress stamped after the rewind by a clock ahead undid it")
 
 	// A restart: its recovery reads it again.
 	s.stop()
 	s = startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, config: cfg})
 	s.logged(t, "the recovery", "recovered tracked runs")
-	eventually(t, "the old progress taken by the recovery", func() bool {
-		return strings.Contains(s.stderr.String(), "posted before the table's last rewind") ||
-			finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z") == 0
-	})
+	eventually(t, "the old progress taken by the recovery", func() bool { return oldProgressTaken(t, s, pg) })
 	if !strings.Contains(s.stderr.String(), `"stored"`) {
 		t.Errorf("the hold's log line does not say when the stream stored the progress:\n%s", s.stderr.String())
 	}
-	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
-		t.Fatalf("after the restart, is-final 15:00 exits %d, want 1: a progress stamped after the rewind by a clock ahead undid it", code)
-	}
+	staysRewound(t, pg, "after the restart,", "a progress stamped after the rewind by a clock ahead undid it")
 	// A new run reprocessing moves the verdict as before.
 	newRunMoves(t, s, pgURL)
 }
@@ -396,4 +365,40 @@ func TestAResetRunsOnlyProgressMovesTheRewoundTable(t *testing.T) {
 	pub.publish("progress", queryA, runB, progressPosted(queryA, runB, "orders-v1", 0, time.Now().UTC(), "2026-09-28T15:10:00"))
 	pub.publish("terminated", queryA, runB, terminatedJSON(queryA, runB))
 	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T15:00:00Z")
+}
+
+// rewindOrdersTo14 rewinds bronze.orders to 14:00 as an operator does and
+// waits until the service s has heard it.
+func rewindOrdersTo14(t *testing.T, s *proc, pg []string) {
+	t.Helper()
+	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
+		"--reason", "reprocessing from 14:00", "--by", "ops"}, pg...)...); code != 0 {
+		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
+	}
+	s.logged(t, "the rewind heard", "verdict rewound by an operator")
+}
+
+// oldProgressTaken is true once the service s has said it held a progress
+// posted before the rewind, or bronze.orders is final for 15:00 again (the
+// rewind undone: staysRewound then fails).
+func oldProgressTaken(t *testing.T, s *proc, pg []string) bool {
+	return strings.Contains(s.stderr.String(), "posted before the table's last rewind") ||
+		finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z") == 0
+}
+
+// staysRewound fails the test when bronze.orders is final for 15:00 (the
+// rewind to 14:00 undone) after when, saying why that is wrong.
+func staysRewound(t *testing.T, pg []string, when, why string) {
+	t.Helper()
+	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
+		t.Fatalf("%s is-final 15:00 exits %d, want 1: %s", when, code, why)
+	}
+}
+
+// heldBeforeRewind waits until the old progress is taken (what), then
+// checks that the rewind held (staysRewound).
+func heldBeforeRewind(t *testing.T, s *proc, pg []string, what, when, why string) {
+	t.Helper()
+	eventually(t, what, func() bool { return oldProgressTaken(t, s, pg) })
+	staysRewound(t, pg, when, why)
 }
