@@ -232,8 +232,15 @@ func checkMissingTables(t *testing.T, s *proc, pgURL string) {
 	if code, out, e := cli(t, nil, append(append([]string{"is-final", "--table", "declared"}, end...), pg...)...); code != 1 {
 		t.Errorf("is-final on a table a tracker of the service writes: exit %d, want 1\n%s%s", code, out, e)
 	}
-	if code, _, _ := cli(t, nil, "is-final", "--postgres-url", pgURL, "--http-url", "", "--table", "declared", "--period-end", "2026-09-28T14:00:00Z"); code != 3 {
-		t.Errorf("is-final without the service's API or config: exit %d, want 3", code)
+	// Without the service's API or the config, the control table still
+	// knows it: the tracked run joined it as a feeder (a feeder's row, no
+	// verdict yet). Not final, not unknown.
+	if code, out, e := cli(t, nil, "is-final", "--postgres-url", pgURL, "--http-url", "", "--table", "declared", "--period-end", "2026-09-28T14:00:00Z"); code != 1 || !strings.Contains(out+e, "no verdict yet") {
+		t.Errorf("is-final without the service's API or config, the table's feeder joined: exit %d, want 1 (no verdict yet)\n%s%s", code, out, e)
+	}
+	// A table neither the rows nor the service know is unknown (exit 3).
+	if code, out, e := cli(t, nil, "is-final", "--postgres-url", pgURL, "--http-url", "", "--table", "declared-typo", "--period-end", "2026-09-28T14:00:00Z"); code != 3 {
+		t.Errorf("is-final on a table nothing knows, without the service's API or config: exit %d, want 3\n%s%s", code, out, e)
 	}
 }
 
