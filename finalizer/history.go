@@ -133,7 +133,10 @@ func (t *Tracker) checkRewound() {
 // reprocessed. Spark's timestamp is when the batch's trigger started, on
 // the driver's clock; the progress was posted when the trigger ended, its
 // durationMs.triggerExecution later (progress.Event.Posted), and that is
-// the time judged: a batch started before the rewind and committed (and
+// the time judged, unless it is later than when the stream stored the
+// progress, or this service heard it, by more than progress.PostedSkew
+// (then, or with neither time known, the timestamp alone:
+// progress.Event.PostedBy): a batch started before the rewind and committed (and
 // posted) after it is not held by it (it was, and a terminated run's last
 // one never moved the table: ADR 0019, addendum of 2026-12-06). A progress
 // without a timestamp is applied, as before, unless the stream stored it
@@ -157,7 +160,11 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 			stored = time.Unix(0, -t.pendingHeard)
 		}
 	}
-	posted := ev.Posted()
+	// Never later than when the progress was stored, or heard, with a few
+	// seconds' skew: a duration past it is not believed (ADR 0019,
+	// addendum of 2026-12-06: a triggerExecution of 2,000,000,000 ms
+	// carried a progress posted 20 s before the rewind 24 days past it).
+	posted := ev.PostedBy(cmp.Or(stored, heard))
 	if posted.IsZero() && stored.IsZero() && heard.IsZero() {
 		return false
 	}

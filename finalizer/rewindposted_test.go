@@ -81,3 +81,49 @@ func TestARunEndedHeldBeforeItsRewindStaysInStatus(t *testing.T) {
 	r.publishApplied(t, runB, "t_c", "2026-09-28T15:10:00", r.clock.Now(), "2026-09-28T15:00:00Z")
 	eventually(t, "the hold no longer listed", func() bool { _, done := held(); return !done })
 }
+
+// TestAProgressIsNeverPostedAfterItWasStored (ADR 0019, addendum of
+// 2026-12-06, review F2): an old run's last progress, its timestamp 20 s
+// before the rewind and its triggerExecution 2,000,000,000 ms (24 days),
+// queued by its client and stored two minutes after the rewind, moved
+// the table from the rewind's 14:00 to 18:00: its posted time, timestamp
+// + triggerExecution, is not believed past when the stream stored it
+// (plus progress.PostedSkew), and the timestamp alone holds it (t_a).
+// Without a stored time the timestamp alone is judged too (t_c). An
+// honest batch started before the rewind and posted a minute after it,
+// stored a second later, is applied (t_b).
+func TestAProgressIsNeverPostedAfterItWasStored(t *testing.T) {
+	const runC = "0c0c0c0c-2222-4333-8444-555555555555"
+	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
+	r, _ := newMarkRig(t, rewoundAt.Add(-time.Second))
+	for _, table := range []string{"t_a", "t_b", "t_c"} {
+		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+	}
+	eventually(t, "the stream's state read for the rewinds", func() bool {
+		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == 3
+	})
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+		switch runID {
+		case runA:
+			ev.Timestamp, ev.TriggerExecutionMs = rewoundAt.Add(-20*time.Second), 2_000_000_000
+			box.OfferRetainedAt(ev, rewoundAt.Add(2*time.Minute))
+		case runB:
+			ev.Timestamp, ev.TriggerExecutionMs = rewoundAt.Add(-30*time.Second), 90_000
+			box.OfferRetainedAt(ev, rewoundAt.Add(61*time.Second))
+		case runC:
+			ev.Timestamp, ev.TriggerExecutionMs = rewoundAt.Add(-20*time.Second), 2_000_000_000
+			box.OfferRetained(ev)
+		}
+	}
+	r.track(t, runA, "t_a")
+	r.track(t, runB, "t_b")
+	r.track(t, runC, "t_c")
+	eventually(t, "t_b applied", func() bool { return r.store.Verdict("t_b").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.staysRewound(t, "t_a", "the hostile duration held", 2,
+		"a progress whose timestamp + triggerExecution is weeks after it was stored was applied: verdict %s")
+	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("a progress with no stored time was judged by its duration: verdict %s", got)
+	}
+}

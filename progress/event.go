@@ -161,3 +161,29 @@ func (e *Event) Posted() time.Time {
 	}
 	return e.Timestamp.Add(time.Duration(e.TriggerExecutionMs) * time.Millisecond)
 }
+
+// PostedSkew is how far a driver's clock may run ahead of the clock that
+// stored or heard its progress (the NATS server's, this service's) and
+// the progress's posted time still be believed (PostedBy): a few seconds
+// of skew between two servers synchronised by NTP.
+const PostedSkew = 5 * time.Second
+
+// PostedBy is Posted, bounded by seen: when the stream stored the
+// progress or, with no stored time, when this service heard it. A
+// progress cannot have been posted after it was stored: when Timestamp
+// plus TriggerExecutionMs is later than seen plus PostedSkew, the
+// duration is not believed (readMillis takes up to an int32 of
+// milliseconds, 24.8 days: a hostile or broken duration would carry a
+// progress from before a rewind past it) and the time is Timestamp
+// alone, the safe side. With seen zero (neither time known) it is
+// Timestamp alone. Zero when Timestamp is (ADR 0019, addendum of
+// 2026-12-06).
+func (e *Event) PostedBy(seen time.Time) time.Time {
+	if e.Timestamp.IsZero() || seen.IsZero() {
+		return e.Timestamp
+	}
+	if p := e.Posted(); !p.After(seen.Add(PostedSkew)) {
+		return p
+	}
+	return e.Timestamp
+}

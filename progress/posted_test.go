@@ -40,3 +40,32 @@ func TestPostedIsTheTriggersStartPlusItsRun(t *testing.T) {
 		t.Error("a progress without a timestamp has a posted time")
 	}
 }
+
+// TestPostedIsNeverLaterThanWhenTheProgressWasSeen: a progress cannot
+// have been posted after the stream stored it (or this service heard
+// it): a triggerExecution that carries it further (a hostile or broken
+// duration, up to an int32 of milliseconds) is not believed, and the
+// timestamp alone is its posted time; so too with neither time known.
+func TestPostedIsNeverLaterThanWhenTheProgressWasSeen(t *testing.T) {
+	start := time.Date(2026, 9, 28, 14, 38, 5, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		ms   int32
+		seen time.Time
+		want time.Time
+	}{
+		{"honest, seen after it", 90_000, start.Add(91 * time.Second), start.Add(90 * time.Second)},
+		{"within the skew", 90_000, start.Add(86 * time.Second), start.Add(90 * time.Second)},
+		{"past the skew", 90_000, start.Add(80 * time.Second), start},
+		{"hostile", 2_000_000_000, start.Add(2 * time.Minute), start},
+		{"nothing seen", 90_000, time.Time{}, start},
+	} {
+		ev := &Event{Timestamp: start, TriggerExecutionMs: c.ms}
+		if got := ev.PostedBy(c.seen); !got.Equal(c.want) {
+			t.Errorf("%s: posted %v, want %v", c.name, got, c.want)
+		}
+	}
+	if !(&Event{TriggerExecutionMs: 5}).PostedBy(start).IsZero() {
+		t.Error("a progress without a timestamp has a posted time")
+	}
+}
