@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/control"
@@ -656,19 +657,30 @@ type streamMark struct {
 
 // setMark updates table's entry in r.marks for the rewind kept as key:
 // change edits it (a fresh entry when there is none for key, replacing
-// one of an earlier rewind) and reports whether to keep the edit.
-func (r *Registry) setMark(table string, key time.Time, change func(*streamMark) bool) {
+// one of an earlier rewind) and reports whether to keep the edit. With
+// ifCurrent (a stream read's answer, markStream), the edit is dropped
+// when key is no longer the table's current rewind (r.rewinds), or the
+// table's entry is a later rewind's: a read for rewind 1 that answers
+// after rewind 2 was heard must not overwrite rewind 2's entry (its
+// stored rewound_at and that it was heard live: found in review, ADR
+// 0019, addendum of 2026-12-06). It reports whether the edit was kept.
+func (r *Registry) setMark(table string, key time.Time, ifCurrent bool, change func(*streamMark) bool) bool {
 	for {
 		old := r.marks.Load()
 		var m streamMark
 		if old != nil {
 			if x, ok := (*old)[table]; ok && x.rewind.Equal(key) {
 				m = x
+			} else if ok && ifCurrent && x.rewind.After(key) {
+				return false // a later rewind's entry (not noted in r.rewinds yet)
 			}
+		}
+		if ifCurrent && !r.rewindOf(table).Equal(key) {
+			return false // a later rewind replaced it
 		}
 		m.rewind = key
 		if !change(&m) {
-			return
+			return false
 		}
 		next := make(map[string]streamMark, 1)
 		if old != nil {
@@ -678,16 +690,25 @@ func (r *Registry) setMark(table string, key time.Time, change func(*streamMark)
 		}
 		next[table] = m
 		if r.marks.CompareAndSwap(old, &next) {
-			return
+			return true
 		}
 	}
 }
 
-// markStream asks the event stream, once, when it stored its newest
-// message (StreamMarker), right after this service heard table's rewind
-// live, and keeps it with that rewind (r.marks): a progress read later
-// from the stream's retained copy is judged against the rewind by its
-// stored time against that one, both stamped by the NATS server's clock
+// rewindOf is table's latest rewind as the registry keeps it
+// (r.rewinds); zero when none. Lock-free.
+func (r *Registry) rewindOf(table string) time.Time {
+	if rw := r.rewinds.Load(); rw != nil {
+		return (*rw)[table]
+	}
+	return time.Time{}
+}
+
+// markStream asks the event stream when it stored its newest message
+// (StreamMarker), right after this service heard table's rewind live,
+// and keeps it with that rewind (r.marks): a progress read later from
+// the stream's retained copy is judged against the rewind by its stored
+// time against that one, both stamped by the NATS server's clock
 // (Tracker.beforeRewind), instead of against rewound_at with
 // rewindMargin across the NATS and PostgreSQL servers' clocks. The usual
 // reset (stop the old query, rewind, start the new one at once) has the
@@ -701,22 +722,26 @@ func (r *Registry) setMark(table string, key time.Time, change func(*streamMark)
 // commit is in it, stored no later than its last (on one server's clock
 // that does not step back), so a progress stored before the rewind is
 // never taken as after it; one stored between the commit and the read is
-// held (late, never wrong). The read runs on a goroutine of its own
-// (counted in r.wg, bounded by the advance timeout): the notification
-// callback must not wait on NATS. Until it answers, or when it fails, the
-// margin rule holds. A rewind this service did not hear live (read from
-// the rows at a start or after a reconnect) has no mark: the stream's
-// state then says nothing of when the rewind committed.
+// held (late, never wrong). A read taken later is no less sound (its
+// threshold only later), so a failed read is tried again, with backoff
+// (one second, doubling up to 30 s), until it answers, the table is
+// rewound again (the later rewind reads its own) or the registry
+// closes: NATS stalled as the rewind was heard left the margin for good,
+// and a reset run's only progress stored 15 s after the rewind held
+// (ADR 0019, addendum of 2026-12-06). The reads run on a goroutine of
+// its own (counted in r.wg, each bounded by the advance timeout, one per
+// table and rewind at a time: r.marking): the notification callback must
+// not wait on NATS. Until a read answers, the margin rule holds. An
+// answer for a rewind that is no longer the table's latest is dropped
+// (setMark). A rewind this service did not hear live (read from the rows
+// at a start or after a reconnect) has no mark: the stream's state then
+// says nothing of when the rewind committed.
 func (r *Registry) markStream(table string) {
 	sm, ok := r.cfg.Bus.(StreamMarker)
 	if !ok {
 		return
 	}
-	rw := r.rewinds.Load()
-	if rw == nil {
-		return
-	}
-	at := (*rw)[table]
+	at := r.rewindOf(table)
 	if _, ok := r.markOf(table, at); ok || at.IsZero() {
 		return // marked already: the first read is the earliest threshold
 	}
@@ -725,29 +750,79 @@ func (r *Registry) markStream(table string) {
 		r.mu.Unlock()
 		return
 	}
+	if m, ok := r.marking[table]; ok && m.Equal(at) {
+		r.mu.Unlock()
+		return // being read already
+	}
+	if r.marking == nil {
+		r.marking = make(map[string]time.Time)
+	}
+	r.marking[table] = at
 	r.wg.Add(1)
 	r.mu.Unlock()
 	go func() {
 		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(r.stopCtx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
-		defer cancel()
-		last, err := sm.LastStored(ctx)
-		if err != nil {
-			r.log.Warn("could not read the event stream's state after hearing a rewind; a progress read from the stream is judged against the rewind with a margin across the servers' clocks (one stored within "+rewindMargin.String()+" after it waits for its run's next progress)",
-				zap.String("table", table), zap.Time("rewind", at), zap.Error(err))
-			return
+		defer func() {
+			r.mu.Lock()
+			if m, ok := r.marking[table]; ok && m.Equal(at) {
+				delete(r.marking, table)
+			}
+			r.mu.Unlock()
+		}()
+		attempt := 0
+		var last time.Time
+		read := func() error {
+			if !r.rewindOf(table).Equal(at) {
+				return backoff.Permanent(errRewoundAgain)
+			}
+			attempt++
+			ctx, cancel := context.WithTimeout(r.stopCtx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
+			defer cancel()
+			l, err := sm.LastStored(ctx)
+			if err != nil {
+				return err
+			}
+			last = l
+			return nil
 		}
-		r.setMark(table, at, func(m *streamMark) bool {
+		b := backoff.NewExponentialBackOff(
+			backoff.WithInitialInterval(time.Second),
+			backoff.WithMultiplier(2),
+			backoff.WithRandomizationFactor(0),
+			backoff.WithMaxInterval(30*time.Second),
+			backoff.WithMaxElapsedTime(0),
+		)
+		err := backoff.RetryNotifyWithTimer(read, backoff.WithContext(b, r.stopCtx), func(err error, in time.Duration) {
+			r.log.Warn("could not read the event stream's state after hearing a rewind, retrying; until it answers, a progress read from the stream is judged against the rewind with a margin across the servers' clocks (one stored within "+rewindMargin.String()+" after it waits for its run's next progress)",
+				zap.String("table", table), zap.Time("rewind", at), zap.Int("attempt", attempt), zap.Duration("in", in), zap.Error(err))
+		}, r.cfg.Clock.NewTimer())
+		switch {
+		case errors.Is(err, errRewoundAgain):
+			r.log.Debug("the table was rewound again before the event stream's state was read for its earlier rewind; the later rewind reads its own",
+				zap.String("table", table), zap.Time("rewind", at))
+			return
+		case err != nil:
+			return // the registry closes
+		}
+		if !r.setMark(table, at, true, func(m *streamMark) bool {
 			if m.read {
 				return false // the first read is the earliest threshold
 			}
 			m.last, m.read = last, true
 			return true
-		})
+		}) {
+			r.log.Debug("the event stream's state read for a rewind is not kept: read already, or the table was rewound again",
+				zap.String("table", table), zap.Time("rewind", at))
+			return
+		}
 		r.log.Info("the event stream's state when the rewind was heard: a progress it stores later is after the rewind",
-			zap.String("table", table), zap.Time("rewind", at), zap.Time("stream_last_stored", last))
+			zap.String("table", table), zap.Time("rewind", at), zap.Time("stream_last_stored", last), zap.Int("attempts", attempt))
 	}()
 }
+
+// errRewoundAgain ends markStream's reads for a rewind that a later one
+// replaced.
+var errRewoundAgain = errors.New("the table was rewound again")
 
 // markOf is the stream's newest stored time when this service heard
 // table's rewind at live (markStream); ok is false when none was read
@@ -842,7 +917,7 @@ func (r *Registry) rewind(table string, until, at time.Time, learnt bool) {
 	// stored: a progress's driver timestamp is judged against the stamp
 	// the audit shows (Tracker.beforeRewind), while what was heard live
 	// is judged by when the rewind was heard (same clock: rewindAt).
-	r.setMark(table, heard, func(m *streamMark) bool { m.stored, m.heard = at, true; return true })
+	r.setMark(table, heard, false, func(m *streamMark) bool { m.stored, m.heard = at, true; return true })
 	r.noteRewinds(map[string]time.Time{table: heard})
 	if !at.IsZero() {
 		r.noteKnown(map[string]time.Time{table: at})

@@ -765,6 +765,9 @@ type Registry struct {
 	// event stream's newest stored time then (markStream), kept with that
 	// rewind; copied on write; nil while none.
 	marks atomic.Pointer[map[string]streamMark]
+	// marking maps each table whose stream state markStream is reading
+	// to the rewind it reads for; guarded by mu.
+	marking map[string]time.Time
 	// heldDone is, per table, the status of the last tracker that ended
 	// with its run's last progress held before the table's rewind
 	// (keepHeldDone), listed by Status; guarded by mu.
