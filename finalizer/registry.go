@@ -184,6 +184,11 @@ type Request struct {
 	// resumed marks an explicit track read back from the TrackStore by
 	// Recover: it is persisted already.
 	resumed bool
+	// terminated marks a run whose termination was known when its entry
+	// was made (a recovery's listing, or the events discovery held for
+	// its decision): it does not run, so its query joining as a retired
+	// feeder is no warning (noteJoin).
+	terminated bool
 }
 
 // JoinResult is the outcome of a Join.
@@ -963,6 +968,7 @@ func (r *Registry) register(reqs []Request, p *pendingRun) (es []*entry, capped 
 		e.box = &e.mb
 		if p != nil {
 			p.fill(e.box)
+			e.req.terminated = p.run.Terminated || p.terminated != nil
 		}
 		r.add(e)
 		r.starting[req.RunID]++
@@ -1090,6 +1096,14 @@ func (r *Registry) noteJoin(req Request, j control.Joined, err error) {
 		// changes it.
 		r.log.Warn("the control database refused the query as a feeder of the table (no retry changes it); the run is tracked, and its query holds the table only from its first verdict",
 			zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("run_id", req.RunID), zap.Error(err))
+	case j.Retired() && req.terminated:
+		// A terminated run of a retired feeder, started again to read
+		// its last events (a restart's recovery): it does not run, and
+		// writes nothing more. It warned at every restart (ADR 0019,
+		// addendum of 2026-12-06).
+		r.log.Debug("a terminated run of a retired feeder of the table is tracked to read its last events; it does not run again",
+			zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("query_name", req.QueryName),
+			zap.String("run_id", req.RunID), zap.Time("retired_at", j.RetiredAt))
 	case j.Retired():
 		// A retired query runs again (restarted from its checkpoint):
 		// it does not hold the table, which may already be final

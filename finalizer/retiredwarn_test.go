@@ -1,0 +1,60 @@
+package finalizer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
+)
+
+// retiredJoinStore is a fakeStore whose every query joins as a retired
+// feeder.
+type retiredJoinStore struct{ *fakeStore }
+
+func (retiredJoinStore) JoinFeeder(context.Context, string, string, string) (control.Joined, error) {
+	return control.Joined{RetiredAt: utc("2026-09-28T15:00:00Z"), RetiredWhy: "clean termination"}, nil
+}
+
+// TestOnlyARunningRetiredFeederWarns (ADR 0019, addendum of 2026-12-06,
+// review F4): every restart's recovery warned "a retired feeder of the
+// table runs again" for a terminated run of a retired feeder, started
+// again only to read its last events: it does not run. The warning is
+// for a run that is running.
+func TestOnlyARunningRetiredFeederWarns(t *testing.T) {
+	const (
+		queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
+	)
+	core, logs := observer.New(zapcore.DebugLevel)
+	reg := finalizer.NewRegistry(finalizer.RegistryConfig{
+		Bus: newFakeBus(), Store: retiredJoinStore{newFakeStore()}, Clock: newFakeClock(utc("2026-09-29T00:00:00Z")),
+		Logger: zap.New(core), Rules: []finalizer.Rule{{Table: "t_a", Query: "backfill-*", Spec: hourSpec(t)}},
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = reg.Close(ctx)
+	})
+	runs := []listener.Run{
+		{QueryID: queryA, RunID: runA, Name: "backfill-old", Kind: progress.KindTerminated, Terminated: true, Stored: utc("2026-09-28T15:00:00Z")},
+		{QueryID: queryB, RunID: runB, Name: "backfill-new", Kind: progress.KindProgress, Stored: utc("2026-09-28T23:59:00Z")},
+	}
+	if err := reg.Recover(context.Background(), nil, runs); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both runs' joins noted", func() bool {
+		return logs.FilterMessageSnippet("a retired feeder of the table runs again").Len()+
+			logs.FilterMessageSnippet("a terminated run of a retired feeder").Len() == 2
+	})
+	warned := logs.FilterMessageSnippet("a retired feeder of the table runs again").All()
+	if len(warned) != 1 || warned[0].ContextMap()["run_id"] != runB {
+		t.Fatalf("warned %d times (%v), want once, for the running run %s only", len(warned), warned, runB)
+	}
+}
