@@ -776,7 +776,7 @@ type Registry struct {
 	// heldDone is, per table, the status of the last tracker that ended
 	// with its run's last progress held before the table's rewind
 	// (keepHeldDone), listed by Status; guarded by mu.
-	heldDone   map[string]TrackerStatus
+	heldDone   map[string]heldDoneRun
 	queue      []string // pending runs in arrival order
 	maxPending int
 	// rescan asks discovery to offer the runs the stream retains once
@@ -1359,9 +1359,15 @@ func (r *Registry) reap(e *entry) {
 	switch {
 	case out.terminated && out.applied && out.beforeRewind:
 		r.keepHeldDone(e, st)
-	case out.terminated && out.applied:
+	case out.terminated && out.applied && !st.Written.IsZero() && !r.startedBeforeHeld(e):
 		// The table moved past (or by) this run's last progress: a run
 		// that ended held before its rewind no longer says why it stays.
+		// A run that wrote nothing since the rewind (no progress, or
+		// none that moved the table), or one that started before the
+		// held run, says nothing of it: a restart's recovery ends the
+		// trackers of a table's runs in any order, and the old run's,
+		// ended with no progress left in the stream, dropped the new
+		// run's hold (ADR 0019, addendum of 2026-12-06).
 		delete(r.heldDone, e.req.Table)
 	}
 	r.mu.Unlock()
@@ -1372,19 +1378,40 @@ func (r *Registry) reap(e *entry) {
 // rewind), as its table's: Status lists it after the tracker ended, so
 // that `finalizer status` and /v1/tables say why the table stays where
 // the rewind left it (found in review: once the tracker was reaped they
-// showed nothing that held the table back). One per table, the latest;
-// dropped when another run of the table ends with its last progress
-// applied, and not listed while another tracker of the table has written
-// since (heldDoneStatus). r.mu held.
+// showed nothing that held the table back). One per table, of the run
+// that started last (the latest to end when a start is not known: a
+// restart's recovery ends its trackers in any order, and the old run's
+// hold, ended later, replaced the reprocessing run's: ADR 0019, addendum
+// of 2026-12-06); dropped when another run of the table, not started
+// before it, ends with its last progress applied, and not listed while
+// another tracker of the table has written since (heldDoneStatus). r.mu
+// held.
 func (r *Registry) keepHeldDone(e *entry, st TrackerStatus) {
+	if r.startedBeforeHeld(e) {
+		return
+	}
 	if r.heldDone == nil {
-		r.heldDone = map[string]TrackerStatus{}
+		r.heldDone = map[string]heldDoneRun{}
 	}
 	st.Explicit = e.req.Explicit
 	st.Done, st.Terminated, st.Stale = true, true, false
 	why := strings.TrimPrefix(st.Held, outcomeBeforeRewind+": ")
 	st.Held = outcomeBeforeRewind + ": the run ended and its last progress was not applied (it would undo the rewind); the table stays where the rewind left it until another run's progress moves it: " + why
-	r.heldDone[e.req.Table] = st
+	r.heldDone[e.req.Table] = heldDoneRun{st: st, start: e.start}
+}
+
+// heldDoneRun is a run kept by keepHeldDone: its last status, and when
+// it started (entry.start; zero when not known).
+type heldDoneRun struct {
+	st    TrackerStatus
+	start time.Time
+}
+
+// startedBeforeHeld reports whether e's run started before the run kept
+// for its table by keepHeldDone, both starts known. r.mu held.
+func (r *Registry) startedBeforeHeld(e *entry) bool {
+	h, ok := r.heldDone[e.req.Table]
+	return ok && !h.start.IsZero() && !e.start.IsZero() && e.start.Before(h.start)
 }
 
 // heldDoneStatus returns the kept statuses of runs that ended held
@@ -1397,7 +1424,8 @@ func (r *Registry) heldDoneStatus(live []seenTracker) []TrackerStatus {
 		return nil
 	}
 	out := make([]TrackerStatus, 0, len(r.heldDone))
-	for table, st := range r.heldDone {
+	for table, h := range r.heldDone {
+		st := h.st
 		moved := false
 		for _, x := range live {
 			if x.status.Table == table && (x.status.RunID == st.RunID || !x.status.Written.IsZero()) {

@@ -1,10 +1,12 @@
 package finalizer_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -125,5 +127,59 @@ func TestAProgressIsNeverPostedAfterItWasStored(t *testing.T) {
 		"a progress whose timestamp + triggerExecution is weeks after it was stored was applied: verdict %s")
 	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
 		t.Fatalf("a progress with no stored time was judged by its duration: verdict %s", got)
+	}
+}
+
+// TestARunEndedHeldStaysListedAfterARecovery (ADR 0019, addendum of
+// 2026-12-06, review F1): with the service down during a rewind, a new
+// run's only progress, stored 2 s after the rewind (within the margin),
+// is held for good, and after the restart's recovery the run was absent
+// from status: the recovery ends the trackers of the table's runs in any
+// order, and an older run of the query ending later, with its own old
+// progress held or with none left in the stream, replaced or dropped the
+// new run's kept hold. The run that started last stays listed, held.
+func TestARunEndedHeldStaysListedAfterARecovery(t *testing.T) {
+	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
+	rewoundAt := r.clock.Now().Add(-time.Hour)
+	r.store.rewind("t_c", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	fresh := cdcProgress(runStopped, "2026-09-28T15:10:00")
+	fresh.Name, fresh.Timestamp = "c", rewoundAt.Add(time.Second)
+	old := cdcProgress(runA, "2026-09-28T18:10:00")
+	old.Name, old.Timestamp = "c", rewoundAt.Add(-time.Hour)
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		switch runID {
+		case runStopped:
+			box.OfferRetainedAt(fresh, rewoundAt.Add(2*time.Second))
+			box.OfferRetained(terminated(runStopped))
+		case runA:
+			box.OfferRetainedAt(old, rewoundAt.Add(-time.Hour))
+		}
+	}
+	if err := r.reg.Recover(context.Background(), nil, []listener.Run{
+		{QueryID: queryA, RunID: runA, Name: "c", Kind: progress.KindProgress, Stored: rewoundAt.Add(-time.Hour)},
+		{QueryID: queryA, RunID: runB, Name: "c", Kind: progress.KindProgress, Stored: rewoundAt.Add(-time.Hour)},
+		{QueryID: queryA, RunID: runStopped, Name: "c", Kind: progress.KindTerminated, Terminated: true, Stored: rewoundAt.Add(3 * time.Second)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	listed := func() string {
+		for _, st := range r.reg.Status() {
+			if st.Table == "t_c" && st.Done {
+				return st.RunID
+			}
+		}
+		return ""
+	}
+	eventually(t, "the new run ended held", func() bool { return listed() == runStopped })
+	// The older runs end after it: one with its old progress held, one
+	// with no progress left in the stream.
+	r.bus.Publish(terminated(runA))
+	r.bus.Publish(terminated(runB))
+	eventually(t, "the older runs ended", func() bool { return r.reg.Tracked() == 0 })
+	if got := listed(); got != runStopped {
+		t.Fatalf("after the older runs ended, status lists %q as t_c's held run, want the new run %s", got, runStopped)
+	}
+	if v := r.store.Verdict("t_c"); !v.Equal(utc("2026-09-28T14:00:00Z")) {
+		t.Fatalf("verdict %s, want the rewind's 14:00", v)
 	}
 }
