@@ -785,13 +785,7 @@ func (r *Registry) markStream(table string) {
 			last = l
 			return nil
 		}
-		b := backoff.NewExponentialBackOff(
-			backoff.WithInitialInterval(time.Second),
-			backoff.WithMultiplier(2),
-			backoff.WithRandomizationFactor(0),
-			backoff.WithMaxInterval(30*time.Second),
-			backoff.WithMaxElapsedTime(0),
-		)
+		b := rereadBackOff()
 		err := backoff.RetryNotifyWithTimer(read, backoff.WithContext(b, r.stopCtx), func(err error, in time.Duration) {
 			r.log.Warn("could not read the event stream's state after hearing a rewind, retrying; until it answers, a progress read from the stream is judged against the rewind with a margin across the servers' clocks (one stored within "+rewindMargin.String()+" after it waits for its run's next progress)",
 				zap.String("table", table), zap.Time("rewind", at), zap.Int("attempt", attempt), zap.Duration("in", in), zap.Error(err))

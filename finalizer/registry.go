@@ -576,13 +576,7 @@ func (r *Registry) loadRewinds(ctx context.Context) bool {
 		r.noteKnown(at)
 		return nil
 	}
-	b := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(time.Second),
-		backoff.WithMultiplier(2),
-		backoff.WithRandomizationFactor(0),
-		backoff.WithMaxInterval(30*time.Second),
-		backoff.WithMaxElapsedTime(0),
-	)
+	b := rereadBackOff()
 	err := backoff.RetryNotify(read, backoff.WithContext(b, rctx), func(err error, in time.Duration) {
 		r.log.Warn("could not read the tables' rewinds from the control database; the trackers of the recovery wait for them (a progress posted before its table's rewind must not be applied again), retrying",
 			zap.Int("attempt", attempt), zap.Duration("in", in), zap.Error(err))
@@ -1758,4 +1752,17 @@ type expiredRun struct {
 // say) waits for the run's next live event. r.mu held.
 func (x expiredRun) speaksAgain(run listener.Run) bool {
 	return run.Event != nil || run.Terminated || (!run.Stored.IsZero() && run.Stored.After(x.news))
+}
+
+// rereadBackOff is the schedule of a read the registry retries until it
+// answers or the registry closes (the tables' rewinds, the event stream's
+// state after a rewind): 1 s doubling to 30 s, no jitter, no end.
+func rereadBackOff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(time.Second),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0),
+		backoff.WithMaxInterval(30*time.Second),
+		backoff.WithMaxElapsedTime(0),
+	)
 }
