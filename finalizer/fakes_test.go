@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -326,15 +327,16 @@ const (
 	runB   = "11111111-2222-4333-8444-555555555555"
 )
 
-var batchSeq int64
+// batchSeq numbers cdcProgress's batches; atomic, since a fake bus's
+// catch-up may make progress on several of the registry's goroutines.
+var batchSeq atomic.Int64
 
 // cdcProgress is a progress of run whose source ends at commitTS (naive
 // UTC, the reference's CDC offset shape).
 func cdcProgress(runID, commitTS string) *progress.Event {
-	batchSeq++
 	return &progress.Event{
 		Kind: progress.KindProgress, QueryID: queryA, RunID: runID,
-		Timestamp: time.Now().UTC(), BatchID: batchSeq,
+		Timestamp: time.Now().UTC(), BatchID: batchSeq.Add(1),
 		Sources: []progress.Source{{EndOffset: []byte(`{"lsn":"0x00000027000001a80003","commit_ts":"` + commitTS + `"}`)}},
 	}
 }

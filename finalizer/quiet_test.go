@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,14 +21,16 @@ import (
 
 const quietClock = "2026-09-28T16:30:00Z"
 
-var quietBatch int64 = 1000
+// quietBatch numbers dataProgress's batches (from 1001); atomic, as
+// cdcProgress's batchSeq.
+var quietBatch = func() *atomic.Int64 { var n atomic.Int64; n.Store(1000); return &n }()
 
 // dataProgress is a batch that ran and read rows up to commitTS.
 func dataProgress(commitTS, at string) *progress.Event {
-	quietBatch++
-	end := json.RawMessage(`{"lsn":"0x` + fmt.Sprint(quietBatch) + `","commit_ts":"` + commitTS + `"}`)
+	batch := quietBatch.Add(1)
+	end := json.RawMessage(`{"lsn":"0x` + fmt.Sprint(batch) + `","commit_ts":"` + commitTS + `"}`)
 	return &progress.Event{
-		Kind: progress.KindProgress, QueryID: queryA, RunID: runA, BatchID: quietBatch, Timestamp: utc(at),
+		Kind: progress.KindProgress, QueryID: queryA, RunID: runA, BatchID: batch, Timestamp: utc(at),
 		Executed: true, NumInputRows: 10, StateOperators: []progress.StateOperator{},
 		Sources: []progress.Source{{Description: "SqlServerCdc[dbo.orders]", StartOffset: json.RawMessage(`{"lsn":"0x1"}`), EndOffset: end, NumInputRows: 10}},
 	}
