@@ -4,12 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/progress"
@@ -23,20 +21,8 @@ type guardRig struct {
 
 func newGuardRig(t *testing.T, now string) *guardRig {
 	t.Helper()
-	core, logs := observer.New(zapcore.DebugLevel)
-	r := &rig{clock: newFakeClock(utc(now)), store: newFakeStore(), bus: newFakeBus(), logs: logs}
-	m := finalizer.NewMetrics(nil, r.clock.Now)
-	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
-		Bus: r.bus, Store: r.store, Clock: r.clock, Logger: zap.New(core), Metrics: m,
-	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := r.reg.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return &guardRig{rig: r, m: m}
+	r := newRigOver(t, newFakeBus(), newFakeStore(), rigOptions{now: now})
+	return &guardRig{rig: r, m: r.m}
 }
 
 func (g *guardRig) trackSpec(t *testing.T, o progress.SpecOptions) {

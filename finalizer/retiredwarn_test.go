@@ -3,11 +3,6 @@ package finalizer_test
 import (
 	"context"
 	"testing"
-	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
@@ -32,16 +27,10 @@ func TestOnlyARunningRetiredFeederWarns(t *testing.T) {
 	const (
 		queryB = "0b0b0b0b-bc9c-4be8-97a9-b135d2943028"
 	)
-	core, logs := observer.New(zapcore.DebugLevel)
-	reg := finalizer.NewRegistry(finalizer.RegistryConfig{
-		Bus: newFakeBus(), Store: retiredJoinStore{newFakeStore()}, Clock: newFakeClock(utc("2026-09-29T00:00:00Z")),
-		Logger: zap.New(core), Rules: []finalizer.Rule{{Table: "t_a", Query: "backfill-*", Spec: hourSpec(t)}},
+	r := newRigOver(t, newFakeBus(), retiredJoinStore{newFakeStore()}, rigOptions{
+		rules: []finalizer.Rule{{Table: "t_a", Query: "backfill-*", Spec: hourSpec(t)}},
 	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = reg.Close(ctx)
-	})
+	reg, logs := r.reg, r.logs
 	runs := []listener.Run{
 		{QueryID: queryA, RunID: runA, Name: "backfill-old", Kind: progress.KindTerminated, Terminated: true, Stored: utc("2026-09-28T15:00:00Z")},
 		{QueryID: queryB, RunID: runB, Name: "backfill-new", Kind: progress.KindProgress, Stored: utc("2026-09-28T23:59:00Z")},

@@ -7,11 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
-
-	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
 )
 
@@ -35,21 +30,8 @@ func (b *markingBus) LastStored(context.Context) (time.Time, error) {
 // was stored at last.
 func newMarkRig(t *testing.T, last time.Time) (*rig, *markingBus) {
 	t.Helper()
-	core, logs := observer.New(zapcore.DebugLevel)
-	r := &rig{clock: newFakeClock(utc("2026-09-29T00:00:00Z")), store: newFakeStore(), bus: newFakeBus(), logs: logs}
-	r.m = finalizer.NewMetrics(nil, r.clock.Now)
-	mb := &markingBus{fakeBus: r.bus, last: last}
-	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
-		Bus: mb, Store: &batchFake{fakeStore: r.store}, Clock: r.clock, Logger: zap.New(core), Metrics: r.m,
-	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := r.reg.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return r, mb
+	mb := &markingBus{fakeBus: newFakeBus(), last: last}
+	return newRigOver(t, mb, &batchFake{fakeStore: newFakeStore()}, rigOptions{}), mb
 }
 
 // TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock (ADR

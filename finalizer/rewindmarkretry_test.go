@@ -6,11 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
-
-	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
 )
 
@@ -45,21 +40,8 @@ func (b *scriptedMarker) LastStored(ctx context.Context) (time.Time, error) {
 // newScriptedRig is newMarkRig with a scriptedMarker.
 func newScriptedRig(t *testing.T) (*rig, *scriptedMarker) {
 	t.Helper()
-	core, logs := observer.New(zapcore.DebugLevel)
-	r := &rig{clock: newFakeClock(utc("2026-09-29T00:00:00Z")), store: newFakeStore(), bus: newFakeBus(), logs: logs}
-	r.m = finalizer.NewMetrics(nil, r.clock.Now)
-	sm := &scriptedMarker{fakeBus: r.bus, calls: make(chan chan answer)}
-	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
-		Bus: sm, Store: &batchFake{fakeStore: r.store}, Clock: r.clock, Logger: zap.New(core), Metrics: r.m,
-	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := r.reg.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return r, sm
+	sm := &scriptedMarker{fakeBus: newFakeBus(), calls: make(chan chan answer)}
+	return newRigOver(t, sm, &batchFake{fakeStore: newFakeStore()}, rigOptions{}), sm
 }
 
 // call is the next LastStored call of sm.

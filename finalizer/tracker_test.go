@@ -1,6 +1,7 @@
 package finalizer_test
 
 import (
+	"cmp"
 	"context"
 	"testing"
 	"time"
@@ -28,19 +29,56 @@ type rig struct {
 
 func newRig(t *testing.T, rules ...finalizer.Rule) *rig {
 	t.Helper()
-	core, logs := observer.New(zapcore.DebugLevel)
-	r := &rig{clock: newFakeClock(utc("2026-09-29T00:00:00Z")), store: newFakeStore(), bus: newFakeBus(), logs: logs}
-	r.m = finalizer.NewMetrics(nil, r.clock.Now)
+	fs := newFakeStore()
 	// The store goes through the group commit, as the service's does (a
 	// step's advance parks without holding its worker, ADR 0008
 	// addendum); TestRigTestsWithoutGroupCommit runs the rig's tests with
 	// the store used directly.
-	var store finalizer.Store = &batchFake{fakeStore: r.store}
+	var store rigStore = &batchFake{fakeStore: fs}
 	if rigDirect {
-		store = r.store
+		store = fs
 	}
+	return newRigOver(t, newFakeBus(), store, rigOptions{rules: rules})
+}
+
+// rigOptions are what a rig's registry has beyond its bus and store.
+type rigOptions struct {
+	// now is when the fake clock starts (RFC 3339); "" is
+	// 2026-09-29T00:00:00Z.
+	now   string
+	rules []finalizer.Rule
+}
+
+// rigBus is the bus of a rig's registry: a fakeBus, or a test's bus that
+// embeds one to script what the fake does not (markingBus,
+// scriptedMarker).
+type rigBus interface {
+	finalizer.Bus
+	busFake() *fakeBus
+}
+
+// rigStore is the store of a rig's registry: a fakeStore, the group
+// commit's batchFake over one, or a test's store that embeds one
+// (retiredJoinStore).
+type rigStore interface {
+	finalizer.Store
+	storeFake() *fakeStore
+}
+
+func (b *fakeBus) busFake() *fakeBus       { return b }
+func (s *fakeStore) storeFake() *fakeStore { return s }
+
+// newRigOver starts a Registry over bus and store, with a fake clock, a
+// logger observed at debug level and metrics, and closes it when the
+// test ends (within 5 s; a failed close fails the test). The rig's bus
+// and store are the fakes under them.
+func newRigOver(t *testing.T, bus rigBus, store rigStore, o rigOptions) *rig {
+	t.Helper()
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := &rig{clock: newFakeClock(utc(cmp.Or(o.now, "2026-09-29T00:00:00Z"))), store: store.storeFake(), bus: bus.busFake(), logs: logs}
+	r.m = finalizer.NewMetrics(nil, r.clock.Now)
 	r.reg = finalizer.NewRegistry(finalizer.RegistryConfig{
-		Bus: r.bus, Store: store, Rules: rules, Clock: r.clock, Logger: zap.New(core), Metrics: r.m,
+		Bus: bus, Store: store, Rules: o.rules, Clock: r.clock, Logger: zap.New(core), Metrics: r.m,
 	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
