@@ -170,23 +170,12 @@ func TestRewindCommand(t *testing.T) {
 // again (found in review). It stays at 14:00 across the restart, until a
 // progress posted after the rewind moves it (ADR 0019's last addendum).
 func TestRestartKeepsARewind(t *testing.T) {
-	pgURL := pgtest.URL(t)
-	pg := []string{"--postgres-url", pgURL}
 	dataDir := t.TempDir()
-	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
-	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, config: cfg})
-	pub := connect(t, s.natsURL)
-	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
-	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
-	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
-	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
-	s.logged(t, "the run's end", "run terminated")
-	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
-		"--reason", "reprocessing from 14:00", "--by", "ops"}, pg...)...); code != 0 {
-		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
-	}
+	s, pgURL := serveATerminatedRunIn(t, dataDir)
+	pg := []string{"--postgres-url", pgURL}
+	rewindOrdersTo14(t, s, pg, "", "")
 	s.stop()
-	s = startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, config: cfg})
+	s = startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, config: ordersConfig})
 	s.logged(t, "the recovery", "recovered tracked runs")
 	s.logged(t, "the old progress refused", "posted before the table's last rewind")
 	if code := finalExit(t, pg, "bronze.orders", "2026-09-28T15:00:00Z"); code != 1 {
@@ -229,7 +218,7 @@ func newRunMoves(t *testing.T, s *proc, pgURL string) {
 func TestTrackAfterARewindKeepsIt(t *testing.T) {
 	s, pgURL := serveATerminatedRun(t)
 	pg := []string{"--postgres-url", pgURL}
-	rewindOrdersTo14(t, s, pg)
+	rewindOrdersTo14(t, s, pg, "the rewind heard", "verdict rewound by an operator")
 	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "bronze.orders"); code != 0 {
 		t.Fatalf("track: exit %d\n%s%s", code, out, e)
 	}
@@ -272,15 +261,25 @@ func TestARewindNotHeardIsReadAgain(t *testing.T) {
 	heldBeforeRewind(t, s, pg, "the old progress taken", "after the track,", "the rewind not heard was undone")
 }
 
+// ordersConfig is the config of the rewind tests' service: one rule,
+// bronze.orders fed by orders-v1.
+const ordersConfig = "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
+
 // serveATerminatedRun starts serve on a fresh PostgreSQL with one rule
-// (bronze.orders, fed by orders-v1) and has one run of the query post a
-// progress to 18:10 and terminate: the table is final until 18:00, and
-// the stream keeps the run's last progress.
+// (ordersConfig) and has one run of the query post a progress to 18:10
+// and terminate: the table is final until 18:00, and the stream keeps the
+// run's last progress.
 func serveATerminatedRun(t *testing.T) (*proc, string) {
 	t.Helper()
+	return serveATerminatedRunIn(t, t.TempDir())
+}
+
+// serveATerminatedRunIn is serveATerminatedRun with the service's data
+// dir in dataDir, for a test that restarts it.
+func serveATerminatedRunIn(t *testing.T, dataDir string) (*proc, string) {
+	t.Helper()
 	pgURL := pgtest.URL(t)
-	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
-	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: t.TempDir(), config: cfg})
+	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, config: ordersConfig})
 	pub := connect(t, s.natsURL)
 	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
 	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
@@ -311,7 +310,7 @@ func TestARewindHoldsAgainstADriverClockAhead(t *testing.T) {
 	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
 	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
 	s.logged(t, "the run's end", "run terminated")
-	rewindOrdersTo14(t, s, pg)
+	rewindOrdersTo14(t, s, pg, "the rewind heard", "verdict rewound by an operator")
 
 	// A new track of the old run: its catch-up reads the last progress.
 	if code, out, e := cli(t, nil, "track", "--nats-url", s.natsURL, "--query-id", queryA, "--run-id", runA, "--table", "bronze.orders"); code != 0 {
@@ -344,21 +343,10 @@ func TestARewindHoldsAgainstADriverClockAhead(t *testing.T) {
 // clock now: the stream's state when the service heard it (ADR 0019,
 // addendum of 2026-12-06).
 func TestAResetRunsOnlyProgressMovesTheRewoundTable(t *testing.T) {
-	pgURL := pgtest.URL(t)
+	s, pgURL := serveATerminatedRun(t)
 	pg := []string{"--postgres-url", pgURL}
-	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
-	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: t.TempDir(), config: cfg})
+	rewindOrdersTo14(t, s, pg, "the stream's state at the rewind", "the event stream's state when the rewind was heard")
 	pub := connect(t, s.natsURL)
-	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
-	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
-	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
-	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
-	s.logged(t, "the run's end", "run terminated")
-	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
-		"--reason", "reprocessing from 14:00", "--by", "ops"}, pg...)...); code != 0 {
-		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
-	}
-	s.logged(t, "the stream's state at the rewind", "the event stream's state when the rewind was heard")
 	// The new query, started by the script: one progress, then its end,
 	// published at once (its tracker reads them from the stream).
 	pub.publish("started", queryA, runB, startedJSON(queryA, runB, "orders-v1"))
@@ -368,14 +356,19 @@ func TestAResetRunsOnlyProgressMovesTheRewoundTable(t *testing.T) {
 }
 
 // rewindOrdersTo14 rewinds bronze.orders to 14:00 as an operator does and
-// waits until the service s has heard it.
-func rewindOrdersTo14(t *testing.T, s *proc, pg []string) {
+// waits until the service s has logged line after it (what names it in a
+// failure; "the rewind heard", "verdict rewound by an operator" says it
+// heard the rewind). With line "" it waits for nothing: the service may
+// not have heard the rewind yet.
+func rewindOrdersTo14(t *testing.T, s *proc, pg []string, what, line string) {
 	t.Helper()
 	if code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
 		"--reason", "reprocessing from 14:00", "--by", "ops"}, pg...)...); code != 0 {
 		t.Fatalf("rewind: exit %d\n%s%s", code, out, e)
 	}
-	s.logged(t, "the rewind heard", "verdict rewound by an operator")
+	if line != "" {
+		s.logged(t, what, line)
+	}
 }
 
 // oldProgressTaken is true once the service s has said it held a progress
