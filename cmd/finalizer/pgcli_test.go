@@ -6,22 +6,14 @@ import (
 	"time"
 
 	"github.com/finalizer-dev/finalizer/control"
-	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest/pgcontrol"
 )
 
 // controlDB is a fresh, migrated control table for the commands' tests
 // (their --postgres-url), with the store that wrote it, closed at cleanup.
 func controlDB(t *testing.T) (string, *control.Store) {
 	t.Helper()
-	url := pgtest.URL(t)
-	s, err := control.Open(context.Background(), url, control.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s, url := pgcontrol.Store(t)
 	return url, s
 }
 

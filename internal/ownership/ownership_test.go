@@ -11,6 +11,7 @@ import (
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
+	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest/pgcontrol"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -20,16 +21,7 @@ const buckets = 8
 // setup opens and migrates a control store on a fresh database.
 func setup(t *testing.T) (*control.Store, string) {
 	t.Helper()
-	url := pgtest.URL(t)
-	s, err := control.Open(context.Background(), url, control.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s, url
+	return pgcontrol.Store(t)
 }
 
 // owner starts an Owner on store (closed at cleanup) and returns its gate.
