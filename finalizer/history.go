@@ -876,7 +876,8 @@ func (r *Registry) forgetWrites(table string) int {
 // rewind not known yet (its notification not heard, or not yet): as if
 // the notification had been heard. A rewind known already (the tracker's
 // advance was decided before its notification) is not applied again.
-// Two trackers refused at once may both apply it: a no-op advance more.
+// Two trackers refused at once may both apply it: a no-op advance more;
+// it is counted and logged once (countRewind).
 func (r *Registry) learnRewind(table string, v control.Verdict) {
 	if v.RewoundAt.IsZero() || !v.RewoundAt.After(r.knownRewindOf(table)) {
 		return
@@ -916,8 +917,13 @@ func (r *Registry) rewind(table string, until, at time.Time, learnt bool) {
 	if !at.IsZero() {
 		r.noteKnown(map[string]time.Time{table: at})
 	}
-	r.cfg.Metrics.Rewinds.Inc()
+	first := r.countRewind(table, at)
 	r.cfg.Metrics.SetVerdict(table, until)
+	if learnt && !first {
+		r.log.Debug("verdict rewound by an operator, learnt again from another advance the control table refused at once; counted and logged once",
+			zap.String("table", table), zap.Time("rewound_at", at), zap.Int("trackers", n))
+		return
+	}
 	if learnt {
 		r.log.Info("verdict rewound by an operator, learnt from an advance the control table refused (its notification not heard yet); the table's trackers start again from it",
 			zap.String("table", table), zap.Time("finalized_until", until), zap.Time("rewound_at", at), zap.Int("trackers", n))

@@ -798,6 +798,8 @@ type Registry struct {
 	// sampler rate-limits the lines every run logs in the normal course
 	// (TrackerConfig.Sampler), shared by the registry and its trackers.
 	sampler *logSampler
+	// counted is what finalizer_rewinds_seen_total counted (countRewind).
+	counted rewindCount
 }
 
 // NewRegistry returns a running registry. Call Close to stop it.
