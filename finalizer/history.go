@@ -762,6 +762,7 @@ func (r *Registry) markStream(table string) {
 	r.mu.Unlock()
 	go func() {
 		defer r.wg.Done()
+		defer r.markReadEnded(table, at)
 		defer func() {
 			r.mu.Lock()
 			if m, ok := r.marking[table]; ok && m.Equal(at) {
@@ -787,8 +788,7 @@ func (r *Registry) markStream(table string) {
 		}
 		b := rereadBackOff()
 		err := backoff.RetryNotifyWithTimer(read, backoff.WithContext(b, r.stopCtx), func(err error, in time.Duration) {
-			r.log.Warn("could not read the event stream's state after hearing a rewind, retrying; until it answers, a progress read from the stream is judged against the rewind with a margin across the servers' clocks (one stored within "+rewindMargin.String()+" after it waits for its run's next progress)",
-				zap.String("table", table), zap.Time("rewind", at), zap.Int("attempt", attempt), zap.Duration("in", in), zap.Error(err))
+			r.markReadFailed(table, at, attempt, in, err)
 		}, r.cfg.Clock.NewTimer())
 		switch {
 		case errors.Is(err, errRewoundAgain):

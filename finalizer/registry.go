@@ -800,6 +800,8 @@ type Registry struct {
 	sampler *logSampler
 	// counted is what finalizer_rewinds_seen_total counted (countRewind).
 	counted rewindCount
+	// markWaits is what markStream's failed reads logged (markReadFailed).
+	markWaits markWaits
 }
 
 // NewRegistry returns a running registry. Call Close to stop it.
@@ -871,6 +873,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 
 		refuseLog: lograte.New(cfg.Clock.Now, refuseLogEvery),
 		sampler:   newLogSampler(cfg.Clock.Now, sampleEvery, sampleBurst),
+		markWaits: markWaits{every: lograte.New(cfg.Clock.Now, markWaitEvery)},
 	}
 	r.stopCtx, r.stopCancel = context.WithCancel(ctx)
 	r.finished.evicted = func(_ string, f finishedRun) {

@@ -1,0 +1,95 @@
+package finalizer_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+)
+
+// downMarker is a fakeBus whose stream's state cannot be read while down
+// (NATS down), counting the reads.
+type downMarker struct {
+	*fakeBus
+	mu    sync.Mutex
+	down  bool
+	asked int
+}
+
+func (b *downMarker) LastStored(context.Context) (time.Time, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.asked++
+	if b.down {
+		return time.Time{}, errDown
+	}
+	return time.Time{}, nil
+}
+
+// TestAnOutageWarnsOncePerRewoundTableThenCounts: with NATS down, every
+// rewound table's read of the event stream's state failed and warned
+// again at every retry (every 30 s once backed off): 1,000 rewound tables
+// wrote 1,000 lines each 30 s. Each table's first failure warns, naming
+// it; the retries after it are at debug level, and one warning every 30 s
+// at most says how many tables wait. A table whose read answered warns
+// again at its next rewind's first failure.
+func TestAnOutageWarnsOncePerRewoundTableThenCounts(t *testing.T) {
+	const tables = 50
+	dm := &downMarker{fakeBus: newFakeBus(), down: true}
+	r := newRigOver(t, dm, &batchFake{fakeStore: newFakeStore()}, rigOptions{})
+	until, at := utc("2026-09-28T14:00:00Z"), utc("2026-09-29T00:00:00Z")
+	for i := range tables {
+		table := fmt.Sprintf("t_%02d", i)
+		r.store.rewind(table, until, at)
+		r.reg.Rewound(table, until, at)
+	}
+	asked := func() int { dm.mu.Lock(); defer dm.mu.Unlock(); return dm.asked }
+	eventually(t, "every table's first read", func() bool { return asked() >= tables })
+	// Five minutes of the outage, a second at a time: each table's read
+	// is tried again after 1, 2, 4, 8, 16 and then every 30 s.
+	const outage = 5 * time.Minute
+	for range int(outage / time.Second) {
+		r.clock.Advance(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	if n := asked(); n < 4*tables {
+		t.Fatalf("%d reads in the outage, want every table's tried again several times (%d at least)", n, 4*tables)
+	}
+	warns := r.logs.FilterLevelExact(zapcore.WarnLevel)
+	perTable := warns.FilterMessageSnippet("after hearing a rewind, retrying").Len()
+	if perTable != tables {
+		t.Errorf("%d warnings naming a table, want %d: one per table, its first failure", perTable, tables)
+	}
+	counts := warns.FilterMessageSnippet("after hearing rewinds, still retrying").All()
+	if max := int(outage/(30*time.Second)) + 1; len(counts) == 0 || len(counts) > max {
+		t.Fatalf("%d warnings counting the tables that wait, want 1 to %d", len(counts), max)
+	}
+	if n := counts[len(counts)-1].ContextMap()["tables_waiting"]; n != int64(tables) {
+		t.Errorf("the last count says %v tables wait, want %d", n, tables)
+	}
+	if n := warns.Len(); n > tables+len(counts) {
+		t.Errorf("%d warnings in the outage, want at most %d", n, tables+len(counts))
+	}
+
+	// NATS back: every read answers. A later rewind's first failure warns
+	// again.
+	dm.mu.Lock()
+	dm.down = false
+	dm.mu.Unlock()
+	eventually(t, "every table's read answered", func() bool {
+		r.clock.Advance(30 * time.Second)
+		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == tables
+	})
+	dm.mu.Lock()
+	dm.down = true
+	dm.mu.Unlock()
+	at2 := at.Add(time.Hour)
+	r.store.rewind("t_00", until, at2)
+	r.reg.Rewound("t_00", until, at2)
+	eventually(t, "the later rewind's first failure warned", func() bool {
+		return r.logs.FilterLevelExact(zapcore.WarnLevel).FilterMessageSnippet("after hearing a rewind, retrying").Len() == tables+1
+	})
+}
