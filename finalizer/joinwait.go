@@ -511,3 +511,37 @@ func (r *Registry) warnJoinWait(req Request, err error, waiting, next time.Durat
 			zap.Int("suppressed", n), zap.Error(err))
 	}
 }
+
+// nameFeeder joins req's query to its table's feeders again, with the
+// name its tracker learnt from its progress (req, an explicit track's,
+// names none), off the tracker's goroutine (counted in r.wg, bounded by
+// the advance timeout; the registry's close ends it). The tracker's
+// advances carry the name, but a solo table's advance writes only the
+// table's row (the sole statement): the feeder's row, added by the track's
+// join without a name, showed none in finalizer status and feeders list
+// until the table was shared. The join writes the name into a row that
+// has none and is a read otherwise (a first verdict's advance wrote it);
+// a failure is left to the next start's join, at debug level.
+func (r *Registry) nameFeeder(req Request, name string) {
+	fj, ok := r.cfg.Store.(FeederJoiner)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	req.QueryName = name
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(r.stopCtx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
+		defer cancel()
+		if _, err := r.joinFeeder(ctx, fj, req); err != nil {
+			r.log.Debug("could not give the feeder's row the query's name its progress gave; the next start's join does",
+				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("query_name", name), zap.Error(err))
+		}
+	}()
+}

@@ -301,6 +301,8 @@ func (e *entry) exited() {
 
 func (e *entry) joinPending() bool { return e.r.joinPending(e.req.Table) }
 
+func (e *entry) namedFeeder(name string) { e.r.nameFeeder(e.req, name) }
+
 func (e *entry) rewindsPending() bool { return e.r.rereadServed.Load() < e.r.rereadAsked.Load() }
 
 func (e *entry) knownRewind() time.Time {

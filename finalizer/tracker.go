@@ -238,6 +238,7 @@ type Tracker struct {
 	// above, where they take no room of their own (TestTrackerSize).
 	movedLast bool // the last advance moved the verdict
 	batchZero bool // the run's batch 0 arrived, perhaps replaced in the mailbox (checkReset)
+	named     bool // the query's name was learnt from a progress (write), its feeder's row not told yet (host.namedFeeder)
 
 	// Owned by the worker goroutine.
 	written  time.Time
@@ -323,6 +324,12 @@ type runHost interface {
 	// table locked, the database is unavailable): the table must not move
 	// before that feeder holds it.
 	joinPending() bool
+	// namedFeeder is told the query's name the tracker learnt from its
+	// progress (an explicit track names none), once an advance carrying
+	// it succeeded: a solo table's advance writes only the table's row,
+	// so the feeder's row, joined without the name, is given it
+	// (Registry.nameFeeder).
+	namedFeeder(name string)
 	// rewoundAt is when an operator last rewound the tracker's table, in
 	// silent when the run was found silent or terminated since that
 	// rewind at the tracker's start or a restart's recovery, in since when
@@ -400,6 +407,8 @@ func (h *funcHost) exited() {}
 func (h *funcHost) notifier(*Tracker) *listener.Notifier { return nil }
 
 func (h *funcHost) joinPending() bool { return false }
+
+func (h *funcHost) namedFeeder(string) {}
 
 func (h *funcHost) rewindsPending() bool { return false }
 
@@ -1126,6 +1135,7 @@ func (t *Tracker) write(ctx context.Context, cand progress.Candidate, ev *progre
 		t.mu.Lock()
 		t.cfg.QueryName = strings.Clone(ev.Name)
 		t.mu.Unlock()
+		t.named = t.cfg.host != nil
 	}
 	adv := control.Advance{
 		Table:          t.cfg.Table,
@@ -1199,6 +1209,12 @@ func (t *Tracker) wrote(ctx context.Context, adv control.Advance, cand progress.
 	// The advance is kept for a re-assert: write detached it from the
 	// progress's buffers, which it would keep alive.
 	t.lastAdv = &adv
+	if t.named && adv.QueryName != "" {
+		// A solo table's advance wrote its own row only: the feeder's
+		// row gets the name the advance carried.
+		t.named = false
+		t.cfg.host.namedFeeder(adv.QueryName)
+	}
 	t.succeed(verdict, moved, cand, ev)
 	t.movedLast = moved
 	return true
