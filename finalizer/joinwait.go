@@ -512,36 +512,82 @@ func (r *Registry) warnJoinWait(req Request, err error, waiting, next time.Durat
 	}
 }
 
-// nameFeeder joins req's query to its table's feeders again, with the
-// name its tracker learnt from its progress (req, an explicit track's,
-// names none), off the tracker's goroutine (counted in r.wg, bounded by
-// the advance timeout; the registry's close ends it). The tracker's
-// advances carry the name, but a solo table's advance writes only the
-// table's row (the sole statement): the feeder's row, added by the track's
-// join without a name, showed none in finalizer status and feeders list
-// until the table was shared. The join writes the name into a row that
-// has none and is a read otherwise (a first verdict's advance wrote it);
-// a failure is left to the next start's join, at debug level.
+// nameFeeder queues req's query to be joined to its table's feeders
+// again, with the name its tracker learnt from its progress (req, an
+// explicit track's, names none). The tracker's advances carry the name,
+// but a solo table's advance writes only the table's row (the sole
+// statement): the feeder's row, added by the track's join without a
+// name, showed none in finalizer status and feeders list until the table
+// was shared. The join writes the name into a row that has none and is a
+// read otherwise (a first verdict's advance wrote it).
+//
+// It only queues: one goroutine, nameLoop, joins what is queued in
+// groups (JoinFeeders), so that the first verdicts of 100,000 explicitly
+// tracked runs cost a few hundred statements and no goroutine each (a
+// goroutine per call, each waiting on the joins' group commit, was up to
+// 100,000 stacks at once). A failure is left to the next start's join,
+// at debug level.
 func (r *Registry) nameFeeder(req Request, name string) {
-	fj, ok := r.cfg.Store.(FeederJoiner)
-	if !ok {
+	if _, ok := r.cfg.Store.(FeederJoiner); !ok {
 		return
 	}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return
+	r.namesMu.Lock()
+	r.names = append(r.names, control.FeederJoin{Table: req.Table, Query: req.QueryID, Name: name})
+	r.namesMu.Unlock()
+	select {
+	case r.nameKick <- struct{}{}:
+	default:
 	}
-	r.wg.Add(1)
-	r.mu.Unlock()
-	req.QueryName = name
-	go func() {
-		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(r.stopCtx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
-		defer cancel()
-		if _, err := r.joinFeeder(ctx, fj, req); err != nil {
-			r.log.Debug("could not give the feeder's row the query's name its progress gave; the next start's join does",
-				zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("query_name", name), zap.Error(err))
+}
+
+// nameLoop joins the feeders queued by nameFeeder, in groups of at most
+// MaxTrackBatch (one when the store cannot batch), until the registry
+// stops; what is queued then is left to the next start's joins.
+func (r *Registry) nameLoop() {
+	defer r.wg.Done()
+	fj, _ := r.cfg.Store.(FeederJoiner)
+	bj, _ := r.cfg.Store.(BatchFeederJoiner)
+	max := max(r.cfg.MaxTrackBatch, 1)
+	timeout := cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout)
+	for {
+		select {
+		case <-r.nameKick:
+		case <-r.stop:
+			return
 		}
-	}()
+		r.namesMu.Lock()
+		js := r.names
+		r.names = nil
+		r.namesMu.Unlock()
+		for len(js) > 0 {
+			n := min(len(js), max)
+			if bj == nil {
+				n = 1
+			}
+			group := js[:n]
+			js = js[n:]
+			ctx, cancel := context.WithTimeout(r.stopCtx, timeout)
+			var errs []error
+			if bj != nil {
+				for _, res := range bj.JoinFeeders(ctx, group) {
+					errs = append(errs, res.Err)
+				}
+			} else {
+				_, err := fj.JoinFeeder(ctx, group[0].Table, group[0].Query, group[0].Name)
+				errs = append(errs, err)
+			}
+			cancel()
+			for i, err := range errs {
+				if err != nil {
+					r.log.Debug("could not give the feeder's row the query's name its progress gave; the next start's join does",
+						zap.String("table", group[i].Table), zap.String("query_id", group[i].Query), zap.String("query_name", group[i].Name), zap.Error(err))
+				}
+			}
+			select {
+			case <-r.stop:
+				return
+			default:
+			}
+		}
+	}
 }

@@ -738,6 +738,11 @@ type Registry struct {
 	waitingJoins atomic.Int32
 	// joinKick wakes joinLoop: a wait was added, ended or is due.
 	joinKick chan struct{}
+	// names are the feeder joins nameFeeder queued for nameLoop, which
+	// nameKick wakes.
+	namesMu  sync.Mutex
+	names    []control.FeederJoin
+	nameKick chan struct{}
 	// stopCtx ends when Close begins (r.stop): the joins tried again end
 	// with it, where r.ctx ends only at the shutdown's deadline.
 	stopCtx    context.Context
@@ -854,6 +859,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		queued:     make(chan struct{}, 1),
 		earlyKick:  make(chan struct{}, 1),
 		joinKick:   make(chan struct{}, 1),
+		nameKick:   make(chan struct{}, 1),
 		reread:     make(chan struct{}, 1),
 		rereadWake: make(chan struct{}),
 		stop:       make(chan struct{}),
@@ -909,8 +915,9 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 				func(_ control.FeederJoin, err error) control.JoinedResult { return control.JoinedResult{Err: err} })
 		}
 	}
-	r.wg.Add(4)
+	r.wg.Add(5)
 	go r.joinLoop()
+	go r.nameLoop()
 	go r.discoverLoop()
 	go r.janitorLoop()
 	go r.rereadLoop()
