@@ -2,7 +2,6 @@ package finalizer
 
 import (
 	"context"
-	"time"
 
 	"github.com/finalizer-dev/finalizer/listener"
 )
@@ -35,17 +34,19 @@ type RunStater interface {
 	RetainedRun(ctx context.Context, queryID, runID string) (listener.Run, bool, error)
 }
 
-// StreamMarker is optional on a Bus: LastStored says when the event
-// stream stored its newest message, as the server reports it now (the
-// NATS server's clock; zero when it stored none;
-// listener.Listener.LastStored). The registry asks it once per rewind it
-// hears live: a progress read later from the stream's retained copy and
-// stored after that time was stored after the service heard the rewind,
-// judged on the one clock that stamped both (Tracker.beforeRewind).
-// Without it, a retained progress is judged with rewindMargin across the
-// NATS and PostgreSQL servers' clocks.
+// StreamMarker is optional on a Bus: StreamPosition says where the
+// event stream stands now, its last sequence and when it was created
+// (listener.Listener.StreamPosition). The registry asks it once per
+// rewind it hears live, and once per read of the rewinds from the rows
+// that recorded a position (to tell the stream's incarnation): a progress
+// read later from the stream's retained copy with a later sequence was
+// stored after the rewind committed, judged by the order the stream
+// stored in, never by a clock (Tracker.beforeRewind; ADR 0019, addendum
+// of 2026-12-06, "judged by sequence"). Without it, a retained progress
+// is judged with rewindMargin across the NATS and PostgreSQL servers'
+// clocks.
 type StreamMarker interface {
-	LastStored(ctx context.Context) (time.Time, error)
+	StreamPosition(ctx context.Context) (listener.StreamPosition, error)
 }
 
 // CatchUpHolder is optional on a Bus: HoldCatchUps defers the catch-up
@@ -113,10 +114,10 @@ func (b ListenerBus) RunName(ctx context.Context, queryID, runID string) (string
 	return b.L.RunName(ctx, queryID, runID)
 }
 
-// LastStored says when the event stream stored its newest message (see
-// listener.LastStored).
-func (b ListenerBus) LastStored(ctx context.Context) (time.Time, error) {
-	return b.L.LastStored(ctx)
+// StreamPosition says where the event stream stands (see
+// listener.StreamPosition).
+func (b ListenerBus) StreamPosition(ctx context.Context) (listener.StreamPosition, error) {
+	return b.L.StreamPosition(ctx)
 }
 
 // RetainedRun reads what the stream retains of one run (see

@@ -67,13 +67,13 @@ func (r *Registry) Sweep() { r.sweep() }
 
 // StreamMarkOf is what the registry keeps of table's latest rewind heard
 // live (its entry in r.marks): the rewind as kept, its stored
-// rewound_at, whether it was heard live, and the stream's newest stored
-// time read for it (read false while none).
-func (r *Registry) StreamMarkOf(table string) (rewind, stored, last time.Time, heard, read bool) {
+// rewound_at, whether it was heard live, and the stream's last sequence
+// read for it (read false while none).
+func (r *Registry) StreamMarkOf(table string) (rewind, stored time.Time, last uint64, heard, read bool) {
 	m := r.marks.Load()
 	if m == nil {
 		return
 	}
 	x := (*m)[table]
-	return x.rewind, x.stored, x.last, x.heard, x.read
+	return x.rewind, x.stored, x.seq, x.heard, x.read
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -143,16 +144,20 @@ func (t *Tracker) checkRewound() {
 // without a timestamp is applied, as before, unless the stream stored it
 // before the rewind.
 //
-// A progress read from the stream's retained copy whose stored time is
-// known (Tracker.pendingHeard below 0) is judged by that time too, the
-// NATS server's clock: stored before the rewind, or within rewindMargin
-// after it, it is held, whatever its driver's timestamp says (a driver
+// A progress read from the stream's retained copy is judged by where the
+// stream stored it too (storedBefore): by its stream sequence against the
+// stream's last sequence read after the rewind committed, when that is
+// known for the rewind (Tracker.pendingSeq; the rewind heard live, or
+// recorded by finalizer rewind), else by its stored time (Tracker.
+// pendingHeard below 0) against the rewind plus rewindMargin. Stored
+// before, it is held, whatever its driver's timestamp says (a driver
 // whose clock is ahead stamped it after the rewind: found in review, ADR
 // 0019's addendum of 2026-12-06). Stored after, it is still held when its
 // timestamp is before the rewind, as before: a client that queued it
 // across an outage may have stored it late.
 func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	var heard, stored time.Time
+	var seq uint64
 	if ev == t.pending {
 		switch {
 		case t.pendingHeard > 0:
@@ -160,13 +165,14 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 		case t.pendingHeard < 0:
 			stored = time.Unix(0, -t.pendingHeard)
 		}
+		seq = t.pendingSeq
 	}
 	// Never later than when the progress was stored, or heard, with a few
 	// seconds' skew: a duration past it is not believed (ADR 0019,
 	// addendum of 2026-12-06: a triggerExecution of 2,000,000,000 ms
 	// carried a progress posted 20 s before the rewind 24 days past it).
 	posted := ev.PostedBy(cmp.Or(stored, heard))
-	if posted.IsZero() && stored.IsZero() && heard.IsZero() {
+	if posted.IsZero() && stored.IsZero() && heard.IsZero() && seq == 0 {
 		return false
 	}
 	at := t.rewindAt(heard)
@@ -182,7 +188,7 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 		_, heardBefore = t.cfg.host.storedRewind(at)
 	}
 	mark, marked := t.rewindMark(at)
-	storedBefore := t.storedBefore(stored, at, mark, marked)
+	storedBefore, bySeq := storedBefore(stored, seq, at, mark, marked)
 	// The driver's time is judged against the rewind's stored rewound_at
 	// when this service heard it with it (the stamp the audit shows,
 	// taken with the row locked, within milliseconds of the commit: ADR
@@ -206,10 +212,10 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 		t.held = outcomeBeforeRewind + ": the run's progress was heard at " + heard.UTC().Format(time.RFC3339Nano) +
 			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before this service heard its table's rewind at " +
 			at.UTC().Format(time.RFC3339Nano) + "; its next progress posted after the rewind moves the verdict"
-	case storedBefore && marked:
-		t.held = outcomeBeforeRewind + ": the run's progress was stored by the stream at " + stored.UTC().Format(time.RFC3339Nano) +
-			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before this service heard its table's rewind (the stream's newest message then was stored at " +
-			mark.UTC().Format(time.RFC3339Nano) + "); its next progress posted after the rewind moves the verdict"
+	case storedBefore && bySeq:
+		t.held = outcomeBeforeRewind + ": the run's progress was stored by the stream at sequence " + strconv.FormatUint(seq, 10) +
+			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before its table's rewind at " + rewound.UTC().Format(time.RFC3339) +
+			" (the stream's last sequence once the rewind had committed was " + strconv.FormatUint(mark, 10) + "); its next progress posted after the rewind moves the verdict"
 	case storedBefore:
 		t.held = outcomeBeforeRewind + ": the run's progress was stored by the stream at " + stored.UTC().Format(time.RFC3339) +
 			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " +
@@ -230,8 +236,11 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	if !stored.IsZero() {
 		fields = append(fields, zap.Time("stored", stored))
 	}
+	if seq != 0 {
+		fields = append(fields, zap.Uint64("stream_seq", seq))
+	}
 	if marked {
-		fields = append(fields, zap.Time("stream_last_stored_at_rewind", mark))
+		fields = append(fields, zap.Uint64("stream_last_seq_at_rewind", mark))
 	}
 	t.log.Info("a progress posted before the table's last rewind is not applied (it would undo the rewind)", fields...)
 	return true
@@ -248,34 +257,43 @@ func (t *Tracker) storedRewind(at time.Time) time.Time {
 	return stored
 }
 
-// rewindMark is the event stream's newest stored time when this service
-// heard the table's rewind at live (Registry.markStream); ok is false
-// when none is known for that rewind.
-func (t *Tracker) rewindMark(at time.Time) (time.Time, bool) {
+// rewindMark is the event stream's last sequence read after the table's
+// rewind at committed (Registry.markStream for a rewind heard live, or
+// recorded by finalizer rewind and read from the rows: Registry.
+// loadRewinds); ok is false when none is known for that rewind.
+func (t *Tracker) rewindMark(at time.Time) (uint64, bool) {
 	if t.cfg.host == nil || at.IsZero() {
-		return time.Time{}, false
+		return 0, false
 	}
 	return t.cfg.host.rewindMark(at)
 }
 
 // storedBefore reports whether a progress the stream stored at stored
-// (zero: not known) counts as stored before the table's rewind at: when
-// this service heard that rewind live and read the stream's state then
-// (marked, mark its newest stored time), stored at or before mark, the
-// NATS server's clock against itself, with no margin (ADR 0019, addendum
-// of 2026-12-06: the usual reset's new run has its first progress read
-// from the stream seconds after the rewind, and the margin held it);
-// otherwise (the rewind read from the rows at a start or after a
-// reconnect, or the stream's state not read) before at plus
-// rewindMargin, across the NATS and PostgreSQL servers' clocks.
-func (t *Tracker) storedBefore(stored, at, mark time.Time, marked bool) bool {
+// with stream sequence seq (zero: not known) counts as stored before the
+// table's rewind at, and whether that was judged by the sequence:
+//   - when the stream's last sequence once the rewind had committed is
+//     known (marked, mark; read by this service when it heard the rewind
+//     live, or by finalizer rewind after its commit and kept on the
+//     table's row) and seq is known: seq at or below mark. Sequences are
+//     assigned by the stream's leader in the order it stores, whatever
+//     any clock says: a NATS server's clock stepped back, or a leader
+//     change between servers whose clocks differ, made a progress stored
+//     before the rewind read as stored after the stream's newest stored
+//     time then, and it undid the rewind (ADR 0019, addendum of
+//     2026-12-06, "judged by sequence").
+//   - otherwise (the rewind read from the rows with no position recorded,
+//     or one recorded for another incarnation of the stream; the stream's
+//     state not read yet; no sequence known) by the stored time: before
+//     at plus rewindMargin, across the NATS and PostgreSQL servers'
+//     clocks, late rather than wrong while they agree within it.
+func storedBefore(stored time.Time, seq uint64, at time.Time, mark uint64, marked bool) (before, bySeq bool) {
 	switch {
+	case marked && seq != 0:
+		return seq <= mark, true
 	case stored.IsZero():
-		return false
-	case marked:
-		return !stored.After(mark)
+		return false, false
 	default:
-		return stored.Before(at.Add(rewindMargin))
+		return stored.Before(at.Add(rewindMargin)), false
 	}
 }
 
@@ -313,15 +331,19 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 	}
 	t.mu.Unlock()
 	var stored time.Time
-	if sig != progress.SignalIdleEvent && t.pendingHeard < 0 {
-		stored, heard = time.Unix(0, -t.pendingHeard), time.Time{}
+	var seq uint64
+	if sig != progress.SignalIdleEvent && (t.pendingHeard < 0 || t.pendingSeq != 0) {
+		heard, seq = time.Time{}, t.pendingSeq
+		if t.pendingHeard < 0 {
+			stored = time.Unix(0, -t.pendingHeard)
+		}
 	}
 	rw := t.rewindAt(heard)
 	if rw.IsZero() {
 		return false
 	}
 	mark, marked := t.rewindMark(rw)
-	storedBefore := t.storedBefore(stored, rw, mark, marked)
+	storedBefore, bySeq := storedBefore(stored, seq, rw, mark, marked)
 	if !storedBefore && !at.Before(rw) {
 		return false
 	}
@@ -335,10 +357,10 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 		t.heldByQuiet = true
 		t.mu.Lock()
 		switch {
-		case storedBefore && marked:
-			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at " + stored.UTC().Format(time.RFC3339Nano) +
-				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), before this service heard its table's rewind (the stream's newest message then was stored at " +
-				mark.UTC().Format(time.RFC3339Nano) + "); its next progress, or quiet signal, from after the rewind moves the verdict"
+		case storedBefore && bySeq:
+			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at sequence " + strconv.FormatUint(seq, 10) +
+				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), before its table's rewind (the stream's last sequence once the rewind had committed was " +
+				strconv.FormatUint(mark, 10) + "); its next progress, or quiet signal, from after the rewind moves the verdict"
 		case storedBefore:
 			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at " + stored.UTC().Format(time.RFC3339) +
 				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " + rw.UTC().Format(time.RFC3339) +
@@ -351,8 +373,11 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 	}
 	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
 	fields := []zap.Field{zap.String("signal", sig), zap.Time("caught_up_at", at), zap.Time("rewound_at", rw)}
-	if storedBefore {
+	if storedBefore && !stored.IsZero() {
 		fields = append(fields, zap.Time("stored", stored))
+	}
+	if storedBefore && bySeq {
+		fields = append(fields, zap.Uint64("stream_seq", seq), zap.Uint64("stream_last_seq_at_rewind", mark))
 	}
 	t.log.Info("a quiet signal sent before the table's last rewind is not used (its quiet move would undo the rewind)", fields...)
 	return true
@@ -643,11 +668,13 @@ func (r *Registry) Rewound(table string, until, at time.Time) {
 // rewind is the rewind as the registry keeps it (r.rewinds: when it was
 // heard, the service's clock), stored its rewound_at as the control
 // table stored it (the notification's; zero when not carried), and,
-// once read (markStream), last when the stream stored its newest message
-// then (the NATS server's clock; zero when it stored none).
+// once read (markStream, or recorded by finalizer rewind and read from
+// the rows: loadRewinds), seq the stream's last sequence once the rewind
+// had committed (0 when it stored none).
 type streamMark struct {
-	rewind, stored, last time.Time
-	read                 bool
+	rewind, stored time.Time
+	seq            uint64
+	read           bool
 	// heard: rewind is when this service heard (or learnt) the rewind,
 	// its own clock (Registry.rewind); false for a mark read for a
 	// rewind known from the rows before its notification came (rewind
@@ -704,12 +731,15 @@ func (r *Registry) rewindOf(table string) time.Time {
 	return time.Time{}
 }
 
-// markStream asks the event stream when it stored its newest message
-// (StreamMarker), right after this service heard table's rewind live,
-// and keeps it with that rewind (r.marks): a progress read later from
-// the stream's retained copy is judged against the rewind by its stored
-// time against that one, both stamped by the NATS server's clock
-// (Tracker.beforeRewind), instead of against rewound_at with
+// markStream asks the event stream for its last sequence (StreamMarker),
+// right after this service heard table's rewind live, and keeps it with
+// that rewind (r.marks): a progress read later from the stream's retained
+// copy is judged against the rewind by its stream sequence against that
+// one, both assigned by the stream's leader in the order it stores,
+// whatever any clock says (Tracker.beforeRewind; ADR 0019, addendum of
+// 2026-12-06, "judged by sequence": its stored time against the stream's
+// newest stored time undid a rewind when the NATS server's clock stepped
+// back), instead of its stored time against rewound_at with
 // rewindMargin across the NATS and PostgreSQL servers' clocks. The usual
 // reset (stop the old query, rewind, start the new one at once) has the
 // new run's first progress read from the stream seconds after the
@@ -719,9 +749,9 @@ func (r *Registry) rewindOf(table string) time.Time {
 //
 // The stream's state is read after the rewind committed (its
 // notification is sent at the commit): every message stored before the
-// commit is in it, stored no later than its last (on one server's clock
-// that does not step back), so a progress stored before the rewind is
-// never taken as after it; one stored between the commit and the read is
+// commit has a sequence no later than its last, so a progress stored
+// before the rewind is never taken as after it; one stored between the
+// commit and the read is
 // held (late, never wrong). A read taken later is no less sound (its
 // threshold only later), so a failed read is tried again, with backoff
 // (one second, doubling up to 30 s), until it answers, the table is
@@ -771,7 +801,7 @@ func (r *Registry) markStream(table string) {
 			r.mu.Unlock()
 		}()
 		attempt := 0
-		var last time.Time
+		var last uint64
 		read := func() error {
 			if !r.rewindOf(table).Equal(at) {
 				return backoff.Permanent(errRewoundAgain)
@@ -779,11 +809,11 @@ func (r *Registry) markStream(table string) {
 			attempt++
 			ctx, cancel := context.WithTimeout(r.stopCtx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
 			defer cancel()
-			l, err := sm.LastStored(ctx)
+			pos, err := sm.StreamPosition(ctx)
 			if err != nil {
 				return err
 			}
-			last = l
+			last = pos.LastSeq
 			return nil
 		}
 		b := rereadBackOff()
@@ -802,7 +832,7 @@ func (r *Registry) markStream(table string) {
 			if m.read {
 				return false // the first read is the earliest threshold
 			}
-			m.last, m.read = last, true
+			m.seq, m.read = last, true
 			return true
 		}) {
 			r.log.Debug("the event stream's state read for a rewind is not kept: read already, or the table was rewound again",
@@ -810,7 +840,7 @@ func (r *Registry) markStream(table string) {
 			return
 		}
 		r.log.Info("the event stream's state when the rewind was heard: a progress it stores later is after the rewind",
-			zap.String("table", table), zap.Time("rewind", at), zap.Time("stream_last_stored", last), zap.Int("attempts", attempt))
+			zap.String("table", table), zap.Time("rewind", at), zap.Uint64("stream_last_seq", last), zap.Int("attempts", attempt))
 	}()
 }
 
@@ -818,20 +848,22 @@ func (r *Registry) markStream(table string) {
 // replaced.
 var errRewoundAgain = errors.New("the table was rewound again")
 
-// markOf is the stream's newest stored time when this service heard
-// table's rewind at live (markStream); ok is false when none was read
-// for that rewind (a later rewind replaced it, it was read from the rows,
+// markOf is the stream's last sequence once table's rewind at had
+// committed (markStream for a rewind heard live; recorded by finalizer
+// rewind and read from the rows, loadRewinds); ok is false when none is
+// known for that rewind (a later rewind replaced it, it was read from
+// the rows with no position or one of another incarnation of the stream,
 // or the read has not answered or failed). Lock-free.
-func (r *Registry) markOf(table string, at time.Time) (last time.Time, ok bool) {
+func (r *Registry) markOf(table string, at time.Time) (seq uint64, ok bool) {
 	m := r.marks.Load()
 	if m == nil {
-		return time.Time{}, false
+		return 0, false
 	}
 	mk, ok := (*m)[table]
 	if !ok || at.IsZero() || !mk.rewind.Equal(at) || !mk.read {
-		return time.Time{}, false
+		return 0, false
 	}
-	return mk.last, true
+	return mk.seq, true
 }
 
 // storedOf is the rewound_at the control table stored for table's rewind

@@ -314,7 +314,7 @@ func (e *entry) knownRewind() time.Time {
 
 func (e *entry) learnRewind(v control.Verdict) { e.r.learnRewind(e.req.Table, v) }
 
-func (e *entry) rewindMark(at time.Time) (time.Time, bool) { return e.r.markOf(e.req.Table, at) }
+func (e *entry) rewindMark(at time.Time) (uint64, bool) { return e.r.markOf(e.req.Table, at) }
 
 func (e *entry) storedRewind(at time.Time) (time.Time, bool) { return e.r.storedOf(e.req.Table, at) }
 

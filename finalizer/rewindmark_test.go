@@ -10,27 +10,31 @@ import (
 	"github.com/finalizer-dev/finalizer/listener"
 )
 
-// markingBus is a fakeBus whose stream reports when it stored its
-// newest message (finalizer.StreamMarker), counting the requests.
+// streamCreated is when the fakes' event stream was created.
+var streamCreated = utc("2026-01-01T00:00:00Z")
+
+// markingBus is a fakeBus whose stream reports its last sequence and
+// creation time (finalizer.StreamMarker), counting the requests.
 type markingBus struct {
 	*fakeBus
-	mu    sync.Mutex
-	last  time.Time
-	asked int
+	mu      sync.Mutex
+	last    uint64
+	created time.Time
+	asked   int
 }
 
-func (b *markingBus) LastStored(context.Context) (time.Time, error) {
+func (b *markingBus) StreamPosition(context.Context) (listener.StreamPosition, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.asked++
-	return b.last, nil
+	return listener.StreamPosition{LastSeq: b.last, Created: b.created}, nil
 }
 
-// newMarkRig is newRig with a markingBus whose stream's newest message
-// was stored at last.
-func newMarkRig(t *testing.T, last time.Time) (*rig, *markingBus) {
+// newMarkRig is newRig with a markingBus whose stream's last sequence is
+// last.
+func newMarkRig(t *testing.T, last uint64) (*rig, *markingBus) {
 	t.Helper()
-	mb := &markingBus{fakeBus: newFakeBus(), last: last}
+	mb := &markingBus{fakeBus: newFakeBus(), last: last, created: streamCreated}
 	return newRigOver(t, mb, &batchFake{fakeStore: newFakeStore()}, rigOptions{}), mb
 }
 
@@ -49,7 +53,7 @@ func newMarkRig(t *testing.T, last time.Time) (*rig, *markingBus) {
 // rewind heard.
 func TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock(t *testing.T) {
 	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
-	r, mb := newMarkRig(t, rewoundAt.Add(-time.Second))
+	r, mb := newMarkRig(t, 100)
 	for _, table := range []string{"t_a", "t_b"} {
 		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
 		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
@@ -59,21 +63,22 @@ func TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock(t *testing.T
 	})
 	type retained struct {
 		posted, stored time.Time
+		seq            uint64
 	}
 	last := map[string]retained{
 		// The old run: the driver's clock ten minutes ahead, stored two
 		// seconds before the rewind.
-		runA: {rewoundAt.Add(8 * time.Minute), rewoundAt.Add(-2 * time.Second)},
+		runA: {rewoundAt.Add(8 * time.Minute), rewoundAt.Add(-2 * time.Second), 99},
 		// The new run, started by the script right after the rewind: its
 		// first progress stored five seconds after it, read from the
 		// stream by its tracker's catch-up.
-		runB: {rewoundAt.Add(4 * time.Second), rewoundAt.Add(5 * time.Second)},
+		runB: {rewoundAt.Add(4 * time.Second), rewoundAt.Add(5 * time.Second), 101},
 	}
 	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
 		l := last[runID]
 		ev := cdcProgress(runID, "2026-09-28T18:10:00")
 		ev.Timestamp = l.posted
-		box.OfferRetainedAt(ev, l.stored)
+		box.OfferRetainedSeq(ev, l.stored, l.seq)
 	}
 	r.track(t, runA, "t_a")
 	r.track(t, runB, "t_b")
@@ -93,7 +98,7 @@ func TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock(t *testing.T
 // retained progress stored within the minute after it is still held.
 func TestARewindNotHeardLiveKeepsTheMargin(t *testing.T) {
 	rewoundAt := utc("2026-09-28T23:00:00Z")
-	r, mb := newMarkRig(t, rewoundAt.Add(-time.Second))
+	r, mb := newMarkRig(t, 100)
 	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), rewoundAt)
 	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
@@ -101,7 +106,7 @@ func TestARewindNotHeardLiveKeepsTheMargin(t *testing.T) {
 	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
 		ev := cdcProgress(runID, "2026-09-28T18:10:00")
 		ev.Timestamp = rewoundAt.Add(10 * time.Second)
-		box.OfferRetainedAt(ev, rewoundAt.Add(20*time.Second))
+		box.OfferRetainedSeq(ev, rewoundAt.Add(20*time.Second), 101)
 	}
 	r.track(t, runB, "t_a")
 	r.staysRewound(t, "t_a", "the progress held by the margin", 1,
@@ -154,7 +159,7 @@ func TestARetainedProgressIsJudgedAgainstTheStoredRewoundAt(t *testing.T) {
 // stored after it is applied.
 func TestARewindReadBeforeItsNotificationIsMarkedWhenHeard(t *testing.T) {
 	rewoundAt := utc("2026-09-29T00:00:00Z")
-	r, mb := newMarkRig(t, rewoundAt.Add(-time.Second))
+	r, mb := newMarkRig(t, 100)
 	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), rewoundAt)
 	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
@@ -166,7 +171,7 @@ func TestARewindReadBeforeItsNotificationIsMarkedWhenHeard(t *testing.T) {
 	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
 		ev := cdcProgress(runID, "2026-09-28T18:10:00")
 		ev.Timestamp = rewoundAt.Add(4 * time.Second)
-		box.OfferRetainedAt(ev, rewoundAt.Add(5*time.Second))
+		box.OfferRetainedSeq(ev, rewoundAt.Add(5*time.Second), 101)
 	}
 	r.track(t, runB, "t_a")
 	eventually(t, "t_a applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })

@@ -9,31 +9,32 @@ import (
 	"github.com/finalizer-dev/finalizer/listener"
 )
 
-// answer is what a scriptedMarker's LastStored returns.
+// answer is what a scriptedMarker's StreamPosition returns: the
+// stream's last sequence.
 type answer struct {
-	last time.Time
+	last uint64
 	err  error
 }
 
 // scriptedMarker is a fakeBus whose stream's state is read by the test:
-// each LastStored call is handed to the test (calls), which answers it.
+// each StreamPosition call is handed to the test (calls), which answers it.
 type scriptedMarker struct {
 	*fakeBus
 	calls chan chan answer
 }
 
-func (b *scriptedMarker) LastStored(ctx context.Context) (time.Time, error) {
+func (b *scriptedMarker) StreamPosition(ctx context.Context) (listener.StreamPosition, error) {
 	ch := make(chan answer, 1)
 	select {
 	case b.calls <- ch:
 	case <-ctx.Done():
-		return time.Time{}, ctx.Err()
+		return listener.StreamPosition{}, ctx.Err()
 	}
 	select {
 	case a := <-ch:
-		return a.last, a.err
+		return listener.StreamPosition{LastSeq: a.last, Created: streamCreated}, a.err
 	case <-ctx.Done():
-		return time.Time{}, ctx.Err()
+		return listener.StreamPosition{}, ctx.Err()
 	}
 }
 
@@ -44,7 +45,7 @@ func newScriptedRig(t *testing.T) (*rig, *scriptedMarker) {
 	return newRigOver(t, sm, &batchFake{fakeStore: newFakeStore()}, rigOptions{}), sm
 }
 
-// call is the next LastStored call of sm.
+// call is the next StreamPosition call of sm.
 func (sm *scriptedMarker) call(t *testing.T) chan answer {
 	t.Helper()
 	select {
@@ -73,20 +74,20 @@ func TestAStreamReadForAnEarlierRewindDoesNotReplaceALaterOne(t *testing.T) {
 	r.store.rewind("t_a", utc("2026-09-28T12:00:00Z"), at2)
 	r.reg.Rewound("t_a", utc("2026-09-28T12:00:00Z"), at2)
 	second := sm.call(t)
-	first <- answer{last: at1.Add(-time.Second)}
+	first <- answer{last: 100}
 	eventually(t, "rewind 1's answer handled", func() bool {
 		return r.logs.FilterMessageSnippet("the event stream's state read for a rewind is not kept").Len() == 1 ||
 			r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == 1
 	})
-	second <- answer{last: at2.Add(-time.Second)}
+	second <- answer{last: 200}
 	eventually(t, "rewind 2's answer kept", func() bool {
 		_, _, _, _, read := r.reg.StreamMarkOf("t_a")
 		return read
 	})
 	rewind, stored, last, heard, _ := r.reg.StreamMarkOf("t_a")
-	if !rewind.Equal(heard2) || !stored.Equal(at2) || !heard || !last.Equal(at2.Add(-time.Second)) {
-		t.Fatalf("t_a's mark = rewind %v stored %v heard %v last %v; want rewind 2's: %v, %v, true, %v",
-			rewind, stored, heard, last, heard2, at2, at2.Add(-time.Second))
+	if !rewind.Equal(heard2) || !stored.Equal(at2) || !heard || last != 200 {
+		t.Fatalf("t_a's mark = rewind %v stored %v heard %v last %v; want rewind 2's: %v, %v, true, 200",
+			rewind, stored, heard, last, heard2, at2)
 	}
 }
 
@@ -114,7 +115,7 @@ func TestAFailedStreamReadAfterARewindIsTriedAgain(t *testing.T) {
 				ch <- answer{err: errors.New("nats: timeout")}
 				continue
 			}
-			ch <- answer{last: rewoundAt.Add(-time.Second)}
+			ch <- answer{last: 100}
 		}
 	}()
 	eventually(t, "the stream's state read on the third try", func() bool {
@@ -128,7 +129,7 @@ func TestAFailedStreamReadAfterARewindIsTriedAgain(t *testing.T) {
 	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
 		ev := cdcProgress(runID, "2026-09-28T18:10:00")
 		ev.Timestamp = rewoundAt.Add(10 * time.Second)
-		box.OfferRetainedAt(ev, rewoundAt.Add(15*time.Second))
+		box.OfferRetainedSeq(ev, rewoundAt.Add(15*time.Second), 101)
 	}
 	r.track(t, runA, "t_a")
 	eventually(t, "the reset run's progress applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })

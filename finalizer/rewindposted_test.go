@@ -23,7 +23,7 @@ import (
 // rewind (t_b) is still held.
 func TestABatchStartedBeforeARewindAndPostedAfterItIsApplied(t *testing.T) {
 	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
-	r, _ := newMarkRig(t, rewoundAt.Add(-time.Second))
+	r, _ := newMarkRig(t, 100)
 	for _, table := range []string{"t_a", "t_b"} {
 		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
 		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
@@ -40,7 +40,7 @@ func TestABatchStartedBeforeARewindAndPostedAfterItIsApplied(t *testing.T) {
 		ev.Timestamp, ev.TriggerExecutionMs = rewoundAt.Add(-30*time.Second), exec[runID]
 		// Stored after the stream's state at the rewind: a client's queue
 		// across an outage stores late, so the posted time decides.
-		box.OfferRetainedAt(ev, rewoundAt.Add(2*time.Minute))
+		box.OfferRetainedSeq(ev, rewoundAt.Add(2*time.Minute), 101)
 	}
 	r.track(t, runA, "t_a")
 	r.track(t, runB, "t_b")
@@ -97,7 +97,7 @@ func TestARunEndedHeldBeforeItsRewindStaysInStatus(t *testing.T) {
 func TestAProgressIsNeverPostedAfterItWasStored(t *testing.T) {
 	const runC = "0c0c0c0c-2222-4333-8444-555555555555"
 	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
-	r, _ := newMarkRig(t, rewoundAt.Add(-time.Second))
+	r, _ := newMarkRig(t, 100)
 	for _, table := range []string{"t_a", "t_b", "t_c"} {
 		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
 		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
@@ -110,10 +110,10 @@ func TestAProgressIsNeverPostedAfterItWasStored(t *testing.T) {
 		switch runID {
 		case runA:
 			ev.Timestamp, ev.TriggerExecutionMs = rewoundAt.Add(-20*time.Second), 2_000_000_000
-			box.OfferRetainedAt(ev, rewoundAt.Add(2*time.Minute))
+			box.OfferRetainedSeq(ev, rewoundAt.Add(2*time.Minute), 102)
 		case runB:
 			ev.Timestamp, ev.TriggerExecutionMs = rewoundAt.Add(-30*time.Second), 90_000
-			box.OfferRetainedAt(ev, rewoundAt.Add(61*time.Second))
+			box.OfferRetainedSeq(ev, rewoundAt.Add(61*time.Second), 101)
 		case runC:
 			ev.Timestamp, ev.TriggerExecutionMs = rewoundAt.Add(-20*time.Second), 2_000_000_000
 			box.OfferRetained(ev)

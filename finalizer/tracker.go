@@ -223,8 +223,15 @@ type Tracker struct {
 	// Mail.ProgressStored), or 0 when it may come from the retained copy
 	// and its stored time is not known. A rewind after it holds it
 	// (beforeRewind, rewindAt), whatever came since. One field for the
-	// three: the tracker has no 8 bytes to spare (TestTrackerSize).
+	// three.
 	pendingHeard int64
+	// pendingSeq is the stream sequence of pending when it may come from
+	// the stream's retained copy (Mail.ProgressSeq), 0 otherwise or when
+	// not known: a retained progress is judged against a rewind by it,
+	// never by a clock (beforeRewind; ADR 0019, addendum of 2026-12-06,
+	// "judged by sequence"). Its 8 bytes come out of lastWarn, kept as
+	// Unix ns (TestTrackerSize).
+	pendingSeq   uint64
 	retries      int         // retries armed in the current failure streak
 	retryStop    func() bool // stops the armed retry timer; nil when none
 	stepErr      error       // this step's failed advance, and its candidate
@@ -243,12 +250,12 @@ type Tracker struct {
 	// Owned by the worker goroutine.
 	written  time.Time
 	lastAdv  *control.Advance // the last advance this tracker wrote, for Reassert
-	lastWarn time.Time
-	warned   map[string]bool // guards already logged at WARN for this run
-	heldBy   string          // the guard holding the newest progress, "" when none
-	quietAt  time.Time       // the newest time the source was known caught up, not yet applied
-	quietSig string          // the signal of quietAt
-	last     *progress.Event // the newest progress taken: the provenance of a quiet move; nil without quiet.after
+	lastWarn int64            // when fail last logged, Unix ns (the registry's clock)
+	warned   map[string]bool  // guards already logged at WARN for this run
+	heldBy   string           // the guard holding the newest progress, "" when none
+	quietAt  time.Time        // the newest time the source was known caught up, not yet applied
+	quietSig string           // the signal of quietAt
+	last     *progress.Event  // the newest progress taken: the provenance of a quiet move; nil without quiet.after
 	// droppedRows is the table's counter of rows dropped by the
 	// watermark, looked up at the first rows dropped instead of at every
 	// progress.
@@ -350,11 +357,10 @@ type runHost interface {
 	// its rewind, when not known yet, is then known as if its
 	// notification had been heard.
 	learnRewind(v control.Verdict)
-	// rewindMark is the event stream's newest stored time when this
-	// service heard the tracker's table's rewind at live (the NATS
-	// server's clock, Registry.markStream); ok is false when none is
-	// known for that rewind (then rewindMargin applies).
-	rewindMark(at time.Time) (last time.Time, ok bool)
+	// rewindMark is the event stream's last sequence once the tracker's
+	// table's rewind at had committed (Registry.markOf); ok is false
+	// when none is known for that rewind (then rewindMargin applies).
+	rewindMark(at time.Time) (seq uint64, ok bool)
 	// storedRewind is the rewound_at the control table stored for the
 	// rewind kept as at, when this service heard it live with it (the
 	// notification's), zero otherwise; live says whether at is when this
@@ -436,7 +442,7 @@ func (h *funcHost) learnRewind(v control.Verdict) {
 	}
 }
 
-func (h *funcHost) rewindMark(time.Time) (time.Time, bool) { return time.Time{}, false }
+func (h *funcHost) rewindMark(time.Time) (uint64, bool) { return 0, false }
 
 func (h *funcHost) storedRewind(time.Time) (time.Time, bool) { return time.Time{}, false }
 
@@ -824,7 +830,7 @@ func (t *Tracker) step(ctx context.Context) (done bool) {
 	}
 	if mail.Progress != nil {
 		t.pending = mail.Progress
-		t.pendingHeard = t.heardAt(mail)
+		t.pendingHeard, t.pendingSeq = t.heardAt(mail), retainedSeq(mail)
 		if t.cfg.Spec.QuietAfter > 0 {
 			// Only a quiet move reads it (its provenance); kept for
 			// every run, the parsed progress and its offsets cost about
@@ -1015,6 +1021,16 @@ func (t *Tracker) heardAt(mail listener.Mail) int64 {
 	return t.cfg.Clock.Now().UnixNano()
 }
 
+// retainedSeq is the stream sequence of mail's progress when it may come
+// from the stream's retained copy, 0 otherwise or when not known (see
+// Tracker.pendingSeq).
+func retainedSeq(mail listener.Mail) uint64 {
+	if mail.ProgressRetained {
+		return mail.ProgressSeq
+	}
+	return 0
+}
+
 // finalCatchUp reads the run's retained events once more after its
 // termination and applies a newer progress it finds; it returns the
 // progress still not applied, and notes a failed catch-up in t.out.err.
@@ -1038,7 +1054,7 @@ func (t *Tracker) finalCatchUp(ctx context.Context, pending *progress.Event) *pr
 		pending = mail.Progress
 		// Pending from here on (the caller keeps what this returns):
 		// beforeRewind judges it by pendingHeard.
-		t.pending, t.pendingHeard = pending, t.heardAt(mail)
+		t.pending, t.pendingHeard, t.pendingSeq = pending, t.heardAt(mail), retainedSeq(mail)
 		if t.apply(ctx, pending) {
 			pending = nil
 		}
@@ -1520,13 +1536,13 @@ func (t *Tracker) fail(err error, cand progress.Candidate) {
 	t.lastErr = err
 	n := t.failures
 	t.mu.Unlock()
-	now := t.cfg.Clock.Now()
+	now := t.cfg.Clock.Now().UnixNano()
 	switch {
 	case n == 1:
 		t.lastWarn = now
 		t.logSampled(zapcore.ErrorLevel, "advance-failed", "advance failed; the run's next event retries it",
 			zap.Error(err), zap.Time("candidate", cand.Until), zap.Int("retries", max(t.cfg.Retries, 0)))
-	case now.Sub(t.lastWarn) >= t.cfg.WarnEvery:
+	case time.Duration(now-t.lastWarn) >= t.cfg.WarnEvery:
 		t.lastWarn = now
 		t.logSampled(zapcore.WarnLevel, "advance-failing", "advance still failing",
 			zap.Error(err), zap.Int("failures_in_a_row", n), zap.Time("candidate", cand.Until))

@@ -8,20 +8,22 @@ import (
 	"github.com/finalizer-dev/finalizer/listener"
 )
 
-// TestLastStoredIsTheStreamsNewestStoredTime: LastStored says when the
-// stream stored its newest message (zero while it stored none), and a
-// message stored after it answered carries a later stored time: the
-// threshold a rewind heard live is judged by (finalizer.StreamMarker,
-// ADR 0019, addendum of 2026-12-06).
-func TestLastStoredIsTheStreamsNewestStoredTime(t *testing.T) {
+// TestStreamPositionIsTheStreamsLastSequence: StreamPosition says the
+// stream's last sequence (0 while it stored none) and when the stream was
+// created; a message stored after it answered carries a later sequence:
+// the threshold a rewind is judged by (finalizer.StreamMarker, ADR 0019,
+// addendum of 2026-12-06, "judged by sequence"). A stream deleted and
+// created again has another creation time, and its sequences start again.
+func TestStreamPositionIsTheStreamsLastSequence(t *testing.T) {
 	srv := startNATS(t)
 	l := dial(t, srv.ClientURL(), listener.Options{})
 	ctx := ctxT(t)
 	if err := l.EnsureStream(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if last, err := l.LastStored(ctx); err != nil || !last.IsZero() {
-		t.Fatalf("an empty stream: %v %v, want zero", last, err)
+	empty, err := l.StreamPosition(ctx)
+	if err != nil || empty.LastSeq != 0 || empty.Created.IsZero() {
+		t.Fatalf("an empty stream: %+v %v, want sequence 0 and its creation time", empty, err)
 	}
 	publishRuns(t, srv.ClientURL(), 2)
 	js, err := jetstream.New(rawConn(t, srv.ClientURL()))
@@ -36,16 +38,27 @@ func TestLastStoredIsTheStreamsNewestStoredTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last, err := l.LastStored(ctx)
-	if err != nil || !last.Equal(newest.Time) {
-		t.Fatalf("LastStored %v %v, want the newest message's stored time %v", last, err, newest.Time)
+	pos, err := l.StreamPosition(ctx)
+	if err != nil || pos.LastSeq < newest.Sequence || !pos.Created.Equal(empty.Created) {
+		t.Fatalf("StreamPosition %+v %v, want at least the newest progress's sequence %d, created %v", pos, err, newest.Sequence, empty.Created)
 	}
-	publishRuns(t, srv.ClientURL(), 1) // stored after LastStored answered
+	publishRuns(t, srv.ClientURL(), 1) // stored after StreamPosition answered
 	later, err := st.GetLastMsgForSubject(ctx, "spark.progress."+uuid(0, 0)+"."+uuid(0, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !later.Time.After(last) {
-		t.Fatalf("a message stored after LastStored answered has stored time %v, not after %v", later.Time, last)
+	if later.Sequence <= pos.LastSeq {
+		t.Fatalf("a message stored after StreamPosition answered has sequence %d, not after %d", later.Sequence, pos.LastSeq)
+	}
+	// Deleted and created again: another incarnation.
+	if err := js.DeleteStream(ctx, listener.DefaultStream); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.EnsureStream(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := l.StreamPosition(ctx)
+	if err != nil || again.LastSeq != 0 || again.Created.Equal(pos.Created) {
+		t.Fatalf("the stream created again: %+v %v, want sequence 0 and a creation time other than %v", again, err, pos.Created)
 	}
 }

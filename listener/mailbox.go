@@ -1,6 +1,7 @@
 package listener
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,9 +38,16 @@ type Mailbox struct {
 	// clock), 0 when none did since the last Take or its time is not
 	// known (Mail.ProgressStored). Below 0, it is instead when the
 	// progress that entered the slot was heard live, earlier than its
-	// offer (OfferHeardAt: -Unix ns, Mail.ProgressHeard). Its 8 bytes keep
-	// the mailbox in its 160-byte size class (TestMailboxWakeOnDemand).
+	// offer (OfferHeardAt: -Unix ns, Mail.ProgressHeard).
 	stored int64
+	// seq is the stream sequence of the retained progress that last
+	// entered the slot (OfferRetainedSeq; Mail.ProgressSeq), 0 when none
+	// did since the last Take or it is not known. A retained progress is
+	// judged against a rewind by it, never by a clock (ADR 0019, addendum
+	// of 2026-12-06, "judged by sequence"). Its 8 bytes come out of
+	// taken's timestamp, kept as Unix ns (mark): the mailbox stays in its
+	// 160-byte size class (TestMailboxWakeOnDemand).
+	seq uint64
 	// The flags sit together, in one word (the mailbox stays in its
 	// 160-byte size class, issue 12).
 	hasTaken bool
@@ -76,11 +84,34 @@ type Mailbox struct {
 const maxFallbacks = 8
 
 // mark is what the slot remembers of a progress already taken: enough to
-// order a later one (progress.Event.Newer reads only these).
+// order a later one (progress.Event.Newer reads only these). ts is the
+// progress's timestamp as Unix ns (tsKey): 8 bytes where a time.Time took
+// 24, which made room for the stream sequence (Mailbox.seq).
 type mark struct {
 	batch int64
-	ts    time.Time
+	ts    int64
 }
+
+// tsKey is t as Unix ns for mark, ordered as t is: math.MinInt64 for the
+// zero time (before every other), and clamped to the range Unix ns can
+// hold (years 1678 to 2262; two timestamps beyond it compare equal, so
+// the later of them is taken as a repeat, not as newer).
+func tsKey(t time.Time) int64 {
+	switch {
+	case t.IsZero():
+		return math.MinInt64
+	case t.Before(minKeyTime):
+		return math.MinInt64 + 1
+	case t.After(maxKeyTime):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+var (
+	minKeyTime = time.Unix(0, math.MinInt64+1)
+	maxKeyTime = time.Unix(0, math.MaxInt64)
+)
 
 // rawProgress is a progress message of a tracked run, not parsed yet. Its
 // batch id was read from the payload by peekProgress, without parsing.
@@ -151,6 +182,14 @@ type Mail struct {
 	// reached the stream after it): judged by this time, it is judged no
 	// later than it came.
 	ProgressStored int64
+	// ProgressSeq is the stream sequence of the retained progress that
+	// last entered the slot since the last Take (OfferRetainedSeq: from
+	// the message's metadata, assigned by the stream's leader, increasing
+	// within one stream); 0 when none did or it is not known. A tracker
+	// judges a retained progress against its table's rewind by it, against
+	// the stream's last sequence read after the rewind committed, never by
+	// a clock (ADR 0019, addendum of 2026-12-06, "judged by sequence").
+	ProgressSeq uint64
 	// ProgressHeard is when the progress that entered the slot since the
 	// last Take was heard live, when that was earlier than its offer
 	// (OfferHeardAt: Unix ns, this process's clock); 0 otherwise (heard
@@ -171,22 +210,32 @@ func NewMailbox() *Mailbox {
 // (Mail.NotNewer). So a message recovered from JetStream, or delivered twice, never
 // replaces or repeats a newer one. A started event is handed out once by
 // the next Take. nil is ignored.
-func (m *Mailbox) Offer(ev *progress.Event) { m.offer(ev, true, 0) }
+func (m *Mailbox) Offer(ev *progress.Event) { m.offer(ev, true, 0, 0) }
 
 // OfferRetained is Offer for an event read from the stream's retained
 // copy (a catch-up, a restart's recovery) rather than heard live: the
 // next Take says so (Mail.Heard false when nothing else came), and a
 // quiet mailbox does not stamp it (the run was not heard from now).
-func (m *Mailbox) OfferRetained(ev *progress.Event) { m.offer(ev, false, 0) }
+func (m *Mailbox) OfferRetained(ev *progress.Event) { m.offer(ev, false, 0, 0) }
 
 // OfferRetainedAt is OfferRetained for an event the stream stored at
 // stored (the server's clock, from the message's metadata): the next
 // Take says when a retained progress that entered the slot was stored
 // (Mail.ProgressStored), which a tracker judges against its table's
 // last rewind instead of the progress's driver's timestamp. A zero stored
-// is OfferRetained.
+// is OfferRetained. Every read of the stream has the message's sequence
+// too: OfferRetainedSeq.
 func (m *Mailbox) OfferRetainedAt(ev *progress.Event, stored time.Time) {
-	m.offer(ev, false, unixNanos(stored))
+	m.offer(ev, false, unixNanos(stored), 0)
+}
+
+// OfferRetainedSeq is OfferRetainedAt for an event the stream stored at
+// stored with stream sequence seq (both from the message's metadata):
+// the next Take also says the sequence of a retained progress that
+// entered the slot (Mail.ProgressSeq), by which a tracker judges it
+// against its table's last rewind. A zero seq is not known.
+func (m *Mailbox) OfferRetainedSeq(ev *progress.Event, stored time.Time, seq uint64) {
+	m.offer(ev, false, unixNanos(stored), seq)
 }
 
 // OfferHeardAt is Offer for a progress heard live at heard, earlier than
@@ -198,7 +247,7 @@ func (m *Mailbox) OfferRetainedAt(ev *progress.Event, stored time.Time) {
 // A retained progress's stored time, when one entered the slot, is kept
 // instead (the earlier-judged of the two).
 func (m *Mailbox) OfferHeardAt(ev *progress.Event, heard time.Time) {
-	m.offer(ev, true, -unixNanos(heard))
+	m.offer(ev, true, -unixNanos(heard), 0)
 }
 
 // unixNanos is t in Unix ns, 0 for the zero time.
@@ -210,8 +259,9 @@ func unixNanos(t time.Time) int64 {
 }
 
 // offer puts ev in the mailbox: heard now (live), or read from the
-// stream's retained copy, stored at stored (Unix ns; 0 when not known).
-func (m *Mailbox) offer(ev *progress.Event, live bool, stored int64) {
+// stream's retained copy, stored at stored (Unix ns; 0 when not known)
+// with stream sequence seq (0 when not known).
+func (m *Mailbox) offer(ev *progress.Event, live bool, stored int64, seq uint64) {
 	if ev == nil {
 		return
 	}
@@ -239,7 +289,7 @@ func (m *Mailbox) offer(ev *progress.Event, live bool, stored int64) {
 			m.progress = ev
 			switch {
 			case !live:
-				m.retained, m.stored = true, stored
+				m.retained, m.stored, m.seq = true, stored, seq
 			case stored < 0 && m.stored == 0:
 				m.stored = stored // heard earlier (OfferHeardAt)
 			}
@@ -491,15 +541,15 @@ func (m *Mailbox) Take() Mail {
 		}
 	}
 	mail := Mail{Progress: m.progress, Idle: m.idle, NotNewer: m.notNewer, IdleAt: m.idleAt, Terminated: m.terminated, Started: m.started, BatchZero: m.zero, Heard: m.heard,
-		ProgressRetained: m.retained}
+		ProgressRetained: m.retained, ProgressSeq: m.seq}
 	if m.stored > 0 {
 		mail.ProgressStored = m.stored
 	} else {
 		mail.ProgressHeard = -m.stored
 	}
-	m.idleAt, m.started, m.zero, m.heard, m.retained, m.stored = time.Time{}, nil, false, false, false, 0
+	m.idleAt, m.started, m.zero, m.heard, m.retained, m.stored, m.seq = time.Time{}, nil, false, false, false, 0, 0
 	if m.progress != nil {
-		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: m.progress.Timestamp}, true
+		m.taken, m.hasTaken = mark{batch: m.progress.BatchID, ts: tsKey(m.progress.Timestamp)}, true
 	}
 	m.progress = nil
 	m.idle, m.notNewer, m.quiet = false, false, false
@@ -513,5 +563,5 @@ func (mk mark) before(e *progress.Event) bool {
 	if e.BatchID != mk.batch {
 		return e.BatchID > mk.batch
 	}
-	return e.Timestamp.After(mk.ts)
+	return tsKey(e.Timestamp) > mk.ts
 }

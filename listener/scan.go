@@ -43,8 +43,8 @@ const BatchCatchUpMin = 64
 // stream sequence instead of the first (the tail a snapshot has not seen,
 // see HoldCatchUps). It returns the stream sequence of the last message
 // it read (0 when none). visit is given the time the stream stored the
-// message.
-func (l *Listener) scanStream(ctx context.Context, kinds []progress.Kind, from uint64, visit func(subject string, data []byte, stored time.Time)) (uint64, error) {
+// message and its stream sequence.
+func (l *Listener) scanStream(ctx context.Context, kinds []progress.Kind, from uint64, visit func(subject string, data []byte, stored time.Time, seq uint64)) (uint64, error) {
 	if _, err := l.eventStream(ctx); err != nil {
 		return 0, err
 	}
@@ -107,7 +107,7 @@ func (l *Listener) scanStream(ctx context.Context, kinds []progress.Kind, from u
 		subject := m.Subject()
 		for _, w := range want {
 			if strings.HasPrefix(subject, w) {
-				visit(subject, m.Data(), md.Timestamp)
+				visit(subject, m.Data(), md.Timestamp, md.Sequence.Stream)
 				break
 			}
 		}
@@ -307,7 +307,8 @@ type retainedMsg struct {
 	kind    progress.Kind
 	ev      *progress.Event
 	data    []byte
-	stored  int64 // when the stream stored it (Unix ns, the server's clock)
+	stored  int64  // when the stream stored it (Unix ns, the server's clock)
+	seq     uint64 // its stream sequence
 }
 
 // snapshotKinds are the kinds a catch-up offers.
@@ -410,15 +411,15 @@ func (l *Listener) scanCatchUp(ctx context.Context, subs []*RunSubscription, sna
 		from = snap.last + 1
 	}
 	term := "." + progress.KindTerminated.String() + "."
-	_, err := l.scanStream(ctx, snapshotKinds, from, func(subject string, data []byte, stored time.Time) {
+	_, err := l.scanStream(ctx, snapshotKinds, from, func(subject string, data []byte, stored time.Time, seq uint64) {
 		held := byRun[lastToken(subject)]
 		switch {
 		case len(held) == 0:
 		case strings.HasPrefix(subject[min(len(l.opts.Prefix), len(subject)):], term):
-			terminations = append(terminations, retainedMsg{subject: subject, kind: progress.KindTerminated, data: data, stored: unixNanos(stored)})
+			terminations = append(terminations, retainedMsg{subject: subject, kind: progress.KindTerminated, data: data, stored: unixNanos(stored), seq: seq})
 		default:
 			for _, s := range held {
-				s.deliverNow(subject, data, stored)
+				s.deliverNow(subject, data, stored, seq)
 			}
 		}
 	})
@@ -442,7 +443,7 @@ func (s *RunSubscription) deliverRetained(m retainedMsg) {
 		if m.stored != 0 {
 			stored = time.Unix(0, m.stored)
 		}
-		s.deliverNow(m.subject, m.data, stored)
+		s.deliverNow(m.subject, m.data, stored, m.seq)
 		return
 	}
 	es, ok := s.checkSubject(m.subject)
@@ -450,7 +451,7 @@ func (s *RunSubscription) deliverRetained(m retainedMsg) {
 		return
 	}
 	s.l.event(es.kind, OutcomeAccepted)
-	s.box.offer(m.ev, false, m.stored) // OfferRetainedAt
+	s.box.offer(m.ev, false, m.stored, m.seq) // OfferRetainedSeq
 }
 
 // cmpErr returns a unless it is nil, else b.
@@ -461,29 +462,35 @@ func cmpErr(a, b error) error {
 	return b
 }
 
-// LastStored returns when the event stream stored its newest message, as
-// the server reports it now (its stream info's State.LastTime, the NATS
-// server's clock; zero when the stream has stored none). A message the
-// stream stores after this call answered carries a later sequence and,
-// on the server's clock, a later stored time. The registry asks it when
-// it hears an operator's rewind (finalizer.StreamMarker): a progress
-// read from the stream's retained copy whose stored time is after it was
-// stored after the service heard the rewind, judged on the one clock
-// that stamped both (ADR 0019, addendum of 2026-12-06). Without a
-// deadline in ctx, Options.RequestTimeout applies.
-func (l *Listener) LastStored(ctx context.Context) (time.Time, error) {
+// StreamPosition is where the event stream stands: the sequence of the
+// newest message it stored (0 when it stored none) and when the stream was
+// created. Sequences increase within one stream, assigned by its leader
+// whatever any clock says; a stream deleted and created again starts them
+// again, and its creation time tells it from the one before.
+type StreamPosition struct {
+	LastSeq uint64
+	Created time.Time
+}
+
+// StreamPosition returns the event stream's position as the server
+// reports it now (its stream info's State.LastSeq and Created). A message
+// the stream stores after this call answered carries a later sequence.
+// The registry reads it when it hears an operator's rewind, and
+// `finalizer rewind` after its transaction commits (finalizer.StreamMarker,
+// ADR 0019, addendum of 2026-12-06, "judged by sequence"): a progress
+// read from the stream's retained copy with a later sequence was stored
+// after the rewind committed. Without a deadline in ctx,
+// Options.RequestTimeout applies.
+func (l *Listener) StreamPosition(ctx context.Context) (StreamPosition, error) {
 	st, err := l.eventStream(ctx)
 	if err != nil {
-		return time.Time{}, err
+		return StreamPosition{}, err
 	}
 	cctx, cancel := l.withTimeout(ctx, l.opts.RequestTimeout)
 	defer cancel()
 	info, err := st.Info(cctx)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("stream %s: info: %w", l.opts.Stream, err)
+		return StreamPosition{}, fmt.Errorf("stream %s: info: %w", l.opts.Stream, err)
 	}
-	if info.State.LastSeq == 0 {
-		return time.Time{}, nil
-	}
-	return info.State.LastTime, nil
+	return StreamPosition{LastSeq: info.State.LastSeq, Created: info.Created.UTC()}, nil
 }

@@ -70,21 +70,27 @@ func TestCatchUpsSayWhenTheStreamStoredTheProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storedAt := func(i int) int64 {
+	stored := func(i int) *jetstream.RawStreamMsg {
 		t.Helper()
 		msg, err := st.GetLastMsgForSubject(ctx, "spark.progress."+uuid(i, 0)+"."+uuid(i, 1))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if msg.Time.IsZero() {
-			t.Fatal("the stream's message has no time")
+		if msg.Time.IsZero() || msg.Sequence == 0 {
+			t.Fatal("the stream's message has no time or no sequence")
 		}
-		return msg.Time.UnixNano()
+		return msg
 	}
+	storedAt := func(i int) int64 { return stored(i).Time.UnixNano() }
 	check := func(how string, i int, mail listener.Mail) {
 		t.Helper()
 		if mail.Progress == nil || !mail.ProgressRetained || mail.ProgressStored != storedAt(i) {
 			t.Fatalf("%s, run %d: %+v, want its retained progress stored at %d", how, i, mail, storedAt(i))
+		}
+		// And its stream sequence, by which a rewind judges it (ADR
+		// 0019, addendum of 2026-12-06, "judged by sequence").
+		if mail.ProgressSeq != stored(i).Sequence {
+			t.Fatalf("%s, run %d: sequence %d, want the stream's %d", how, i, mail.ProgressSeq, stored(i).Sequence)
 		}
 	}
 
@@ -149,5 +155,38 @@ func TestMailboxSaysWhenAHandedOverProgressWasHeard(t *testing.T) {
 	m.Offer(&progress.Event{Kind: progress.KindProgress, BatchID: 7, Timestamp: heard})
 	if mail := m.Take(); mail.ProgressHeard != 0 || mail.ProgressStored != 0 {
 		t.Fatalf("live only: %+v", mail)
+	}
+}
+
+// A retained progress carries its stream sequence with its stored time
+// (ADR 0019, addendum of 2026-12-06, "judged by sequence"), as the time:
+// the one that last entered the slot gives it, an older copy does not
+// change it, a newer live one keeps the retained one's, the Take clears
+// it. The taken progress's timestamp, kept as Unix ns to make room for
+// it, still orders a repeat (not newer) from a later timestamp of the
+// same batch (newer).
+func TestMailboxSaysTheStreamSequenceOfARetainedProgress(t *testing.T) {
+	m := listener.NewMailbox()
+	stored := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	m.OfferRetainedSeq(&progress.Event{Kind: progress.KindProgress, BatchID: 3, Timestamp: stored}, stored, 41)
+	m.OfferRetainedSeq(&progress.Event{Kind: progress.KindProgress, BatchID: 2, Timestamp: stored}, stored, 40)
+	if mail := m.Take(); mail.Progress == nil || mail.Progress.BatchID != 3 || mail.ProgressSeq != 41 || mail.ProgressStored != stored.UnixNano() {
+		t.Fatalf("take: %+v, want batch 3 at sequence 41", mail)
+	}
+	if mail := m.Take(); mail.ProgressSeq != 0 {
+		t.Fatalf("a second take: %+v, want no sequence", mail)
+	}
+	m.OfferRetainedSeq(&progress.Event{Kind: progress.KindProgress, BatchID: 4, Timestamp: stored}, stored, 42)
+	m.Offer(&progress.Event{Kind: progress.KindProgress, BatchID: 5, Timestamp: stored})
+	if mail := m.Take(); mail.Progress.BatchID != 5 || mail.ProgressSeq != 42 {
+		t.Fatalf("live after retained: %+v, want the retained one's sequence 42", mail)
+	}
+	m.Offer(&progress.Event{Kind: progress.KindProgress, BatchID: 5, Timestamp: stored})
+	if mail := m.Take(); mail.Progress != nil || !mail.NotNewer {
+		t.Fatalf("a repeat of the taken progress: %+v, want not newer", mail)
+	}
+	m.Offer(&progress.Event{Kind: progress.KindProgress, BatchID: 5, Timestamp: stored.Add(time.Millisecond)})
+	if mail := m.Take(); mail.Progress == nil || mail.ProgressSeq != 0 || mail.ProgressRetained {
+		t.Fatalf("the same batch with a later timestamp, live: %+v, want it taken, no sequence", mail)
 	}
 }

@@ -334,7 +334,7 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 	if all == nil {
 		all = make(map[key]*seen)
 	}
-	last, err := l.scanStream(ctx, eventKinds, 0, func(subject string, data []byte, stored time.Time) {
+	last, err := l.scanStream(ctx, eventKinds, 0, func(subject string, data []byte, stored time.Time, seq uint64) {
 		es, ok := l.splitSubject(subject)
 		if !ok {
 			return
@@ -358,7 +358,7 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 				r.name = ev.Name
 			}
 			if keep {
-				m := retainedMsg{subject: subject, kind: es.kind, ev: ev, stored: unixNanos(stored)}
+				m := retainedMsg{subject: subject, kind: es.kind, ev: ev, stored: unixNanos(stored), seq: seq}
 				if err != nil {
 					m.ev, m.data = nil, data
 				}

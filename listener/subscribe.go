@@ -370,7 +370,7 @@ func (l *Listener) catchUp(ctx context.Context, s *RunSubscription) error {
 		if err != nil {
 			return fmt.Errorf("catch up %s: %w", subj, err)
 		}
-		s.deliverNow(msg.Subject, msg.Data, msg.Time)
+		s.deliverNow(msg.Subject, msg.Data, msg.Time, msg.Sequence)
 	}
 	return nil
 }
@@ -429,7 +429,7 @@ func (s *RunSubscription) deliver(subject string, data []byte) {
 			return
 		}
 	}
-	s.offerParsed(es, subject, data, true, time.Time{})
+	s.offerParsed(es, subject, data, true, time.Time{}, 0)
 }
 
 // checkSubject splits a message's subject and checks that it names s's
@@ -452,19 +452,20 @@ func (s *RunSubscription) checkSubject(subject string) (eventSubject, bool) {
 // deliverNow is deliver without the unparsed slot: the catch-up's messages
 // from the stream, which may be older than what waits, are parsed and
 // ordered at once. stored is when the stream stored the message (its
-// metadata, the server's clock; zero when not known).
-func (s *RunSubscription) deliverNow(subject string, data []byte, stored time.Time) {
+// metadata, the server's clock; zero when not known), seq its stream
+// sequence (0 when not known).
+func (s *RunSubscription) deliverNow(subject string, data []byte, stored time.Time, seq uint64) {
 	es, ok := s.checkSubject(subject)
 	if !ok {
 		return
 	}
-	s.offerParsed(es, subject, data, false, stored)
+	s.offerParsed(es, subject, data, false, stored, seq)
 }
 
 // offerParsed parses and checks a message whose subject is s's run's, and
 // offers it (live: heard now, or read from the stream's retained copy,
-// which stored it at stored).
-func (s *RunSubscription) offerParsed(es eventSubject, subject string, data []byte, live bool, stored time.Time) {
+// which stored it at stored with sequence seq).
+func (s *RunSubscription) offerParsed(es eventSubject, subject string, data []byte, live bool, stored time.Time, seq uint64) {
 	l := s.l
 	ev, outcome, err := l.check(es, data)
 	if err != nil {
@@ -475,7 +476,7 @@ func (s *RunSubscription) offerParsed(es eventSubject, subject string, data []by
 	if live {
 		s.box.Offer(ev)
 	} else {
-		s.box.OfferRetainedAt(ev, stored)
+		s.box.OfferRetainedSeq(ev, stored, seq)
 	}
 }
 

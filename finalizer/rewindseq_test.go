@@ -1,0 +1,57 @@
+package finalizer_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/finalizer-dev/finalizer/listener"
+)
+
+// TestARetainedProgressIsJudgedBySequenceNotTheStreamsClock (ADR 0019,
+// addendum of 2026-12-06, "judged by sequence"): a retained progress was
+// judged against a rewind heard live by its stored time against the
+// stream's newest stored time when the rewind was heard, both the NATS
+// server's clock. That clock can step back (an NTP step, a stream leader
+// moving to a server whose clock is behind): the old run's last progress,
+// stored at sequence 99 before the rewind by a server 40 s ahead, the
+// clock then stepped back before sequence 100 was stored a second before
+// the rewind (the stream's newest stored time when the rewind was heard),
+// read as stored after the rewind; its driver, on the same bad time, had
+// stamped it after the rewind too, and it undid the rewind (14:00 ->
+// 18:00 with no new data). By sequence it is stored before the stream's
+// last sequence once the rewind had committed (100), and held (t_a); the
+// new run's progress at sequence 101, stored five seconds after the
+// rewind, is applied (t_b).
+func TestARetainedProgressIsJudgedBySequenceNotTheStreamsClock(t *testing.T) {
+	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
+	r, _ := newMarkRig(t, 100)
+	for _, table := range []string{"t_a", "t_b"} {
+		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+	}
+	eventually(t, "the stream's state read for both rewinds", func() bool {
+		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == 2
+	})
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+		switch runID {
+		case runA:
+			ev.Timestamp = rewoundAt.Add(30 * time.Second)
+			box.OfferRetainedSeq(ev, rewoundAt.Add(40*time.Second), 99)
+		case runB:
+			ev.Timestamp = rewoundAt.Add(4 * time.Second)
+			box.OfferRetainedSeq(ev, rewoundAt.Add(5*time.Second), 101)
+		}
+	}
+	r.track(t, runA, "t_a")
+	r.track(t, runB, "t_b")
+	eventually(t, "t_b applied", func() bool { return r.store.Verdict("t_b").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.staysRewound(t, "t_a", "the progress stored before the rewind held", 1,
+		"a retained progress stored before the rewind (sequence 99, at or below the stream's last sequence 100 after it) was applied because the NATS server's clock had stepped back: verdict %s")
+	for _, st := range r.reg.Status() {
+		if st.Table == "t_a" && !strings.Contains(st.Held, "stored by the stream at sequence 99") {
+			t.Errorf("t_a's hold %q does not name the progress's stream sequence", st.Held)
+		}
+	}
+}
