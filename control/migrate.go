@@ -203,11 +203,30 @@ WHERE c.finalized_until IS NOT NULL
 ALTER TABLE ` + n.table + ` SET (fillfactor = 50);
 `
 	}},
+	// finalizer rewind records the event stream's position after its
+	// commit, so that a service that did not hear the rewind live judges
+	// a progress read from the stream by its sequence instead of a
+	// minute's margin across two servers' clocks (ADR 0019, addendum of
+	// 2026-12-06, "judged by sequence"). Nullable, no default: no row is
+	// rewritten. IF NOT EXISTS: its row deleted to go back to an older
+	// binary, the next start records it again. rewound_seq_at is the
+	// rewound_at the position was recorded for: an older binary's rewind
+	// leaves the columns as they were, and the position is then not used.
+	{7, "the event stream's position recorded with a rewind (ADR 0019)", func(n names) string {
+		return `
+ALTER TABLE ` + n.table + ` ADD COLUMN IF NOT EXISTS rewound_seq bigint;
+ALTER TABLE ` + n.table + ` ADD COLUMN IF NOT EXISTS rewound_stream_created timestamptz;
+ALTER TABLE ` + n.table + ` ADD COLUMN IF NOT EXISTS rewound_seq_at timestamptz;
+COMMENT ON COLUMN ` + n.table + `.rewound_seq IS 'the event stream''s last sequence read by finalizer rewind after the rewind at rewound_seq_at committed; NULL when it could not reach NATS (the service then judges retained progress with a minute''s margin)';
+COMMENT ON COLUMN ` + n.table + `.rewound_stream_created IS 'when the event stream whose sequence rewound_seq is was created: a stream created again restarts its sequences, and a service reading another creation time does not use rewound_seq';
+COMMENT ON COLUMN ` + n.table + `.rewound_seq_at IS 'the rewound_at of the rewind rewound_seq was recorded for; not used unless it is the row''s rewound_at';
+`
+	}},
 }
 
 // SchemaVersion is the control-table schema version this binary migrates
 // to and works with: the version of the last of its migrations.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // Migrate creates the control table and the tables beside it, or brings
 // them up to SchemaVersion. It creates the schema if it is missing. It

@@ -139,6 +139,9 @@ type fakeStore struct {
 	mu      sync.Mutex
 	rows    map[string]control.Verdict
 	rewinds map[string]time.Time
+	// positions is the event stream's position recorded with each
+	// table's last rewind (control.Store.RecordRewindPosition).
+	positions map[string]control.RewindPosition
 	// rewindReads counts Rewinds calls.
 	rewindReads    int
 	rewindFailures int // Rewinds fails this many times first
@@ -204,8 +207,34 @@ func (s *fakeStore) Rewinds(context.Context) (map[string]time.Time, error) {
 	return out, nil
 }
 
+// RewindPositions is control.Store.RewindPositions
+// (finalizer.RewindPositioner).
+func (s *fakeStore) RewindPositions(context.Context) (map[string]control.RewindPosition, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]control.RewindPosition, len(s.positions))
+	for k, v := range s.positions {
+		out[k] = v
+	}
+	return out, nil
+}
+
+// recordPosition records the event stream's position with table's last
+// rewind, as finalizer rewind does after its commit
+// (control.Store.RecordRewindPosition).
+func (s *fakeStore) recordPosition(table string, seq uint64, created time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.positions == nil {
+		s.positions = map[string]control.RewindPosition{}
+	}
+	s.positions[table] = control.RewindPosition{RewoundAt: s.rewinds[table],
+		StreamPosition: control.StreamPosition{Seq: seq, Created: created}}
+}
+
 // rewind sets table's verdict back to to, rewound at at, as
-// control.Store.Rewind does.
+// control.Store.Rewind does (a position recorded with an earlier rewind
+// is cleared).
 func (s *fakeStore) rewind(table string, to, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -213,6 +242,7 @@ func (s *fakeStore) rewind(table string, to, at time.Time) {
 		s.rewinds = map[string]time.Time{}
 	}
 	s.rewinds[table] = at
+	delete(s.positions, table)
 	s.rows[table] = control.Verdict{Table: table, FinalizedUntil: to, RewoundAt: at}
 }
 

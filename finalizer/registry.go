@@ -115,6 +115,17 @@ type RewindLister interface {
 	Rewinds(ctx context.Context) (map[string]time.Time, error)
 }
 
+// RewindPositioner is optional on a RewindLister: RewindPositions lists
+// the event stream's position finalizer rewind recorded with each table's
+// last rewind, after its commit (control.Store.RecordRewindPosition). A
+// rewind this service did not hear live is then judged by sequence
+// instead of a minute's margin across two servers' clocks, when the
+// stream is still the one the position was read from (ADR 0019, addendum
+// of 2026-12-06, "judged by sequence"). *control.Store implements it.
+type RewindPositioner interface {
+	RewindPositions(ctx context.Context) (map[string]control.RewindPosition, error)
+}
+
 // TrackStore persists explicit tracks so that they survive a restart.
 // *control.Store implements it.
 type TrackStore interface {
@@ -576,6 +587,7 @@ func (r *Registry) loadRewinds(ctx context.Context) bool {
 		}
 		r.noteRewinds(at)
 		r.noteKnown(at)
+		r.markRecorded(actx, rl)
 		return nil
 	}
 	b := rereadBackOff()
@@ -590,6 +602,78 @@ func (r *Registry) loadRewinds(ctx context.Context) bool {
 		r.log.Info("read the tables' rewinds after a failure; the trackers waiting for them start", zap.Int("attempt", attempt))
 	}
 	return true
+}
+
+// markRecorded keeps, as the mark of each table's last rewind read from
+// the rows (r.marks, as markStream keeps one for a rewind heard live), the
+// event stream's last sequence finalizer rewind recorded after that
+// rewind committed (RewindPositioner), when the stream is still the one
+// it was read from: same creation time (a stream deleted and created
+// again restarts its sequences: a mark of the old one says nothing of the
+// new one's). A retained progress of the table is then judged
+// by its sequence against it, not with rewindMargin. A rewind heard
+// live keeps its own mark (markStream, read later: no less sound), and
+// one marked already keeps its first. Nothing read here fails the
+// rewinds' read: without it, or when the stream's state cannot be read,
+// the margin rule holds (late, never wrong), and a warning says so.
+func (r *Registry) markRecorded(ctx context.Context, rl RewindLister) {
+	rp, ok := rl.(RewindPositioner)
+	if !ok {
+		return
+	}
+	sm, ok := r.cfg.Bus.(StreamMarker)
+	if !ok {
+		return
+	}
+	recorded, err := rp.RewindPositions(ctx)
+	if err != nil {
+		r.log.Warn("could not read the event stream's positions recorded with the tables' rewinds; a progress read from the stream is judged against a rewind this service did not hear with a margin across the servers' clocks (one stored within "+rewindMargin.String()+" after it waits for its run's next progress)",
+			zap.Error(err))
+		return
+	}
+	var want []string
+	for table, p := range recorded {
+		if !r.rewindOf(table).Equal(p.RewoundAt) {
+			continue // heard live (its own mark), or rewound again since
+		}
+		if _, ok := r.markOf(table, p.RewoundAt); !ok {
+			want = append(want, table)
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	slices.Sort(want)
+	pos, err := sm.StreamPosition(ctx)
+	if err != nil {
+		r.log.Warn("could not read the event stream's state to use the positions recorded with the tables' rewinds; a progress read from the stream is judged against those rewinds with a margin across the servers' clocks (one stored within "+rewindMargin.String()+" after it waits for its run's next progress)",
+			zap.Strings("tables", want), zap.Error(err))
+		return
+	}
+	kept := 0
+	for _, table := range want {
+		p := recorded[table]
+		if !control.SameStream(p.Created, pos.Created) {
+			r.log.Warn("the event stream's position recorded with the table's rewind is of another stream (created again since): a progress read from the stream is judged against the rewind with a margin across the servers' clocks (one stored within "+rewindMargin.String()+" after it waits for its run's next progress)",
+				zap.String("table", table), zap.Time("rewound_at", p.RewoundAt), zap.Time("recorded_stream_created", p.Created),
+				zap.Time("stream_created", pos.Created))
+			continue
+		}
+		if r.setMark(table, p.RewoundAt, true, func(m *streamMark) bool {
+			if m.read {
+				return false // the first mark is the earliest threshold
+			}
+			m.seq, m.read = p.Seq, true
+			return true
+		}) {
+			kept++
+			r.log.Debug("the event stream's position recorded with the table's rewind: a progress it stores later is after the rewind",
+				zap.String("table", table), zap.Time("rewound_at", p.RewoundAt), zap.Uint64("stream_last_seq", p.Seq))
+		}
+	}
+	if kept > 0 {
+		r.log.Info("rewinds read from the control table are judged by the event stream's sequence recorded with them", zap.Int("tables", kept))
+	}
 }
 
 // RereadRewinds has the registry read every table's rewound_at again

@@ -1,6 +1,7 @@
 package finalizer_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -53,5 +54,61 @@ func TestARetainedProgressIsJudgedBySequenceNotTheStreamsClock(t *testing.T) {
 		if st.Table == "t_a" && !strings.Contains(st.Held, "stored by the stream at sequence 99") {
 			t.Errorf("t_a's hold %q does not name the progress's stream sequence", st.Held)
 		}
+	}
+}
+
+// TestARewindNotHeardIsJudgedByTheSequenceItRecorded (ADR 0019, addendum
+// of 2026-12-06, "judged by sequence"): a rewind made while the service
+// was down was judged with a minute's margin across the NATS and
+// PostgreSQL servers' clocks, and the reprocessing run's only progress,
+// stored seconds after the rewind, was held until its run's next one
+// (for an AvailableNow run, for good). finalizer rewind now records the
+// stream's last sequence after its commit; a restart's recovery reads it
+// with the rewind, and a retained progress after it is applied at once
+// (t_a, stored five seconds after the rewind, sequence 101), one at or
+// below it held (t_b, sequence 100, its driver's clock ahead). A position
+// recorded for a stream since created again (another creation time) is
+// not used: the margin holds (t_c, sequence 101 stored five seconds
+// after the rewind, held), late, never wrong. The stream's state is read
+// once, for the tables with a position.
+func TestARewindNotHeardIsJudgedByTheSequenceItRecorded(t *testing.T) {
+	const runC = "0c0c0c0c-2222-4333-8444-555555555555"
+	rewoundAt := utc("2026-09-28T23:59:00Z") // a minute before the fake clock's now
+	r, mb := newMarkRig(t, 250)
+	for _, table := range []string{"t_a", "t_b", "t_c"} {
+		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+	}
+	r.store.recordPosition("t_a", 100, streamCreated)
+	r.store.recordPosition("t_b", 100, streamCreated)
+	r.store.recordPosition("t_c", 100, streamCreated.Add(-time.Hour)) // the stream before it was created again
+	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+		switch runID {
+		case runA, runC:
+			ev.Timestamp = rewoundAt.Add(4 * time.Second)
+			box.OfferRetainedSeq(ev, rewoundAt.Add(5*time.Second), 101)
+		case runB:
+			ev.Timestamp = rewoundAt.Add(8 * time.Minute)
+			box.OfferRetainedSeq(ev, rewoundAt.Add(-2*time.Second), 100)
+		}
+	}
+	r.track(t, runA, "t_a")
+	r.track(t, runB, "t_b")
+	r.track(t, runC, "t_c")
+	eventually(t, "t_a applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.staysRewound(t, "t_b", "the progress stored before the rewind held", 2,
+		"a retained progress at the sequence recorded with the rewind was applied: verdict %s")
+	r.staysRewound(t, "t_c", "the progress of a stream created again held by the margin", 2,
+		"a position recorded for another incarnation of the stream was used: verdict %s")
+	if n := r.logs.FilterMessageSnippet("is of another stream (created again since)").Len(); n != 1 {
+		t.Errorf("%d warnings of a position of another stream, want 1", n)
+	}
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if mb.asked != 1 {
+		t.Errorf("the stream's state was read %d times, want once for the recorded positions", mb.asked)
 	}
 }

@@ -155,6 +155,7 @@ func addOperatorFlags(fs *pflag.FlagSet, reason, by *string) {
 func newRewindCmd(stdout io.Writer) *cobra.Command {
 	var table, to, reason, by, httpURL, httpToken string
 	var retire []string
+	var noPosition bool
 	cmd := &cobra.Command{
 		Use:   "rewind --table T --to TS --reason R [--by WHO] [--retire-feeder QUERY]...",
 		Short: "Move a table's verdict back to TS: the one backward move, audited and announced",
@@ -179,6 +180,17 @@ tracked runs (run id, query) that are not of a feeder it retired; it says in one
 it could not ask. A rewind waiting for the table's row (another session's transaction holds
 it) says so on stderr after 2 s, and goes on waiting (interrupt it to give up: nothing is
 rewound).
+
+After the commit, rewind reads the service's event stream's last sequence from NATS
+(--nats-url, else the --config file's nats.url, else the embedded server of --data-dir;
+--stream, else the file's stream.name, else SPARK_EVENTS; the --nats-* login flags) and
+records it, with the stream's creation time, on the table's row. A service that did not
+hear the rewind live (stopped, or its control database connection down) then judges a
+progress it reads back from the stream by that sequence: one stored after the rewind, even
+seconds after, moves the verdict. When NATS cannot be reached (or with
+--no-stream-position) the rewind still stands, and a note on stderr says that such a
+service holds a progress stored within a minute after the rewind until its run's next
+progress (a service running now judges by the sequence it reads itself either way).
 
 Downstream jobs that consumed a period ending after TS must run again for it: a job that
 LISTENs on finalizer_verdict sees the flag; the audit table lists every rewind.
@@ -234,6 +246,11 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 			defer warnLiveRuns(cmd.Context(), cmd.ErrOrStderr(), s, c.httpURL, httpToken, table, e)
 			fmt.Fprintf(stdout, "%s: rewound from %s to %s by %s (audit entry %d)\n", field(table),
 				e.From.Format(time.RFC3339Nano), e.To.Format(time.RFC3339Nano), field(e.By), e.ID)
+			if !noPosition {
+				// After the commit, never before (ADR 0019, addendum of
+				// 2026-12-06, "judged by sequence").
+				recordStreamPosition(cmd.Context(), cmd.Flags(), c, s, stdout, cmd.ErrOrStderr(), table, e)
+			}
 			for _, f := range e.Retired {
 				fmt.Fprintf(stdout, "retired feeder %s\n", field(f))
 			}
@@ -252,6 +269,7 @@ Exit codes: 0 rewound, 2 usage or connection error (no verdict, TS not before it
 	fs.StringVar(&httpToken, "http-token", "", "bearer token of the service's HTTP API (prefer FINALIZER_HTTP_TOKEN)")
 	addOperatorFlags(fs, &reason, &by)
 	addPostgresClientFlags(fs)
+	addStreamPositionFlags(fs, &noPosition)
 	return cmd
 }
 
