@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/listener"
 )
 
 // Roles of the embedded NATS server's users (nats.embedded.users[].role).
@@ -104,21 +106,24 @@ func embeddedAuth(cfg Config) (users []embeddednats.User, user, password string,
 	users = append(users, embeddednats.User{Name: serviceUser, Password: password})
 	for _, u := range cfg.NATS.Embedded.Users {
 		users = append(users, embeddednats.User{Name: u.User, Password: u.Password, NKey: u.NKey,
-			Permissions: rolePermissions(u.Role, cfg.Prefix, cfg.NATS.APIPrefix)})
+			Permissions: rolePermissions(u.Role, cfg.Prefix, cfg.NATS.APIPrefix, cmp.Or(cfg.Stream.Name, listener.DefaultStream))})
 	}
 	return users, serviceUser, password, nil
 }
 
-// rolePermissions returns the subjects a role may use.
-func rolePermissions(role, prefix, apiPrefix string) *embeddednats.Permissions {
+// rolePermissions returns the subjects a role may use; stream is the
+// event stream's name.
+func rolePermissions(role, prefix, apiPrefix, stream string) *embeddednats.Permissions {
 	switch role {
 	case RolePublisher:
 		return &embeddednats.Permissions{Publish: []string{prefix + ".>"}}
 	case RoleOperator:
 		return &embeddednats.Permissions{
 			// $JS.API.STREAM.NAMES lets `finalizer publish` find the stream
-			// and publish with acknowledgements.
-			Publish:   []string{apiPrefix + ".>", prefix + ".>", "$JS.API.STREAM.NAMES"},
+			// and publish with acknowledgements; the stream's info lets
+			// `finalizer rewind` read its last sequence after the rewind
+			// (ADR 0019, addendum of 2026-12-06, "judged by sequence").
+			Publish:   []string{apiPrefix + ".>", prefix + ".>", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO." + stream},
 			Subscribe: []string{"_INBOX.>"},
 		}
 	default:

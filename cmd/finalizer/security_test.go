@@ -81,15 +81,16 @@ nats:
 }
 
 func TestRolePermissions(t *testing.T) {
-	pub := rolePermissions(RolePublisher, "acme.spark", "finalizer.api")
+	pub := rolePermissions(RolePublisher, "acme.spark", "finalizer.api", "SPARK_EVENTS")
 	if len(pub.Publish) != 1 || pub.Publish[0] != "acme.spark.>" || len(pub.Subscribe) != 0 {
 		t.Errorf("publisher = %+v, want publish acme.spark.> only", pub)
 	}
-	op := rolePermissions(RoleOperator, "spark", "ops.api")
-	if !strings.Contains(strings.Join(op.Publish, " "), "ops.api.>") || strings.Join(op.Subscribe, " ") != "_INBOX.>" {
+	op := rolePermissions(RoleOperator, "spark", "ops.api", "EV")
+	if !strings.Contains(strings.Join(op.Publish, " "), "ops.api.>") || !strings.Contains(strings.Join(op.Publish, " "), "$JS.API.STREAM.INFO.EV") ||
+		strings.Join(op.Subscribe, " ") != "_INBOX.>" {
 		t.Errorf("operator = %+v", op)
 	}
-	if rolePermissions(RoleAdmin, "spark", "finalizer.api") != nil {
+	if rolePermissions(RoleAdmin, "spark", "finalizer.api", "SPARK_EVENTS") != nil {
 		t.Error("admin is restricted")
 	}
 	users, user, password, err := embeddedAuth(Config{Prefix: "spark", NATS: NATSConfig{APIPrefix: "finalizer.api",
