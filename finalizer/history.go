@@ -303,8 +303,10 @@ func storedBefore(stored time.Time, seq uint64, at time.Time, mark uint64, marke
 // (beforeRewind): the two servers' clocks may differ, and on this side
 // a progress stored just after the rewind waits for the run's next one
 // (late), where on the other one stored just before it would undo the
-// rewind (wrong). The ownership's held advances allow the same
-// (internal/ownership).
+// rewind (wrong). It applies only when the stream's sequence cannot
+// decide (storedBefore: no mark known for the rewind, or no sequence for
+// the progress). The ownership's held advances allow the same
+// (internal/ownership), between PostgreSQL's clock and this process's.
 const rewindMargin = time.Minute
 
 // quietBeforeRewind is beforeRewind for a quiet signal (ADR 0014) at at:
@@ -764,8 +766,10 @@ func (r *Registry) rewindOf(table string) time.Time {
 // not wait on NATS. Until a read answers, the margin rule holds. An
 // answer for a rewind that is no longer the table's latest is dropped
 // (setMark). A rewind this service did not hear live (read from the rows
-// at a start or after a reconnect) has no mark: the stream's state then
-// says nothing of when the rewind committed.
+// at a start or after a reconnect) has the mark finalizer rewind recorded
+// with it, when it could and the stream is still the one it read
+// (Registry.markRecorded); otherwise none: the stream's state then says
+// nothing of when the rewind committed.
 func (r *Registry) markStream(table string) {
 	sm, ok := r.cfg.Bus.(StreamMarker)
 	if !ok {
