@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+
+	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/listener"
 )
 
 // downMarker is a fakeBus whose stream's state cannot be read while down
@@ -19,14 +22,14 @@ type downMarker struct {
 	asked int
 }
 
-func (b *downMarker) LastStored(context.Context) (time.Time, error) {
+func (b *downMarker) StreamPosition(context.Context) (listener.StreamPosition, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.asked++
 	if b.down {
-		return time.Time{}, errDown
+		return listener.StreamPosition{}, errDown
 	}
-	return time.Time{}, nil
+	return listener.StreamPosition{Created: streamCreated}, nil
 }
 
 // TestAnOutageWarnsOncePerRewoundTableThenCounts: with NATS down, every
@@ -93,3 +96,11 @@ func TestAnOutageWarnsOncePerRewoundTableThenCounts(t *testing.T) {
 		return r.logs.FilterLevelExact(zapcore.WarnLevel).FilterMessageSnippet("after hearing a rewind, retrying").Len() == tables+1
 	})
 }
+
+// The fakes' stream markers are StreamMarkers: one that is not (its
+// method renamed) would be silently not asked.
+var (
+	_ finalizer.StreamMarker = (*downMarker)(nil)
+	_ finalizer.StreamMarker = (*markingBus)(nil)
+	_ finalizer.StreamMarker = (*scriptedMarker)(nil)
+)
