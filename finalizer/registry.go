@@ -357,20 +357,64 @@ func (r *Registry) rewoundSince(judged *map[string]time.Time, table string) time
 }
 
 // rewoundAt is when table was last rewound, for a run found (by a
-// recovery, or judgeSilence at its start) silent since before that rewind (the stream stored nothing of it since,
-// both times the servers' clocks) or terminated; zero otherwise.
-// Lock-free.
+// recovery, or judgeSilence at its start) silent since before that rewind
+// (the stream stored nothing of it since) or terminated; zero otherwise.
+// Silent is judged by the stream sequence of the run's newest event
+// against the stream's last sequence once the rewind had committed, when
+// both are known (markOf; ADR 0019, addendum of 2026-12-06, "judged by
+// sequence": the NATS server's clock ahead, or stepped, made a run silent
+// since before the rewind read as heard from after it, and a progress of
+// it posted before the rewind, heard live from a client's queue, was not
+// held); otherwise by when the stream stored it against the rewind, as
+// before (the servers' clocks). Lock-free.
 func (r *Registry) rewoundAt(runID, table string) time.Time {
 	rw, sl := r.rewinds.Load(), r.silent.Load()
 	if rw == nil || sl == nil {
 		return time.Time{}
 	}
 	at := (*rw)[table]
-	stored, ok := (*sl)[runID]
-	if at.IsZero() || !ok || !stored.Before(at) {
+	s, ok := (*sl)[runID]
+	switch {
+	case at.IsZero() || !ok:
+		return time.Time{}
+	case s.stored.IsZero():
+		return at // terminated, or not read: before any rewind
+	}
+	if mark, marked := r.markOf(table, at); marked && s.seq != 0 {
+		if s.seq <= mark {
+			return at
+		}
+		return time.Time{}
+	}
+	if !s.stored.Before(at) {
 		return time.Time{}
 	}
 	return at
+}
+
+// silentRun is what the registry keeps of a run noted silent since a
+// rewind (noteSilent): when the stream stored its newest event, zero when
+// the run terminated (or could not be read: before any rewind), and that
+// event's stream sequence, 0 when not known.
+type silentRun struct {
+	stored time.Time
+	seq    uint64
+}
+
+// maxMark is the highest stream sequence marked for a table's latest
+// rewind (markOf), 0 when none is known.
+func (r *Registry) maxMark() uint64 {
+	rw, mk := r.rewinds.Load(), r.marks.Load()
+	if rw == nil || mk == nil {
+		return 0
+	}
+	var most uint64
+	for table, m := range *mk {
+		if m.read && m.rewind.Equal((*rw)[table]) {
+			most = max(most, m.seq)
+		}
+	}
+	return most
 }
 
 // noteSilent records the runs whose newest stored event is older than the
@@ -392,21 +436,25 @@ func (r *Registry) noteSilent(runs []listener.Run) {
 			latest = at
 		}
 	}
-	m := map[string]time.Time{}
+	// A run stored at or before a rewind's mark may be silent since it
+	// whatever its stored time says (rewoundAt judges it by sequence).
+	mark := r.maxMark()
+	m := map[string]silentRun{}
 	for _, run := range runs {
 		switch {
 		case run.Terminated:
-			m[run.RunID] = time.Time{} // no progress comes after: before any rewind
-		case !run.Stored.IsZero() && run.Stored.Before(latest):
-			m[run.RunID] = run.Stored
+			m[run.RunID] = silentRun{} // no progress comes after: before any rewind
+		case !run.Stored.IsZero() && (run.Stored.Before(latest) || (run.Seq != 0 && run.Seq <= mark)):
+			m[run.RunID] = silentRun{stored: run.Stored, seq: run.Seq}
 		}
 	}
 	r.markSilent(m)
 }
 
-// markSilent adds runs to the silent ones (run id -> newest stored event),
+// markSilent adds runs to the silent ones (run id -> newest stored event
+// and its sequence),
 // copied on write; safe from any goroutine.
-func (r *Registry) markSilent(m map[string]time.Time) {
+func (r *Registry) markSilent(m map[string]silentRun) {
 	if len(m) == 0 {
 		return
 	}
@@ -418,7 +466,7 @@ func (r *Registry) markSilent(m map[string]time.Time) {
 			}
 			continue
 		}
-		next := make(map[string]time.Time, len(*old)+len(m))
+		next := make(map[string]silentRun, len(*old)+len(m))
 		for k, v := range *old {
 			next[k] = v
 		}
@@ -461,13 +509,13 @@ func (r *Registry) pruneSilent() {
 		return
 	}
 	known := func(runID string) bool { return len(r.runs[runID]) > 0 || r.pending[runID] != nil }
-	var next *map[string]time.Time // nil: none left
+	var next *map[string]silentRun // nil: none left
 	for runID, at := range *old {
 		if !known(runID) {
 			continue
 		}
 		if next == nil {
-			m := make(map[string]time.Time, min(len(*old), len(r.runs)+len(r.pending)))
+			m := make(map[string]silentRun, min(len(*old), len(r.runs)+len(r.pending)))
 			next = &m
 		}
 		(*next)[runID] = at
@@ -509,7 +557,7 @@ func (r *Registry) judgeSilence(ctx context.Context, req Request) (judged *map[s
 	case err != nil:
 		r.log.Warn("could not read the run from the stream before tracking it into a rewound table; it applies no progress posted before the rewind",
 			zap.String("table", req.Table), zap.String("run_id", req.RunID), zap.Error(err))
-		r.markSilent(map[string]time.Time{req.RunID: {}})
+		r.markSilent(map[string]silentRun{req.RunID: {}})
 	case found:
 		r.noteSilent([]listener.Run{run})
 	}
@@ -835,13 +883,14 @@ type Registry struct {
 	// rewound_at, or when this service heard of it), and silent maps each
 	// run found (by a recovery, or at its start: judgeSilence) with
 	// nothing stored in the stream since the latest of them to when its
-	// newest event was stored (zero when terminated): such a run's
+	// newest event was stored (zero when terminated) and that event's
+	// stream sequence (silentRun; rewoundAt judges by it): such a run's
 	// tracker applies no progress posted before its table's rewind
 	// (Tracker.beforeRewind). Both copied on write, read without a lock
 	// at every apply; nil while no table was rewound (silent also once
 	// the janitor pruned every run of it: pruneSilent).
 	rewinds atomic.Pointer[map[string]time.Time]
-	silent  atomic.Pointer[map[string]time.Time]
+	silent  atomic.Pointer[map[string]silentRun]
 	// recovering counts the recoveries under way (Recover): silent is not
 	// pruned meanwhile (pruneSilent).
 	recovering atomic.Int32

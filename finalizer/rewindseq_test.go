@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
 )
 
 // TestARetainedProgressIsJudgedBySequenceNotTheStreamsClock (ADR 0019,
@@ -111,4 +113,43 @@ func TestARewindNotHeardIsJudgedByTheSequenceItRecorded(t *testing.T) {
 	if mb.asked != 1 {
 		t.Errorf("the stream's state was read %d times, want once for the recorded positions", mb.asked)
 	}
+}
+
+// TestARunSilentSinceARewindIsJudgedBySequence (ADR 0019, addendum of
+// 2026-12-06, "judged by sequence"): whether a run stored anything since
+// its table's rewind (a run silent since, or terminated, is held to the
+// rewind: a progress of it posted before the rewind, heard live from a
+// client's queue, is not applied) was judged by the time the stream
+// stored its newest event against the rewind, across clocks. Now by that
+// event's stream sequence against the rewind's mark when both are known:
+// run a's newest event, stored before the rewind (sequence 90, the mark
+// 100) though the NATS clock said 30 s after it, is silent, and its
+// queued progress posted 20 s before the rewind is held (t_a; applied
+// without the change: 18:00); run b's, stored after the rewind (sequence
+// 120) though the clock said 30 s before it, spoke since, and its
+// progress is applied whatever its driver's clock says (t_b; held without
+// the change).
+func TestARunSilentSinceARewindIsJudgedBySequence(t *testing.T) {
+	mb := &markingBus{fakeBus: newFakeBus(), last: 250, created: streamCreated}
+	r := newRigOver(t, mb, &batchFake{fakeStore: newFakeStore()}, rigOptions{rules: []finalizer.Rule{{Table: "t_{name}", Query: "*", Spec: hourSpec(t)}}})
+	rewoundAt := r.clock.Now().Add(-time.Minute)
+	for _, table := range []string{"t_a", "t_b"} {
+		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+		r.store.recordPosition(table, 100, streamCreated)
+	}
+	if err := r.reg.Recover(context.Background(), nil, []listener.Run{
+		{QueryID: queryA, RunID: runA, Name: "a", Kind: progress.KindProgress, Stored: rewoundAt.Add(30 * time.Second), Seq: 90},
+		{QueryID: queryA, RunID: runB, Name: "b", Kind: progress.KindProgress, Stored: rewoundAt.Add(-30 * time.Second), Seq: 120},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both runs tracked", func() bool { return len(r.reg.Status()) == 2 })
+	for _, run := range []struct{ id, name string }{{runA, "a"}, {runB, "b"}} {
+		ev := cdcProgress(run.id, "2026-09-28T18:10:00")
+		ev.Name, ev.Timestamp = run.name, rewoundAt.Add(-20*time.Second)
+		r.bus.Publish(ev)
+	}
+	eventually(t, "t_b applied", func() bool { return r.store.Verdict("t_b").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.staysRewound(t, "t_a", "run a's queued progress held", 1,
+		"a progress posted before the rewind, of a run silent since it by sequence, was applied: verdict %s")
 }

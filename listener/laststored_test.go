@@ -42,6 +42,21 @@ func TestStreamPositionIsTheStreamsLastSequence(t *testing.T) {
 	if err != nil || pos.LastSeq < newest.Sequence || !pos.Created.Equal(empty.Created) {
 		t.Fatalf("StreamPosition %+v %v, want at least the newest progress's sequence %d, created %v", pos, err, newest.Sequence, empty.Created)
 	}
+	// The listing and a run's read say the sequence of the run's newest
+	// event, by which a run silent since a rewind is judged.
+	runs, err := l.Retained(ctx)
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("Retained: %+v %v", runs, err)
+	}
+	for _, run := range runs {
+		one, found, err := l.RetainedRun(ctx, run.QueryID, run.RunID)
+		if err != nil || !found || run.Seq == 0 || run.Seq > pos.LastSeq || one.Seq != run.Seq {
+			t.Fatalf("run %s: listed at sequence %d, read at %d (%v %v); want the same, within 1..%d", run.RunID, run.Seq, one.Seq, found, err, pos.LastSeq)
+		}
+	}
+	if runs[1].RunID == uuid(1, 1) && runs[1].Seq < newest.Sequence {
+		t.Fatalf("run %s listed at sequence %d, before its progress's %d", runs[1].RunID, runs[1].Seq, newest.Sequence)
+	}
 	publishRuns(t, srv.ClientURL(), 1) // stored after StreamPosition answered
 	later, err := st.GetLastMsgForSubject(ctx, "spark.progress."+uuid(0, 0)+"."+uuid(0, 1))
 	if err != nil {

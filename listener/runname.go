@@ -57,6 +57,7 @@ func (l *Listener) RetainedRun(ctx context.Context, queryID, runID string) (run 
 		if msg.Time.After(run.Stored) {
 			run.Stored = msg.Time.UTC()
 		}
+		run.Seq = max(run.Seq, msg.Sequence)
 	}
 	return run, found, nil
 }

@@ -316,6 +316,7 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 		kinds  [progress.KindTerminated + 1]bool
 		name   string
 		stored time.Time
+		seq    uint64
 	}
 	var all map[key]*seen
 	// Under a hold of catch-ups, what is read is kept for the release
@@ -349,6 +350,7 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 		if stored.After(r.stored) {
 			r.stored = stored
 		}
+		r.seq = max(r.seq, seq)
 		keep := snap != nil && es.kind != progress.KindIdle
 		// The progress's name counts over the started event's.
 		naming := es.kind == progress.KindProgress || (es.kind == progress.KindStarted && r.name == "")
@@ -378,7 +380,7 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 	}
 	runs := make([]Run, 0, len(all))
 	for k, r := range all {
-		run := Run{QueryID: k.q, RunID: k.r, Name: r.name, Terminated: r.kinds[progress.KindTerminated], Stored: r.stored.UTC()}
+		run := Run{QueryID: k.q, RunID: k.r, Name: r.name, Terminated: r.kinds[progress.KindTerminated], Stored: r.stored.UTC(), Seq: r.seq}
 		for _, kind := range []progress.Kind{progress.KindTerminated, progress.KindProgress, progress.KindIdle, progress.KindStarted} {
 			if r.kinds[kind] {
 				run.Kind = kind

@@ -547,6 +547,12 @@ type Run struct {
 	// events (Retained, from the server's clock); zero for Discover,
 	// whose event is the run's newest by being live.
 	Stored time.Time
+	// Seq is the stream sequence of the newest of the run's retained
+	// events (Retained, RetainedRun); 0 for Discover, or when not known.
+	// Whether the run stored anything since a rewind is judged by it when
+	// the rewind's mark is known (ADR 0019, addendum of 2026-12-06,
+	// "judged by sequence").
+	Seq uint64
 	// Event is the event the run was found through (Discover), checked
 	// against its subject; nil for Retained. The caller offers it to the
 	// run's mailbox once subscribed, so that the event that revealed the
