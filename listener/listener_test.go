@@ -421,13 +421,18 @@ func TestRetained(t *testing.T) {
 	}
 	// Stored: when the stream stored each run's newest event (the
 	// server's clock, the test's too).
+	// Seq: the newest event's stream sequence (the stream holds six).
 	stored := map[string]time.Time{}
+	seqs := map[string]uint64{}
 	for i, r := range runs {
 		if r.Stored.IsZero() || r.Stored.After(before) || before.Sub(r.Stored) > time.Minute {
 			t.Errorf("%s: stored at %v, want a moment before %v", r.RunID, r.Stored, before)
 		}
-		stored[r.RunID] = r.Stored
-		runs[i].Stored = time.Time{}
+		if r.Seq == 0 || r.Seq > 6 {
+			t.Errorf("%s: sequence %d, want one of the stream's 1..6", r.RunID, r.Seq)
+		}
+		stored[r.RunID], seqs[r.RunID] = r.Stored, r.Seq
+		runs[i].Stored, runs[i].Seq = time.Time{}, 0
 	}
 	want := []listener.Run{
 		{QueryID: qa, RunID: running, Name: "orders", Kind: progress.KindProgress},
@@ -445,8 +450,8 @@ func TestRetained(t *testing.T) {
 		// lists them (a registry reads it before a start into a
 		// rewound table).
 		one, found, err := l.RetainedRun(ctxT(t), r.QueryID, r.RunID)
-		if err != nil || !found || one.Terminated != r.Terminated || !one.Stored.Equal(stored[r.RunID]) {
-			t.Errorf("RetainedRun(%s) = %+v, %v, %v; want terminated %v, stored %v", r.RunID, one, found, err, r.Terminated, stored[r.RunID])
+		if err != nil || !found || one.Terminated != r.Terminated || !one.Stored.Equal(stored[r.RunID]) || one.Seq != seqs[r.RunID] {
+			t.Errorf("RetainedRun(%s) = %+v, %v, %v; want terminated %v, stored %v, sequence %d", r.RunID, one, found, err, r.Terminated, stored[r.RunID], seqs[r.RunID])
 		}
 	}
 	if _, found, err := l.RetainedRun(ctxT(t), qa, "00000000-0000-4000-8000-00000000dead"); err != nil || found {
