@@ -483,42 +483,49 @@ WHERE table_name = $1 AND rewound_at = $2 AND (rewound_seq_at IS DISTINCT FROM $
 	return tag.RowsAffected() == 1, nil
 }
 
-// RewindPositions returns, for each table whose last rewind has the event
-// stream's position recorded (RecordRewindPosition), that rewind's
-// rewound_at and the position. The service reads it with Rewinds.
-func (s *Store) RewindPositions(ctx context.Context) (map[string]RewindPosition, error) {
+// RewindsWithPositions is Rewinds, in the same one statement with the
+// event stream's position recorded with each table's last rewind
+// (RecordRewindPosition), for the tables that have one: the service reads
+// both whenever it reads the rewinds, with no statement more.
+func (s *Store) RewindsWithPositions(ctx context.Context) (map[string]time.Time, map[string]RewindPosition, error) {
 	if s.closed.Load() {
-		return nil, fmt.Errorf("list rewinds' stream positions: %w", ErrClosed)
+		return nil, nil, fmt.Errorf("list rewinds: %w", ErrClosed)
 	}
 	rows, err := s.pool.Query(ctx, `
-SELECT table_name, rewound_at, rewound_seq, rewound_stream_created FROM `+s.n.table+`
-WHERE rewound_at IS NOT NULL AND rewound_seq IS NOT NULL AND rewound_stream_created IS NOT NULL
-	AND rewound_seq_at = rewound_at`)
+SELECT table_name, rewound_at,
+	CASE WHEN rewound_seq_at = rewound_at AND rewound_stream_created IS NOT NULL THEN rewound_seq END,
+	rewound_stream_created
+FROM `+s.n.table+` WHERE rewound_at IS NOT NULL`)
 	if err != nil {
-		return nil, wrap(ctx, "list rewinds' stream positions", err)
+		return nil, nil, wrap(ctx, "list rewinds", err)
 	}
 	defer rows.Close()
-	out := map[string]RewindPosition{}
+	at, positions := map[string]time.Time{}, map[string]RewindPosition{}
 	for rows.Next() {
 		var (
 			table   string
-			p       RewindPosition
-			seq     int64
-			created time.Time
+			when    time.Time
+			seq     *int64
+			created *time.Time
 		)
-		if err := rows.Scan(&table, &p.RewoundAt, &seq, &created); err != nil {
-			return nil, wrap(ctx, "list rewinds' stream positions", err)
+		if err := rows.Scan(&table, &when, &seq, &created); err != nil {
+			return nil, nil, wrap(ctx, "list rewinds", err)
 		}
-		if seq < 0 {
-			continue
+		at[table] = when.UTC()
+		if seq != nil && *seq >= 0 && created != nil {
+			positions[table] = RewindPosition{RewoundAt: when.UTC(), StreamPosition: StreamPosition{Seq: uint64(*seq), Created: created.UTC()}}
 		}
-		p.RewoundAt, p.Seq, p.Created = p.RewoundAt.UTC(), uint64(seq), created.UTC()
-		out[table] = p
 	}
 	if err := rows.Err(); err != nil {
-		return nil, wrap(ctx, "list rewinds' stream positions", err)
+		return nil, nil, wrap(ctx, "list rewinds", err)
 	}
-	return out, nil
+	return at, positions, nil
+}
+
+// RewindPositions is the positions of RewindsWithPositions alone.
+func (s *Store) RewindPositions(ctx context.Context) (map[string]RewindPosition, error) {
+	_, positions, err := s.RewindsWithPositions(ctx)
+	return positions, err
 }
 
 // SameStream reports whether a stream created at a is the one created at

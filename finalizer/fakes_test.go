@@ -207,16 +207,20 @@ func (s *fakeStore) Rewinds(context.Context) (map[string]time.Time, error) {
 	return out, nil
 }
 
-// RewindPositions is control.Store.RewindPositions
+// RewindsWithPositions is control.Store.RewindsWithPositions
 // (finalizer.RewindPositioner).
-func (s *fakeStore) RewindPositions(context.Context) (map[string]control.RewindPosition, error) {
+func (s *fakeStore) RewindsWithPositions(ctx context.Context) (map[string]time.Time, map[string]control.RewindPosition, error) {
+	at, err := s.Rewinds(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[string]control.RewindPosition, len(s.positions))
 	for k, v := range s.positions {
 		out[k] = v
 	}
-	return out, nil
+	return at, out, nil
 }
 
 // recordPosition records the event stream's position with table's last

@@ -115,15 +115,16 @@ type RewindLister interface {
 	Rewinds(ctx context.Context) (map[string]time.Time, error)
 }
 
-// RewindPositioner is optional on a RewindLister: RewindPositions lists
-// the event stream's position finalizer rewind recorded with each table's
-// last rewind, after its commit (control.Store.RecordRewindPosition). A
+// RewindPositioner is optional on a RewindLister: RewindsWithPositions is
+// Rewinds with the event stream's position finalizer rewind recorded with
+// each table's last rewind, after its commit
+// (control.Store.RecordRewindPosition), in the one read. A
 // rewind this service did not hear live is then judged by sequence
 // instead of a minute's margin across two servers' clocks, when the
 // stream is still the one the position was read from (ADR 0019, addendum
 // of 2026-12-06, "judged by sequence"). *control.Store implements it.
 type RewindPositioner interface {
-	RewindPositions(ctx context.Context) (map[string]control.RewindPosition, error)
+	RewindsWithPositions(ctx context.Context) (map[string]time.Time, map[string]control.RewindPosition, error)
 }
 
 // TrackStore persists explicit tracks so that they survive a restart.
@@ -629,13 +630,22 @@ func (r *Registry) loadRewinds(ctx context.Context) bool {
 		attempt++
 		actx, cancel := context.WithTimeout(rctx, cmp.Or(r.cfg.Tracker.AdvanceTimeout, DefaultAdvanceTimeout))
 		defer cancel()
-		at, err := rl.Rewinds(actx)
+		var (
+			at       map[string]time.Time
+			recorded map[string]control.RewindPosition
+			err      error
+		)
+		if rp, ok := rl.(RewindPositioner); ok {
+			at, recorded, err = rp.RewindsWithPositions(actx)
+		} else {
+			at, err = rl.Rewinds(actx)
+		}
 		if err != nil {
 			return err
 		}
 		r.noteRewinds(at)
 		r.noteKnown(at)
-		r.markRecorded(actx, rl)
+		r.markRecorded(actx, recorded)
 		return nil
 	}
 	b := rereadBackOff()
@@ -661,22 +671,17 @@ func (r *Registry) loadRewinds(ctx context.Context) bool {
 // new one's). A retained progress of the table is then judged
 // by its sequence against it, not with rewindMargin. A rewind heard
 // live keeps its own mark (markStream, read later: no less sound), and
-// one marked already keeps its first. Nothing read here fails the
-// rewinds' read: without it, or when the stream's state cannot be read,
-// the margin rule holds (late, never wrong), and a warning says so.
-func (r *Registry) markRecorded(ctx context.Context, rl RewindLister) {
-	rp, ok := rl.(RewindPositioner)
-	if !ok {
+// one marked already keeps its first. The positions come with the
+// rewinds, in their one statement (RewindPositioner); the stream is read
+// only when one is to be used. Nothing read here fails the rewinds' read:
+// when the stream's state cannot be read, the margin rule holds (late,
+// never wrong), and a warning says so.
+func (r *Registry) markRecorded(ctx context.Context, recorded map[string]control.RewindPosition) {
+	if len(recorded) == 0 {
 		return
 	}
 	sm, ok := r.cfg.Bus.(StreamMarker)
 	if !ok {
-		return
-	}
-	recorded, err := rp.RewindPositions(ctx)
-	if err != nil {
-		r.log.Warn("could not read the event stream's positions recorded with the tables' rewinds; a progress read from the stream is judged against a rewind this service did not hear with a margin across the servers' clocks (one stored within "+rewindMargin.String()+" after it waits for its run's next progress)",
-			zap.Error(err))
 		return
 	}
 	var want []string
