@@ -3,8 +3,10 @@ package finalizer
 import (
 	"context"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // The janitor's sweep reads each tracker's activity, not its status: with
@@ -22,8 +24,25 @@ func TestSweepAllocatesNothingPerTracker(t *testing.T) {
 	}
 }
 
+// The sweep yields its P every sweepChunk trackers: at 100,000 runs it
+// is 20-40 ms of CPU, which in one stretch kept the trackers' steps woken
+// on its P waiting behind it (BENCHMARKS.md, "The latency tail (eighth
+// pass)").
+func TestSweepYieldsEveryChunk(t *testing.T) {
+	const n = 2000
+	r, _ := trackRuns(t, n, false)
+	defer func() { _ = r.Close(context.Background()) }()
+	yields := 0
+	r.sweepYielding(func() { yields++ })
+	if want := (n + 1) / sweepChunk; yields != want { // the n runs and trackRuns' first
+		t.Errorf("a sweep of %d trackers yielded %d times: want %d, one every %d trackers", n+1, yields, want, sweepChunk)
+	}
+}
+
 // BenchmarkSweep measures one sweep of the janitor over 100,000 tracked
-// runs (FINALIZER_SWEEP_RUNS overrides), none stale or expired.
+// runs (FINALIZER_SWEEP_RUNS overrides), none stale or expired, and the
+// longest stretch it ran without yielding its P (max-stretch-ms: the
+// whole sweep before it yielded, "The latency tail (eighth pass)").
 func BenchmarkSweep(b *testing.B) {
 	n := 100_000
 	if v, err := strconv.Atoi(os.Getenv("FINALIZER_SWEEP_RUNS")); err == nil && v > 0 {
@@ -31,9 +50,20 @@ func BenchmarkSweep(b *testing.B) {
 	}
 	r, _ := trackRuns(b, n, false)
 	defer func() { _ = r.Close(context.Background()) }()
+	var longest time.Duration
+	var last time.Time
+	yield := func() {
+		now := time.Now()
+		longest = max(longest, now.Sub(last))
+		last = now
+		runtime.Gosched()
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		r.sweep()
+		last = time.Now()
+		r.sweepYielding(yield)
+		longest = max(longest, time.Since(last))
 	}
+	b.ReportMetric(float64(longest.Microseconds())/1000, "max-stretch-ms")
 }
