@@ -1760,6 +1760,19 @@ func (r *Registry) started() []*entry {
 	return out
 }
 
+// entries returns every entry, started or not: what started filters,
+// copied under r.mu with nothing read of the entries themselves (the
+// janitor's sweep reads them after, yielding as it goes).
+func (r *Registry) entries() []*entry {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	all := make([]*entry, 0, len(r.trackers))
+	for _, e := range r.trackers {
+		all = append(all, e)
+	}
+	return all
+}
+
 // seen reads the status of e, a started tracker, at now.
 func (r *Registry) seen(e *entry, now time.Time) seenTracker {
 	s := e.t.Status()
