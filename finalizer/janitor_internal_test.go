@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -66,4 +67,38 @@ func BenchmarkSweep(b *testing.B) {
 		longest = max(longest, time.Since(last))
 	}
 	b.ReportMetric(float64(longest.Microseconds())/1000, "max-stretch-ms")
+}
+
+// BenchmarkSweepWake measures what a sweep of 100,000 trackers
+// (FINALIZER_SWEEP_RUNS overrides) costs a goroutine that becomes
+// runnable on its processor: with one P, a goroutine sleeping 200 µs at a
+// time while the sweep runs, its worst lateness (max-wake-ms). A sweep
+// that does not yield keeps it waiting until the runtime preempts the
+// sweep (10 ms), as it kept the trackers' steps woken on its P in the
+// latency phase (BENCHMARKS.md, "The latency tail (eighth pass)").
+func BenchmarkSweepWake(b *testing.B) {
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("FINALIZER_SWEEP_RUNS")); err == nil && v > 0 {
+		n = v
+	}
+	r, _ := trackRuns(b, n, false)
+	defer func() { _ = r.Close(context.Background()) }()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const nap = 200 * time.Microsecond
+	var worst time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		var done atomic.Bool
+		go func() {
+			r.sweep()
+			done.Store(true)
+		}()
+		runtime.Gosched() // let the sweep start
+		for !done.Load() {
+			t := time.Now()
+			time.Sleep(nap)
+			worst = max(worst, time.Since(t)-nap)
+		}
+	}
+	b.ReportMetric(float64(worst.Microseconds())/1000, "max-wake-ms")
 }
