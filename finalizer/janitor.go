@@ -43,7 +43,8 @@ func (r *Registry) janitorLoop() {
 // that long while the trackers' steps woken on that P waited behind it
 // (8-11 ms runnable waits at 1,000 events/s, "The latency tail (eighth
 // pass)"). Under the registry's lock it only copies the entries
-// (entries); whether each has started is read between the yields.
+// (entries, yielding every entriesChunk); whether each has started is
+// read between the yields.
 func (r *Registry) sweep() { r.sweepYielding(runtime.Gosched) }
 
 // sweepChunk is how many trackers the sweep reads between two yields.
@@ -55,7 +56,7 @@ func (r *Registry) sweepYielding(yield func()) {
 	stale := 0
 	now := r.cfg.Clock.Now()
 	var expired []seenTracker
-	for i, e := range r.entries() {
+	for i, e := range r.entries(yield) {
 		if i%sweepChunk == sweepChunk-1 {
 			yield()
 		}

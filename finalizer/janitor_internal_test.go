@@ -30,13 +30,15 @@ func TestSweepAllocatesNothingPerTracker(t *testing.T) {
 // on its P waiting behind it (BENCHMARKS.md, "The latency tail (eighth
 // pass)").
 func TestSweepYieldsEveryChunk(t *testing.T) {
-	const n = 2000
+	const n = 9000
 	r, _ := trackRuns(t, n, false)
 	defer func() { _ = r.Close(context.Background()) }()
 	yields := 0
 	r.sweepYielding(func() { yields++ })
-	if want := (n + 1) / sweepChunk; yields != want { // the n runs and trackRuns' first
-		t.Errorf("a sweep of %d trackers yielded %d times: want %d, one every %d trackers", n+1, yields, want, sweepChunk)
+	// The n runs and trackRuns' first: a yield every entriesChunk entries
+	// copied, then every sweepChunk trackers read.
+	if want := (n+1)/entriesChunk + (n+1)/sweepChunk; yields != want {
+		t.Errorf("a sweep of %d trackers yielded %d times: want %d, one every %d entries copied and every %d trackers read", n+1, yields, want, entriesChunk, sweepChunk)
 	}
 }
 

@@ -1761,17 +1761,28 @@ func (r *Registry) started() []*entry {
 }
 
 // entries returns every entry, started or not: what started filters,
-// copied under r.mu with nothing read of the entries themselves (the
-// janitor's sweep reads them after, yielding as it goes).
-func (r *Registry) entries() []*entry {
+// copied under r.mu's read lock with nothing read of the entries
+// themselves (the janitor's sweep reads them after, yielding as it goes).
+// It calls yield every entriesChunk entries, the lock held: at 100,000
+// runs the copy of a map cold since the last sweep took 7.5 ms in one
+// stretch (BENCHMARKS.md, "The latency tail (eighth pass, 2026-12-06)").
+// Nothing on a steady run's path waits for this lock; a start or a stop
+// waits for the copy as before, and for what runs in its yields.
+func (r *Registry) entries(yield func()) []*entry {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	all := make([]*entry, 0, len(r.trackers))
 	for _, e := range r.trackers {
 		all = append(all, e)
+		if len(all)%entriesChunk == 0 {
+			yield()
+		}
 	}
 	return all
 }
+
+// entriesChunk is how many entries entries copies between two yields.
+const entriesChunk = 4096
 
 // seen reads the status of e, a started tracker, at now.
 func (r *Registry) seen(e *entry, now time.Time) seenTracker {
