@@ -38,6 +38,20 @@ func newMarkRig(t *testing.T, last uint64) (*rig, *markingBus) {
 	return newRigOver(t, mb, &batchFake{fakeStore: newFakeStore()}, rigOptions{}), mb
 }
 
+// rewindHeardLive rewinds each of tables to 14:00 at rewoundAt, in the
+// store and as heard live by r's registry, and waits until the stream's
+// state was read for every one of those rewinds.
+func rewindHeardLive(t *testing.T, r *rig, rewoundAt time.Time, tables ...string) {
+	t.Helper()
+	for _, table := range tables {
+		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+	}
+	eventually(t, "the stream's state read for the rewinds", func() bool {
+		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == len(tables)
+	})
+}
+
 // TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock (ADR
 // 0019, addendum of 2026-12-06): the usual reset is a script (stop the
 // old query, rewind, start the new one at once), and the new run's first
@@ -54,13 +68,7 @@ func newMarkRig(t *testing.T, last uint64) (*rig, *markingBus) {
 func TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock(t *testing.T) {
 	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
 	r, mb := newMarkRig(t, 100)
-	for _, table := range []string{"t_a", "t_b"} {
-		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
-		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
-	}
-	eventually(t, "the stream's state read for both rewinds", func() bool {
-		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == 2
-	})
+	rewindHeardLive(t, r, rewoundAt, "t_a", "t_b")
 	type retained struct {
 		posted, stored time.Time
 		seq            uint64

@@ -24,13 +24,7 @@ import (
 func TestABatchStartedBeforeARewindAndPostedAfterItIsApplied(t *testing.T) {
 	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
 	r, _ := newMarkRig(t, 100)
-	for _, table := range []string{"t_a", "t_b"} {
-		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
-		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
-	}
-	eventually(t, "the stream's state read for both rewinds", func() bool {
-		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == 2
-	})
+	rewindHeardLive(t, r, rewoundAt, "t_a", "t_b")
 	exec := map[string]int32{
 		runA: 90_000, // started 30 s before the rewind, posted a minute after it
 		runB: 20_000, // started 30 s before the rewind, posted 10 s before it
@@ -98,13 +92,7 @@ func TestAProgressIsNeverPostedAfterItWasStored(t *testing.T) {
 	const runC = "0c0c0c0c-2222-4333-8444-555555555555"
 	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
 	r, _ := newMarkRig(t, 100)
-	for _, table := range []string{"t_a", "t_b", "t_c"} {
-		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
-		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
-	}
-	eventually(t, "the stream's state read for the rewinds", func() bool {
-		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == 3
-	})
+	rewindHeardLive(t, r, rewoundAt, "t_a", "t_b", "t_c")
 	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
 		ev := cdcProgress(runID, "2026-09-28T18:10:00")
 		switch runID {

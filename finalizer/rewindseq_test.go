@@ -29,13 +29,7 @@ import (
 func TestARetainedProgressIsJudgedBySequenceNotTheStreamsClock(t *testing.T) {
 	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
 	r, _ := newMarkRig(t, 100)
-	for _, table := range []string{"t_a", "t_b"} {
-		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
-		r.reg.Rewound(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
-	}
-	eventually(t, "the stream's state read for both rewinds", func() bool {
-		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == 2
-	})
+	rewindHeardLive(t, r, rewoundAt, "t_a", "t_b")
 	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
 		ev := cdcProgress(runID, "2026-09-28T18:10:00")
 		switch runID {
