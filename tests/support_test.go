@@ -96,6 +96,28 @@ func (w *verdictWatch) close() {
 	w.wg.Wait()
 }
 
+// wentOnlyThrough fails the test unless every value the watch saw is one
+// of want, in want's order, ending at want's last. A poll every 10 ms
+// can miss a value the table held for less than that (two moves 8 ms
+// apart in CI): a test that needs a value reached waits for it itself
+// (waitVerdict); the watch says that nothing else was ever seen.
+func wentOnlyThrough(t *testing.T, seen []time.Time, want ...string) {
+	t.Helper()
+	i := 0
+	for _, v := range seen {
+		for i < len(want) && !utc(want[i]).Equal(v) {
+			i++
+		}
+		if i == len(want) {
+			t.Errorf("the table went through %v, want only %v, in that order", seen, want)
+			return
+		}
+	}
+	if len(seen) == 0 || !seen[len(seen)-1].Equal(utc(want[len(want)-1])) {
+		t.Errorf("the table went through %v, want it to end at %s", seen, want[len(want)-1])
+	}
+}
+
 // check waits until the watch has seen final (up to 20 s), stops it, and
 // fails the test when the verdict ever moved backwards or beyond final. It
 // returns the values seen.
