@@ -187,7 +187,8 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	if !heard.IsZero() && heard.Before(at) {
 		_, heardBefore = t.cfg.host.storedRewind(at)
 	}
-	mark, marked := t.rewindMark(at)
+	mk, marked := t.rewindMark(at)
+	mark := mk.seq
 	storedBefore, bySeq := storedBefore(stored, seq, at, mark, marked)
 	// The driver's time is judged against the rewind's stored rewound_at
 	// when this service heard it with it (the stamp the audit shows,
@@ -207,23 +208,11 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	// why the table stays rewound sees why.
 	t.setHeld(outcomeBeforeRewind)
 	t.mu.Lock()
-	switch {
-	case heardBefore:
-		t.held = outcomeBeforeRewind + ": the run's progress was heard at " + heard.UTC().Format(time.RFC3339Nano) +
-			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before this service heard its table's rewind at " +
-			at.UTC().Format(time.RFC3339Nano) + "; its next progress posted after the rewind moves the verdict"
-	case storedBefore && bySeq:
-		t.held = outcomeBeforeRewind + ": the run's progress was stored by the stream at sequence " + strconv.FormatUint(seq, 10) +
-			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before its table's rewind at " + rewound.UTC().Format(time.RFC3339) +
-			" (the stream's last sequence once the rewind had committed was " + strconv.FormatUint(mark, 10) + "); its next progress posted after the rewind moves the verdict"
-	case storedBefore:
-		t.held = outcomeBeforeRewind + ": the run's progress was stored by the stream at " + stored.UTC().Format(time.RFC3339) +
-			" (posted at " + posted.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " +
-			at.UTC().Format(time.RFC3339) + " or within " + rewindMargin.String() + " after; its next progress posted after the rewind moves the verdict"
-	default:
-		t.held = outcomeBeforeRewind + ": the run's progress was posted at " + posted.UTC().Format(time.RFC3339Nano) +
-			", before its table was rewound at " + rewound.UTC().Format(time.RFC3339Nano) + "; its next progress posted after the rewind moves the verdict"
-	}
+	t.held = heldBeforeRewind(heldFacts{
+		heard: heard, stored: stored, posted: posted, at: at, rewound: rewound,
+		seq: seq, mark: mk, marked: marked,
+		heardBefore: heardBefore, storedBefore: storedBefore, bySeq: bySeq,
+	})
 	t.mu.Unlock()
 	if ev == t.pending {
 		// Its advance, failing before (the database down), is dropped:
@@ -261,9 +250,9 @@ func (t *Tracker) storedRewind(at time.Time) time.Time {
 // rewind at committed (Registry.markStream for a rewind heard live, or
 // recorded by finalizer rewind and read from the rows: Registry.
 // loadRewinds); ok is false when none is known for that rewind.
-func (t *Tracker) rewindMark(at time.Time) (uint64, bool) {
+func (t *Tracker) rewindMark(at time.Time) (streamMark, bool) {
 	if t.cfg.host == nil || at.IsZero() {
-		return 0, false
+		return streamMark{}, false
 	}
 	return t.cfg.host.rewindMark(at)
 }
@@ -344,7 +333,8 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 	if rw.IsZero() {
 		return false
 	}
-	mark, marked := t.rewindMark(rw)
+	mk, marked := t.rewindMark(rw)
+	mark := mk.seq
 	storedBefore, bySeq := storedBefore(stored, seq, rw, mark, marked)
 	if !storedBefore && !at.Before(rw) {
 		return false
@@ -359,10 +349,14 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 		t.heldByQuiet = true
 		t.mu.Lock()
 		switch {
+		case storedBefore && bySeq && mk.late():
+			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at sequence " + strconv.FormatUint(seq, 10) +
+				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), at or before " + lateMarkText(mk) +
+				"; its next progress, or quiet signal, posted after the rewind moves the verdict; " + heldEndedRun
 		case storedBefore && bySeq:
 			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at sequence " + strconv.FormatUint(seq, 10) +
-				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), before its table's rewind (the stream's last sequence once the rewind had committed was " +
-				strconv.FormatUint(mark, 10) + "); its next progress, or quiet signal, from after the rewind moves the verdict"
+				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), before its table's rewind (" + markText(mk) +
+				"); its next progress, or quiet signal, from after the rewind moves the verdict"
 		case storedBefore:
 			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at " + stored.UTC().Format(time.RFC3339) +
 				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " + rw.UTC().Format(time.RFC3339) +
@@ -682,6 +676,41 @@ type streamMark struct {
 	// rewind known from the rows before its notification came (rewind
 	// is then its stored rewound_at, PostgreSQL's clock).
 	heard bool
+	// How seq was read, for a hold's reason to say truthfully what it
+	// knows (ADR 0019, addendum of 2026-12-06, "a late mark says so"):
+	// recorded, by finalizer rewind after its commit (loadRewinds);
+	// otherwise by markStream, answering at readAt (this service's
+	// clock) after failed reads that failed first (NATS unreachable).
+	recorded bool
+	readAt   time.Time
+	failed   int
+}
+
+// markLateAfter is how long after this service heard a rewind its read
+// of the stream's state may answer and still be called prompt in a
+// hold's reason: a read that answers later (or after a failed one) is a
+// late mark, and a progress held by it may well have been stored after
+// the rewind (streamMark.late).
+const markLateAfter = 2 * time.Second
+
+// late reports whether m was read late: after a failed read, or more
+// than markLateAfter after this service heard the rewind. A recorded
+// mark (finalizer rewind's, read after its commit within 5 s or not at
+// all) is not late.
+func (m streamMark) late() bool {
+	if m.recorded {
+		return false
+	}
+	return m.failed > 0 || (m.heard && !m.readAt.IsZero() && m.readAt.Sub(m.rewind) > markLateAfter)
+}
+
+// after is how long after the rewind was heard m was read (zero when
+// not known).
+func (m streamMark) after() time.Duration {
+	if m.recorded || !m.heard || m.readAt.IsZero() || m.readAt.Before(m.rewind) {
+		return 0
+	}
+	return m.readAt.Sub(m.rewind)
 }
 
 // setMark updates table's entry in r.marks for the rewind kept as key:
@@ -837,10 +866,17 @@ func (r *Registry) markStream(table string) {
 				return false // the first read is the earliest threshold
 			}
 			m.seq, m.read = last, true
+			m.readAt, m.failed = r.cfg.Clock.Now(), attempt-1
 			return true
 		}) {
 			r.log.Debug("the event stream's state read for a rewind is not kept: read already, or the table was rewound again",
 				zap.String("table", table), zap.Time("rewind", at))
+			return
+		}
+		if attempt > 1 {
+			r.log.Warn("the event stream's state when the rewind was heard could be read only late (its first reads failed): a progress it stored up to this sequence is held as before the rewind, even one stored after it, until its run's next progress posted after the rewind",
+				zap.String("table", table), zap.Time("rewind", at), zap.Uint64("stream_last_seq", last), zap.Int("attempts", attempt),
+				zap.Duration("after", r.cfg.Clock.Now().Sub(at)))
 			return
 		}
 		r.log.Info("the event stream's state when the rewind was heard: a progress it stores later is after the rewind",
@@ -859,15 +895,22 @@ var errRewoundAgain = errors.New("the table was rewound again")
 // the rows with no position or one of another incarnation of the stream,
 // or the read has not answered or failed). Lock-free.
 func (r *Registry) markOf(table string, at time.Time) (seq uint64, ok bool) {
+	mk, ok := r.markInfo(table, at)
+	return mk.seq, ok
+}
+
+// markInfo is markOf with how the mark was read (streamMark: recorded,
+// late). Lock-free.
+func (r *Registry) markInfo(table string, at time.Time) (streamMark, bool) {
 	m := r.marks.Load()
 	if m == nil {
-		return 0, false
+		return streamMark{}, false
 	}
 	mk, ok := (*m)[table]
 	if !ok || at.IsZero() || !mk.rewind.Equal(at) || !mk.read {
-		return 0, false
+		return streamMark{}, false
 	}
-	return mk.seq, true
+	return mk, true
 }
 
 // storedOf is the rewound_at the control table stored for table's rewind

@@ -326,7 +326,7 @@ func (e *entry) knownRewind() time.Time {
 
 func (e *entry) learnRewind(v control.Verdict) { e.r.learnRewind(e.req.Table, v) }
 
-func (e *entry) rewindMark(at time.Time) (uint64, bool) { return e.r.markOf(e.req.Table, at) }
+func (e *entry) rewindMark(at time.Time) (streamMark, bool) { return e.r.markInfo(e.req.Table, at) }
 
 func (e *entry) storedRewind(at time.Time) (time.Time, bool) { return e.r.storedOf(e.req.Table, at) }
 
@@ -716,7 +716,7 @@ func (r *Registry) markRecorded(ctx context.Context, recorded map[string]control
 			if m.read {
 				return false // the first mark is the earliest threshold
 			}
-			m.seq, m.read = p.Seq, true
+			m.seq, m.read, m.recorded = p.Seq, true, true
 			return true
 		}) {
 			kept++

@@ -358,9 +358,10 @@ type runHost interface {
 	// notification had been heard.
 	learnRewind(v control.Verdict)
 	// rewindMark is the event stream's last sequence once the tracker's
-	// table's rewind at had committed (Registry.markOf); ok is false
-	// when none is known for that rewind (then rewindMargin applies).
-	rewindMark(at time.Time) (seq uint64, ok bool)
+	// table's rewind at had committed, with how it was read
+	// (Registry.markInfo); ok is false when none is known for that
+	// rewind (then rewindMargin applies).
+	rewindMark(at time.Time) (mark streamMark, ok bool)
 	// storedRewind is the rewound_at the control table stored for the
 	// rewind kept as at, when this service heard it live with it (the
 	// notification's), zero otherwise; live says whether at is when this
@@ -442,7 +443,7 @@ func (h *funcHost) learnRewind(v control.Verdict) {
 	}
 }
 
-func (h *funcHost) rewindMark(time.Time) (uint64, bool) { return 0, false }
+func (h *funcHost) rewindMark(time.Time) (streamMark, bool) { return streamMark{}, false }
 
 func (h *funcHost) storedRewind(time.Time) (time.Time, bool) { return time.Time{}, false }
 
