@@ -129,3 +129,31 @@ func TestAProgressStoredAfterTheRewindHeldByItsDriversClockSaysSo(t *testing.T) 
 		}
 	}
 }
+
+// TestAPositionOfAnotherStreamWarnsOncePerRewind (review nit 1): a
+// position recorded from another stream (created again since, or
+// another server's: finalizer rewind with a wrong --nats-url) warned
+// "of another stream (created again since)" at every read of the
+// rewinds (the start's, and the re-read after the control database's
+// LISTEN connection came up): twice at a start. Once per table and
+// rewind now, naming both causes.
+func TestAPositionOfAnotherStreamWarnsOncePerRewind(t *testing.T) {
+	r, mb := newMarkRig(t, 250)
+	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now().Add(-time.Minute))
+	r.store.recordPosition("t_a", 100, streamCreated.Add(-time.Hour))
+	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		r.reg.RereadRewinds()
+		eventually(t, "the rewinds read again", func() bool {
+			mb.mu.Lock()
+			defer mb.mu.Unlock()
+			return mb.asked == i+2
+		})
+	}
+	warned := r.logs.FilterMessageSnippet("of a stream of another creation time (created again since, or another server's").Len()
+	if warned != 1 {
+		t.Errorf("%d warnings of a position of another stream over three reads of the rewinds, want 1", warned)
+	}
+}

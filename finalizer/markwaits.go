@@ -21,6 +21,26 @@ type markWaits struct {
 	mu      sync.Mutex
 	failing map[string]time.Time
 	every   *lograte.Limiter
+	// otherStream is, by table, the rewind whose recorded position was
+	// said to be of another stream (sayOtherStream).
+	otherStream map[string]time.Time
+}
+
+// sayOtherStream reports whether the warning that table's position
+// recorded with its rewind at is of another stream is to be logged:
+// once per table and rewind (markRecorded runs at every read of the
+// rewinds).
+func (w *markWaits) sayOtherStream(table string, at time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if prev, ok := w.otherStream[table]; ok && prev.Equal(at) {
+		return false
+	}
+	if w.otherStream == nil {
+		w.otherStream = make(map[string]time.Time)
+	}
+	w.otherStream[table] = at
+	return true
 }
 
 // markReadFailed logs a failed read of the event stream's state for

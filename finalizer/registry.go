@@ -707,9 +707,14 @@ func (r *Registry) markRecorded(ctx context.Context, recorded map[string]control
 	for _, table := range want {
 		p := recorded[table]
 		if !control.SameStream(p.Created, pos.Created) {
-			r.log.Warn("the event stream's position recorded with the table's rewind is of another stream (created again since): a progress read from the stream is judged against the rewind with a margin across the servers' clocks (one stored within "+rewindMargin.String()+" after it waits for its run's next progress)",
-				zap.String("table", table), zap.Time("rewound_at", p.RewoundAt), zap.Time("recorded_stream_created", p.Created),
-				zap.Time("stream_created", pos.Created))
+			// Once per table and rewind: every re-read of the rewinds
+			// (a reconnect of the control database's LISTEN
+			// connection, the start's own) said it again.
+			if r.markWaits.sayOtherStream(table, p.RewoundAt) {
+				r.log.Warn("the event stream's position recorded with the table's rewind is of a stream of another creation time (created again since, or another server's: finalizer rewind's --nats-url or --stream named another than the service's): a progress read from the stream is judged against the rewind with a margin across the servers' clocks (one stored within "+rewindMargin.String()+" after it waits for its run's next progress)",
+					zap.String("table", table), zap.Time("rewound_at", p.RewoundAt), zap.Time("recorded_stream_created", p.Created),
+					zap.Time("stream_created", pos.Created))
+			}
 			continue
 		}
 		if r.setMark(table, p.RewoundAt, true, func(m *streamMark) bool {

@@ -99,7 +99,7 @@ func TestARewindNotHeardIsJudgedByTheSequenceItRecorded(t *testing.T) {
 		"a retained progress at the sequence recorded with the rewind was applied: verdict %s")
 	r.staysRewound(t, "t_c", "the progress of a stream created again held by the margin", 2,
 		"a position recorded for another incarnation of the stream was used: verdict %s")
-	if n := r.logs.FilterMessageSnippet("is of another stream (created again since)").Len(); n != 1 {
+	if n := r.logs.FilterMessageSnippet("of a stream of another creation time").Len(); n != 1 {
 		t.Errorf("%d warnings of a position of another stream, want 1", n)
 	}
 	mb.mu.Lock()

@@ -123,7 +123,7 @@ func TestARewindMadeWithTheServiceDownIsJudgedByItsSequence(t *testing.T) {
 // 14:00.
 func TestARewindsPositionOfAStreamCreatedAgainIsNotUsed(t *testing.T) {
 	s, _, pgURL := rewindWhileDown(t, true)
-	s.logged(t, "the position of another stream refused", "is of another stream (created again since)")
+	s.logged(t, "the position of another stream refused", "of a stream of another creation time")
 	s.logged(t, "the new run's progress held by the margin", "posted before the table's last rewind")
 	staysRewound(t, []string{"--postgres-url", pgURL}, "after the restart,", "a position recorded for another stream was used")
 	if code := finalExit(t, []string{"--postgres-url", pgURL}, "bronze.orders", "2026-09-28T14:00:00Z"); code != 0 {
