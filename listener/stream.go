@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/finalizer-dev/finalizer/internal/redact"
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
@@ -513,6 +514,15 @@ func (l *Listener) publishViaJetStream(ctx context.Context, subj string) bool {
 
 // StreamName returns the name of the event stream.
 func (l *Listener) StreamName() string { return l.opts.Stream }
+
+// ServerURL returns the URL of the NATS server the listener is connected
+// to, its secrets masked (redact.URLs); "" when it is not connected.
+func (l *Listener) ServerURL() string {
+	if l.nc == nil {
+		return ""
+	}
+	return redact.URLs(l.nc.ConnectedUrl())
+}
 
 // StreamReady reports whether the event stream exists: ErrNoStream when it
 // does not (someone deleted it; the listener recreates it, see

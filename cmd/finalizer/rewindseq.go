@@ -80,7 +80,11 @@ func recordStreamPosition(ctx context.Context, fs *pflag.FlagSet, c clientConfig
 	case !ok:
 		note(errors.New("the table was rewound again since"))
 	default:
-		fmt.Fprintf(stdout, "recorded the event stream's position with the rewind (sequence %d): a service that did not hear the rewind judges the stream's progress by it\n", pos.LastSeq)
+		// The stream and the server it was read from, named: a position
+		// read from another server's stream (a wrong --nats-url) is not
+		// used by the service, which warns (review nit 2).
+		fmt.Fprintf(stdout, "recorded the event stream's position with the rewind (sequence %d of stream %s on %s): a service that did not hear the rewind judges the stream's progress by it when its stream is this one\n",
+			pos.LastSeq, field(l.StreamName()), field(l.ServerURL()))
 	}
 }
 
