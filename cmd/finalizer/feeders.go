@@ -101,7 +101,7 @@ func printFeederList(w io.Writer, fs []control.Feeder, now time.Time) {
 	tw.Flush()
 	for _, t := range order {
 		if h, held := control.HeldBy(byTable[t]); held {
-			fmt.Fprintf(w, "%s is %s\n", field(t), heldBy(h, "reporting"))
+			fmt.Fprintf(w, "%s is %s\n", field(t), heldBy(h, "reporting", false))
 		}
 	}
 }

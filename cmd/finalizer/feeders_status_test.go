@@ -32,10 +32,10 @@ func TestPrintFeedersNames(t *testing.T) {
 // TestHeldByNotExpected: a tracked feeder without a verdict of its own is
 // not called "expected" (only the config's feeders: are).
 func TestHeldByNotExpected(t *testing.T) {
-	if got := heldBy(control.Feeder{Feeder: "id", QueryName: "region-us"}, "reporting"); strings.Contains(got, "expected") || !strings.Contains(got, "region-us") {
+	if got := heldBy(control.Feeder{Feeder: "id", QueryName: "region-us"}, "reporting", false); strings.Contains(got, "expected") || !strings.Contains(got, "region-us") {
 		t.Errorf("heldBy = %q", got)
 	}
-	if got := heldBy(control.Feeder{Feeder: "region-us", Expected: true}, "never reported"); got != "held by region-us: expected, never reported" {
+	if got := heldBy(control.Feeder{Feeder: "region-us", Expected: true}, "never reported", false); got != "held by region-us: expected, never reported" {
 		t.Errorf("heldBy = %q", got)
 	}
 }

@@ -54,3 +54,27 @@ func TestStatusShowsARetiredFeedersRunMovesNothing(t *testing.T) {
 		t.Errorf("runs unknown: held_by %q", ts.HeldBy)
 	}
 }
+
+// TestATableHeldByAFeederWhoseRunIsHeldByTheRewindSaysSo (review nit
+// 4): the table's line said "held by t_b: no verdict of its own yet"
+// while t_b's run showed its progress held as posted before the table's
+// rewind; it says that now, with or without a verdict of the feeder's
+// own, and only when the feeder's run is so held.
+func TestATableHeldByAFeederWhoseRunIsHeldByTheRewindSaysSo(t *testing.T) {
+	at := statusAt
+	v := control.Verdict{Table: "bronze.orders", FinalizedUntil: at.Add(-time.Hour), UpdatedAt: at, RewoundAt: at}
+	a := control.Feeder{Table: "bronze.orders", Feeder: "q-a", QueryName: "t_a", FinalizedUntil: at.Add(-time.Hour)}
+	b := control.Feeder{Table: "bronze.orders", Feeder: "q-b", QueryName: "t_b"}
+	held := finalizer.TrackerStatus{RunID: "r-b", QueryID: "q-b", Table: "bronze.orders", LastEvent: at,
+		Held: "before_rewind: the run's progress was stored by the stream at sequence 10"}
+	runs := []finalizer.TrackerStatus{{RunID: "r-a", QueryID: "q-a", Table: "bronze.orders", LastEvent: at}, held}
+	ts := toTableStatus(v, at, runs, []control.Feeder{a, b})
+	if !strings.HasPrefix(ts.HeldBy, "held by t_b: its run's progress is held as before the table's rewind") {
+		t.Errorf("held_by %q does not say t_b's run is held by the rewind", ts.HeldBy)
+	}
+	runs[1].Held = ""
+	ts = toTableStatus(v, at, runs, []control.Feeder{a, b})
+	if !strings.HasPrefix(ts.HeldBy, "held by t_b: no verdict of its own yet") {
+		t.Errorf("held_by %q, want the plain no-verdict line when t_b's run is not held", ts.HeldBy)
+	}
+}

@@ -334,7 +334,7 @@ func toTableStatus(v control.Verdict, now time.Time, runs []finalizer.TrackerSta
 		}
 		ts.Feeders = append(ts.Feeders, fs)
 		if fs.Holds {
-			ts.HeldBy = heldBy(f, fs.State)
+			ts.HeldBy = heldBy(f, fs.State, rewoundHold(f, runs))
 		}
 	}
 	if ts.HeldBy == "" {
@@ -387,9 +387,16 @@ func feederName(f feederStatus) string {
 
 // heldBy says which feeder holds a table and, when it is not reporting,
 // why it is silent: "held by region-us at 2026-09-28T12:00:00Z (stale)".
-func heldBy(f control.Feeder, state string) string {
+//
+// With rewound (rewoundHold: the feeder's run shows its progress held as
+// posted before the table's rewind), it says so: "no verdict of its own
+// yet" alone left an operator to guess why (review nit 4).
+func heldBy(f control.Feeder, state string, rewound bool) string {
 	if f.FinalizedUntil.IsZero() && f.Expected {
 		return fmt.Sprintf("held by %s: expected, never reported", field(f.Name()))
+	}
+	if f.FinalizedUntil.IsZero() && rewound {
+		return fmt.Sprintf("held by %s: its run's progress is held as before the table's rewind, no verdict of its own yet (%s; the run's held says why)", field(f.Name()), state)
 	}
 	if f.FinalizedUntil.IsZero() { // tracked, no verdict of its own yet
 		return fmt.Sprintf("held by %s: no verdict of its own yet (%s)", field(f.Name()), state)
@@ -398,7 +405,26 @@ func heldBy(f control.Feeder, state string) string {
 	if state != "reporting" && state != "idle" {
 		s += " (" + state + ")"
 	}
+	if rewound {
+		s += ": its run's progress is held as before the table's rewind (the run's held says why)"
+	}
 	return s
+}
+
+// heldAsBeforeRewind is how a run's held starts when its progress, or
+// quiet signal, was not used as sent before its table's rewind
+// (finalizer's before_rewind outcome).
+const heldAsBeforeRewind = "before_rewind"
+
+// rewoundHold reports whether a run of feeder f on its table shows its
+// progress held as before the table's rewind.
+func rewoundHold(f control.Feeder, runs []finalizer.TrackerStatus) bool {
+	for _, r := range runs {
+		if r.Table == f.Table && r.QueryID == f.Feeder && strings.HasPrefix(r.Held, heldAsBeforeRewind) {
+			return true
+		}
+	}
+	return false
 }
 
 // attachJoinWaits adds to each of tables the feeder joins it waits for
