@@ -83,11 +83,17 @@ type pendingRun struct {
 	// decision is judged against when the progress was heard, not when
 	// the tracker took it (ADR 0019, addendum of 2026-12-06).
 	heard time.Time
+	// live: an event of the run was heard live (not only read from the
+	// stream's retained copy by a recovery's listing).
+	live bool
 }
 
 // merge takes in one more discovered event of the run, heard live at
 // heard (zero: not heard live).
 func (p *pendingRun) merge(run listener.Run, heard time.Time) {
+	if !heard.IsZero() {
+		p.live = true
+	}
 	if p.run.Name == "" {
 		p.run.Name = run.Name
 	}

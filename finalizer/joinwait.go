@@ -433,7 +433,7 @@ func (r *Registry) joinTry(w *joinWait) {
 				zap.Duration("waited", now.Sub(w.since).Round(time.Millisecond)), zap.Int("suppressed", n))
 		}
 	case err != nil:
-		r.noteJoin(w.req, j, err)
+		r.noteJoin(w.req, j, err, nil)
 	}
 	// The table stays pending until the run's tracker started: the next
 	// start into it, waiting behind, is tracked after it.
@@ -467,7 +467,7 @@ func (r *Registry) join(ctx context.Context, e *entry) (failed error) {
 	if joinRetryable(err) {
 		return err
 	}
-	r.noteJoin(e.req, j, err)
+	r.noteJoin(e.req, j, err, e)
 	return nil
 }
 

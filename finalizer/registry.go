@@ -201,6 +201,11 @@ type Request struct {
 	// its decision): it does not run, so its query joining as a retired
 	// feeder is no warning (noteJoin).
 	terminated bool
+	// retainedOnly marks a run whose entry was made from the stream's
+	// retained copy only (a restart's recovery), with no event of it
+	// heard live: it may not run, so its query joining as a retired
+	// feeder warns only once it is heard of live (noteJoin, heardLive).
+	retainedOnly bool
 }
 
 // JoinResult is the outcome of a Join.
@@ -282,6 +287,11 @@ type entry struct {
 	// (judgeSilence), set before the tracker begins: a rewind noted after
 	// it holds the run until it is heard of live (rewoundSince).
 	judged *map[string]time.Time
+	// retiredWarn is the join of a retired feeder whose run was read back
+	// only from the stream's retained copy (Request.retainedOnly): its
+	// warning that the retired feeder runs again waits until the run is
+	// heard of live (heardLive), once.
+	retiredWarn atomic.Pointer[control.Joined]
 }
 
 // started, catchUp and exited make e its tracker's runHost.
@@ -325,6 +335,15 @@ func (e *entry) knownRewind() time.Time {
 }
 
 func (e *entry) learnRewind(v control.Verdict) { e.r.learnRewind(e.req.Table, v) }
+
+// heardLive is told, once, that the tracker heard of its run live: a
+// retired feeder's run read back only from the stream's retained copy
+// warns then that it runs again (noteJoin).
+func (e *entry) heardLive() {
+	if j := e.retiredWarn.Swap(nil); j != nil {
+		e.r.warnRetiredRuns(e.req, *j)
+	}
+}
 
 func (e *entry) rewindMark(at time.Time) (streamMark, bool) { return e.r.markInfo(e.req.Table, at) }
 
@@ -1120,6 +1139,7 @@ func (r *Registry) register(reqs []Request, p *pendingRun) (es []*entry, capped 
 		if p != nil {
 			p.fill(e.box)
 			e.req.terminated = p.run.Terminated || p.terminated != nil
+			e.req.retainedOnly = !p.live
 		}
 		r.add(e)
 		r.starting[req.RunID]++
@@ -1239,8 +1259,9 @@ func (r *Registry) persist(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// noteJoin logs what a join that did not succeed plainly means.
-func (r *Registry) noteJoin(req Request, j control.Joined, err error) {
+// noteJoin logs what a join that did not succeed plainly means; e is
+// the run's entry (nil when not known).
+func (r *Registry) noteJoin(req Request, j control.Joined, err error, e *entry) {
 	switch {
 	case err != nil:
 		// A refusal of the join itself (joinRetryable): no retry
@@ -1255,14 +1276,31 @@ func (r *Registry) noteJoin(req Request, j control.Joined, err error) {
 		r.log.Debug("a terminated run of a retired feeder of the table is tracked to read its last events; it does not run again",
 			zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("query_name", req.QueryName),
 			zap.String("run_id", req.RunID), zap.Time("retired_at", j.RetiredAt))
-	case j.Retired():
-		// A retired query runs again (restarted from its checkpoint):
-		// it does not hold the table, which may already be final
-		// over the periods it writes. Never silent.
-		r.log.Warn("a retired feeder of the table runs again: it does not hold the table, which may be declared final ahead of what this run writes; take it back with finalizer feeders unretire if it still writes the table",
+	case j.Retired() && req.retainedOnly && e != nil:
+		// A run of a retired feeder read back only from the stream's
+		// retained copy (a restart's recovery), not heard of live: it
+		// may well not run (an old run whose termination the stream no
+		// longer holds). Every restart warned that it runs again (review
+		// nit 3). It warns once it is heard of live (heardLive).
+		jj := j
+		e.retiredWarn.Store(&jj)
+		r.log.Debug("a run of a retired feeder of the table, read back from the event stream's retained copy, is tracked; it warns if it is heard of live",
 			zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("query_name", req.QueryName),
-			zap.String("run_id", req.RunID), zap.Time("retired_at", j.RetiredAt), zap.String("retired_why", j.RetiredWhy))
+			zap.String("run_id", req.RunID), zap.Time("retired_at", j.RetiredAt))
+	case j.Retired():
+		r.warnRetiredRuns(req, j)
 	}
+}
+
+// warnRetiredRuns warns that req's run, of a feeder retired from its
+// table (j), runs again.
+func (r *Registry) warnRetiredRuns(req Request, j control.Joined) {
+	// A retired query runs again (restarted from its checkpoint):
+	// it does not hold the table, which may already be final
+	// over the periods it writes. Never silent.
+	r.log.Warn("a retired feeder of the table runs again: it does not hold the table, which may be declared final ahead of what this run writes; take it back with finalizer feeders unretire if it still writes the table",
+		zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("query_name", req.QueryName),
+		zap.String("run_id", req.RunID), zap.Time("retired_at", j.RetiredAt), zap.String("retired_why", j.RetiredWhy))
 }
 
 // subscribe subscribes a prepared e and returns its tracker, not running

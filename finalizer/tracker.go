@@ -367,6 +367,9 @@ type runHost interface {
 	// notification's), zero otherwise; live says whether at is when this
 	// service heard or learnt that rewind (its own clock).
 	storedRewind(at time.Time) (stored time.Time, live bool)
+	// heardLive is told when the tracker first hears of its run live
+	// (an event not read from the stream's retained copy).
+	heardLive()
 }
 
 // errJoinPending fails an advance while the table waits for another
@@ -446,6 +449,8 @@ func (h *funcHost) learnRewind(v control.Verdict) {
 func (h *funcHost) rewindMark(time.Time) (streamMark, bool) { return streamMark{}, false }
 
 func (h *funcHost) storedRewind(time.Time) (time.Time, bool) { return time.Time{}, false }
+
+func (h *funcHost) heardLive() {}
 
 // Notify schedules the tracker, or only stamps its status
 // (listener.Notifier, see begin and notified).
@@ -602,8 +607,12 @@ func (t *Tracker) notified(stampOnly bool) {
 	}
 	now := t.cfg.Clock.Now()
 	t.mu.Lock()
+	first := !t.heard
 	t.lastEvent, t.idle, t.heard = now, true, true
 	t.mu.Unlock()
+	if first && t.cfg.host != nil {
+		t.cfg.host.heardLive()
+	}
 }
 
 // quietNow reports whether an idle event, or a progress not newer than the
@@ -803,6 +812,7 @@ func (t *Tracker) step(ctx context.Context) (done bool) {
 	}
 	t.retryWanted, t.stepErr = false, nil
 	mail := t.cfg.Box.Take()
+	firstLive := false
 	if mail.Progress != nil || mail.Idle || mail.NotNewer || mail.Terminated != nil || mail.Started != nil {
 		t.mu.Lock()
 		if mail.Heard {
@@ -810,12 +820,16 @@ func (t *Tracker) step(ctx context.Context) (done bool) {
 			// restart's recovery, a catch-up) was not heard now: the
 			// run stays shown as heard of at its last live event, or
 			// not since the tracker started (Status.NotHeard).
+			firstLive = !t.heard
 			t.lastEvent, t.heard = t.cfg.Clock.Now(), true
 		}
 		t.idle = mail.Progress == nil && (mail.Idle || mail.NotNewer)
 		t.terminated = mail.Terminated != nil
 		t.failed = mail.Terminated != nil && mail.Terminated.Exception != ""
 		t.mu.Unlock()
+	}
+	if firstLive && t.cfg.host != nil {
+		t.cfg.host.heardLive()
 	}
 	if mail.Started != nil && t.cfg.host != nil {
 		t.cfg.host.started(mail.Started.Timestamp, true)
