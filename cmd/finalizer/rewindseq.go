@@ -51,7 +51,7 @@ func addStreamPositionFlags(fs *pflag.FlagSet, skip *bool) {
 // written, it says so on stderr and the margin holds.
 func recordStreamPosition(ctx context.Context, fs *pflag.FlagSet, c clientConfig, s *control.Store, stdout, stderr io.Writer, table string, e control.AuditEntry) {
 	note := func(why error) {
-		fmt.Fprintf(stderr, "finalizer: rewind: note: the rewind stands, but the event stream's position could not be recorded with it (%v): a service that is not running now (or whose control database connection is down) will hold a progress of %s that the stream stores within a minute after the rewind until its run's next progress; start the reprocessing query with the service running, or a minute after the rewind\n",
+		fmt.Fprintf(stderr, "finalizer: rewind: note: the rewind stands, but the event stream's position could not be recorded with it (%v): a service that is not running now (or whose control database connection is down) will hold a progress of %s that the stream stores within a minute after the rewind until its run's next progress; start the reprocessing query a minute after the rewind, or once NATS is reachable and the running service logged that it read the event stream's state after the rewind (\"the event stream's state when the rewind was heard\")\n",
 			why, field(table))
 	}
 	rctx, cancel := context.WithTimeout(ctx, streamPositionTimeout)
