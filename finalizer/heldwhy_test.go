@@ -71,6 +71,15 @@ func TestAProgressHeldByALateMarkSaysSo(t *testing.T) {
 	if strings.Contains(held, "once the rewind had committed") {
 		t.Errorf("the hold %q says the late mark was the stream's state once the rewind had committed", held)
 	}
+	// What the hold says works for a run that ended: its query started
+	// again, the new run's progress heard live and posted after the
+	// rewind moves the verdict.
+	r.bus.afterSubscribe = nil
+	r.track(t, runB, "t_a")
+	ev := cdcProgress(runB, "2026-09-28T18:10:00")
+	ev.Timestamp = r.clock.Now()
+	r.bus.Publish(ev)
+	eventually(t, "the new run's live progress applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
 }
 
 // TestAPromptMarkSaysWhoReadIt: a mark read at once when the rewind was
