@@ -70,7 +70,7 @@ func heldBeforeRewind(f heldFacts) string {
 			", after its table's rewind at " + f.at.UTC().Format(time.RFC3339) + " and " + rewindMargin.String() + " more by the NATS and PostgreSQL servers' clocks" + before
 	case !f.heard.IsZero() && !f.heard.Before(f.at):
 		return outcomeBeforeRewind + ": this service heard the run's progress live at " + f.heard.UTC().Format(time.RFC3339Nano) +
-			", after it heard its table's rewind" + before
+			", after its table's rewind" + before
 	}
 	return outcomeBeforeRewind + ": the run's progress was posted at " + f.posted.UTC().Format(time.RFC3339Nano) +
 		" by its driver's clock, before its table was rewound at " + f.rewound.UTC().Format(time.RFC3339Nano) +
