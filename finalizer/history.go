@@ -680,7 +680,7 @@ type streamMark struct {
 	// knows (ADR 0019, addendum of 2026-12-06, "a late mark says so"):
 	// recorded, by finalizer rewind after its commit (loadRewinds);
 	// otherwise by markStream, answering at readAt (this service's
-	// clock) after failed reads that failed first (NATS unreachable).
+	// clock) after failed earlier reads (NATS unreachable).
 	recorded bool
 	readAt   time.Time
 	failed   int
