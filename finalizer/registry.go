@@ -940,6 +940,10 @@ type Registry struct {
 	// with its run's last progress held before the table's rewind
 	// (keepHeldDone), listed by Status; guarded by mu.
 	heldDone   map[string]heldDoneRun
+	// heldRefusals are the held advances ownership wrote later and the
+	// control table refused, kept for their trackers' next steps
+	// (RefusedHeld); guarded by mu.
+	heldRefusals map[trackKey]heldRefusal
 	queue      []string // pending runs in arrival order
 	maxPending int
 	// rescan asks discovery to offer the runs the stream retains once
@@ -1559,7 +1563,11 @@ func (r *Registry) reap(e *entry) {
 		// run's hold (ADR 0019, addendum of 2026-12-06).
 		delete(r.heldDone, e.req.Table)
 	}
+	refusal, refused := r.reapHeldRefusalLocked(e, st)
 	r.mu.Unlock()
+	if refused {
+		r.learnRewind(e.req.Table, refusal.v)
+	}
 }
 
 // keepHeldDone keeps the status of e's tracker, done with its run's last

@@ -214,6 +214,11 @@ type Tracker struct {
 	reassertReq atomic.Bool  // Reassert was called, not yet taken by a step
 	retryFired  atomic.Bool  // the armed retry timer fired
 	woken       atomic.Bool  // schedule was called since the last step began that was not parked
+	// refusedReq: the registry keeps a held advance of this tracker's
+	// that ownership wrote later and the control table refused
+	// (Registry.RefusedHeld), not yet taken by a step (takeHeldRefusal).
+	// Four bytes in the padding before pending (TestTrackerSize).
+	refusedReq atomic.Bool
 
 	// Owned by the steps (one at a time).
 	pending *progress.Event // newest progress not yet applied
@@ -362,6 +367,10 @@ type runHost interface {
 	// (Registry.markInfo); ok is false when none is known for that
 	// rewind (then rewindMargin applies).
 	rewindMark(at time.Time) (mark streamMark, ok bool)
+	// takeHeldRefusal returns, once, the held advance of this tracker's
+	// that ownership wrote later and the control table refused as
+	// decided before the table's rewind (Registry.RefusedHeld).
+	takeHeldRefusal() (heldRefusal, bool)
 	// storedRewind is the rewound_at the control table stored for the
 	// rewind kept as at, when this service heard it live with it (the
 	// notification's), zero otherwise; live says whether at is when this
@@ -447,6 +456,8 @@ func (h *funcHost) learnRewind(v control.Verdict) {
 }
 
 func (h *funcHost) rewindMark(time.Time) (streamMark, bool) { return streamMark{}, false }
+
+func (h *funcHost) takeHeldRefusal() (heldRefusal, bool) { return heldRefusal{}, false }
 
 func (h *funcHost) storedRewind(time.Time) (time.Time, bool) { return time.Time{}, false }
 
@@ -809,6 +820,11 @@ func (t *Tracker) step(ctx context.Context) (done bool) {
 	stopping := t.stopReq.Load()
 	if t.reassertReq.Swap(false) {
 		t.wantReassert = true
+	}
+	if t.refusedReq.Swap(false) && t.cfg.host != nil {
+		if h, ok := t.cfg.host.takeHeldRefusal(); ok {
+			t.heldRefused(h)
+		}
 	}
 	t.retryWanted, t.stepErr = false, nil
 	mail := t.cfg.Box.Take()

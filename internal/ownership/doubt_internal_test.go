@@ -132,7 +132,7 @@ func TestRewindBeforeAPollsWriteIsNotUndone(t *testing.T) {
 	as := []control.Advance{w.heldOf("t", "q").a, w.heldOf("u", "q").a}
 	epoch := w.epoch
 	w.mu.Unlock()
-	w.Rewound("t") // between the collection and the statement
+	w.Rewound("t", time.Time{}) // between the collection and the statement
 	if err := w.write(context.Background(), as, false, "fallback", epoch); err != nil {
 		t.Fatal(err)
 	}

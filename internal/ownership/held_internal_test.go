@@ -70,7 +70,7 @@ func TestHeldChainPerTable(t *testing.T) {
 	if hasU {
 		t.Error("a table whose every held advance was forgotten is still in the map")
 	}
-	w.Rewound("t")
+	w.Rewound("t", time.Time{})
 	if !until("t", "c").IsZero() {
 		t.Error("a rewind left a held advance")
 	}

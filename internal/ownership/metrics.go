@@ -12,6 +12,7 @@ type metrics struct {
 	held      prometheus.Counter
 	written   *prometheus.CounterVec
 	moved     *prometheus.CounterVec
+	refused   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -30,6 +31,8 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Advances of tables another replica owns, answered without a statement."}),
 		written: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "finalizer_ownership_held_written_total",
 			Help: "Held advances written, by why: flush (a bucket taken, a reconnect) or fallback (its owner did not write it within the grace)."}, []string{"why"}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "finalizer_ownership_held_refused_total",
+			Help: "Held advances this replica wrote that the control table refused as decided before their table's last rewind; dropped, and their runs told (shown as before_rewind)."}),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "finalizer_ownership_held_moved_total",
 			Help: "Held advances whose write moved the verdict, by why: a fallback that moves one says the owner did not write it."}, []string{"why"}),
 	}
@@ -38,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		m.moved.WithLabelValues(why)
 	}
 	if reg != nil {
-		reg.MustRegister(m.owned, m.members, m.connected, m.heldNow, m.acquired, m.held, m.written, m.moved)
+		reg.MustRegister(m.owned, m.members, m.connected, m.heldNow, m.acquired, m.held, m.written, m.moved, m.refused)
 	}
 	return m
 }

@@ -55,10 +55,6 @@ const (
 	// DefaultForget is how long a held advance that the table is known to
 	// have reached is kept, to be written again after a failover.
 	DefaultForget = 24 * time.Hour
-	// rewindMargin is how much earlier than an advance was held a rewind
-	// may have been made (the database's clock against this process's) and
-	// still stop the held advance from being written after a reconnect.
-	rewindMargin = time.Minute
 	// forgetChunk is how many tables forget looks at under the lock at
 	// once: the advances of the trackers wait for the lock meanwhile.
 	forgetChunk = 1024
@@ -122,8 +118,11 @@ type held struct {
 	// reached: an announcement (or this replica's own statement) showed
 	// the table at or past a.FinalizedUntil since the last reconnect.
 	reached bool
-	// doubt: a reconnect happened since it was asked; a rewind may have
-	// been missed, so the table's row is read before it is written.
+	// doubt: a reconnect happened since it was asked; an announcement
+	// may have been missed, so the fallback reads the table's row before
+	// it writes it (one the table stands at is not written). A rewind
+	// missed meanwhile is not judged here: the statement refuses an
+	// advance its tracker decided before it (Advance.Guard).
 	doubt bool
 	// sending counts this replica's statements of a in flight (the gate
 	// let them through: owned, or ownership not known yet). A flush
@@ -179,6 +178,9 @@ type Owner struct {
 	// with a failed primary, and its doubt must not be undone by it.
 	epoch    uint64
 	forgotAt time.Time // the last forget (the loop's)
+	// refusedTo is told each held advance this replica wrote that its
+	// statement refused as decided before its table's rewind (OnRefused).
+	refusedTo func(a control.Advance, v control.Verdict)
 	started  bool
 
 	kick   chan struct{}
@@ -318,40 +320,90 @@ func (w *Owner) dropLocked(table, query string) {
 		}
 		delete(w.held, table)
 	default:
-		first := w.held[table]
-		for prev, h := (*held)(nil), first; h != nil; prev, h = h, h.next {
-			if h.a.QueryID != query {
-				continue
-			}
-			delete(w.unreached, h)
-			w.nheld--
-			switch {
-			case prev != nil:
-				prev.next = h.next
-			case h.next != nil:
-				w.held[table] = h.next
-			default:
-				delete(w.held, table)
-			}
-			return
-		}
+		w.dropOneLocked(table, query)
 	}
 }
 
-// Rewound drops the held advances of table ("" = of every table): an
-// operator moved its verdict back, and writing an advance asked before
-// would undo the rewind.
-func (w *Owner) Rewound(table string) {
+// dropOneLocked removes the held advance of table's feeder query (which
+// may be "", the feeder of advances without a query id). w.mu held.
+func (w *Owner) dropOneLocked(table, query string) {
+	first := w.held[table]
+	for prev, h := (*held)(nil), first; h != nil; prev, h = h, h.next {
+		if h.a.QueryID != query {
+			continue
+		}
+		delete(w.unreached, h)
+		w.nheld--
+		switch {
+		case prev != nil:
+			prev.next = h.next
+		case h.next != nil:
+			w.held[table] = h.next
+		default:
+			delete(w.held, table)
+		}
+		return
+	}
+}
+
+// OnRefused sets f to be told each held advance this replica wrote (a
+// takeover, a reconnect, the fallback) that its statement refused as
+// decided before its table's last rewind (control.ErrBeforeRewind), with
+// the table's row as the statement read it: the advance is dropped, and
+// its tracker, told it was held and not written, would otherwise show
+// nothing of it (ADR 0020, addendum of 2026-12-06). f runs on the
+// Owner's loop, without its lock; it must not block. Call it before
+// Start.
+func (w *Owner) OnRefused(f func(a control.Advance, v control.Verdict)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.dropLocked(table, "")
+	w.refusedTo = f
+}
+
+// Rewound drops the held advances of table ("" = of every table) that
+// its rewind stored as at (the notification's rewound_at; zero when not
+// known) refuses: an operator moved its verdict back, and writing an
+// advance decided before would undo the rewind. A held advance whose
+// tracker knew that rewind already (Advance.Guard: it learnt it from a
+// refused statement or a re-read of the rows before the notification
+// came) was decided after it, and stays held: dropping it lost it for
+// good when its run had ended (ADR 0020, addendum of 2026-12-06).
+func (w *Owner) Rewound(table string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if at.IsZero() {
+		w.dropLocked(table, "")
+		return
+	}
+	drop := func(first *held) []string {
+		var qs []string
+		for h := first; h != nil; h = h.next {
+			if !h.a.Guard.Guarded() || h.a.Guard.Refuses(at) {
+				qs = append(qs, h.a.QueryID)
+			}
+		}
+		return qs
+	}
+	if table != "" {
+		for _, q := range drop(w.held[table]) {
+			w.dropOneLocked(table, q)
+		}
+		return
+	}
+	for tb, first := range w.held {
+		for _, q := range drop(first) {
+			w.dropOneLocked(tb, q)
+		}
+	}
 }
 
 // Reconnected says that the control database's LISTEN connection was
 // re-established: announcements may have been lost, and a failover may
 // have lost the newest writes. Every held advance is written again by the
-// owner of its bucket (after reading the row, so that a rewind announced
-// while the connection was down is not undone).
+// owner of its bucket; a rewind announced while the connection was down is
+// not undone: each advance carries the rewind its tracker knew
+// (Advance.Guard), and the statement refuses one decided before the
+// table's rewind (control.ErrBeforeRewind, told to OnRefused).
 func (w *Owner) Reconnected() {
 	w.mu.Lock()
 	w.doubtLocked()
@@ -659,27 +711,42 @@ func (w *Owner) fallback(ctx context.Context) {
 // is made again at the next poll.
 var errDoubted = errors.New("ownership: the control database's connection was re-established during the write")
 
-// write applies as (after dropping those a rewind since made stale, when
-// doubt) and marks them reached, unless a doubt came after epoch (when as
-// was collected): then what it wrote stays to be written again.
+// write applies as and marks them reached, unless a doubt came after
+// epoch (when as was collected): then what it wrote stays to be written
+// again. In doubt (a reconnect since some were held), the fallback first
+// reads the rows, and does not write what a table stands at already.
+//
+// A rewind is not judged here by the clocks: each advance carries the
+// rewind its tracker knew (Advance.Guard), and the statement refuses one
+// decided before its table's last rewind (control.ErrBeforeRewind), by
+// the row itself, under its lock. Such a held advance is dropped (writing
+// it again would be refused again) and told to OnRefused, for its
+// tracker to show it. Before (ADR 0020, addendum of 2026-12-06), an
+// advance held in doubt within a minute after its table's rewind was
+// dropped here, one decided after the rewind by a tracker that knew it
+// included, and its table stayed at the rewound verdict with its run
+// showing nothing.
 func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why string, epoch uint64) error {
 	if len(as) == 0 {
 		return nil
 	}
 	if doubt {
-		vs, err := w.o.Store.List(ctx)
-		if err != nil {
-			return err
-		}
-		rows := make(map[string]control.Verdict, len(vs))
-		for _, v := range vs {
-			rows[v.Table] = v
+		var rows map[string]control.Verdict
+		if why == "fallback" {
+			vs, err := w.o.Store.List(ctx)
+			if err != nil {
+				return err
+			}
+			rows = make(map[string]control.Verdict, len(vs))
+			for _, v := range vs {
+				rows[v.Table] = v
+			}
 		}
 		w.mu.Lock()
-		if w.epoch != epoch {
-			// The rows were read across a reconnect: a rewind
-			// announced while it was down may not be in them, and
-			// an advance collected as not in doubt may be now.
+		if rows != nil && w.epoch != epoch {
+			// The rows were read across a reconnect: an advance
+			// collected as not in doubt may be now, and what they show
+			// reached may be lost with a failed primary.
 			w.mu.Unlock()
 			return errDoubted
 		}
@@ -692,20 +759,14 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 			}
 			v, ok := rows[a.Table]
 			switch {
-			case h.doubt && ok && !v.RewoundAt.IsZero() && v.RewoundAt.After(time.Unix(0, h.at).Add(-rewindMargin)):
-				// Rewound after (or about when) it was asked: writing it
-				// would undo the rewind. The run's next progress writes
-				// again from the rewound verdict.
-				w.dropLocked(a.Table, a.QueryID)
-				w.log.Info("ownership: a held advance is older than the table's rewind; not written",
-					zap.String("table", a.Table), zap.Time("finalized_until", a.FinalizedUntil), zap.Time("rewound_at", v.RewoundAt))
-			case why == "fallback" && ok && !v.FinalizedUntil.Before(a.FinalizedUntil):
-				// Not owned, and the table stands at or past it as
-				// read after the reconnect: what an announcement lost
-				// while the connection was down would have shown
-				// (Observed). The owner wrote it again (or a newer
-				// one); writing it too would be a read per advance
-				// held, every unowned table's, after every reconnect.
+			case ok && !v.FinalizedUntil.Before(a.FinalizedUntil):
+				// Not owned (only the fallback reads the rows), and the
+				// table stands at or past it as read after the
+				// reconnect: what an announcement lost while the
+				// connection was down would have shown (Observed). The
+				// owner wrote it again (or a newer one); writing it too
+				// would be a read per advance held, every unowned
+				// table's, after every reconnect.
 				h.doubt = false
 				w.reachedLocked(h)
 				seen++
@@ -726,12 +787,10 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 	}
 	// Only what is still held as it was collected: one a rewind dropped
 	// since (Rewound) would undo the rewind; one replaced by a newer is
-	// written by the newer's own path. A statement in flight when the
-	// rewind comes, or a held advance whose rewind the rows read above
-	// do not show yet, is refused by the statement itself: each carries
-	// the rewind its tracker knew (Advance.Guard), and one the table was
-	// rewound after moves nothing (control.ErrBeforeRewind; dropped
-	// below).
+	// written by the newer's own path. A held advance whose table was
+	// rewound after its tracker decided it (a rewind missed while the
+	// connection was down, or one that commits while the statement waits
+	// for the row) is refused by the statement itself (below).
 	w.mu.Lock()
 	kept := as[:0]
 	for _, a := range as {
@@ -748,17 +807,22 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 		return err
 	}
 	moved := 0
+	type refusal struct {
+		a control.Advance
+		v control.Verdict
+	}
+	var refusals []refusal
 	w.mu.Lock()
-	refused := 0
+	tell := w.refusedTo
 	for i, r := range res {
 		if errors.Is(r.Err, control.ErrBeforeRewind) {
 			// Decided before a rewind of its table: writing it again
-			// would be refused again. The tracker's next progress is
-			// held anew.
+			// would be refused again. Its tracker is told (OnRefused):
+			// it answered the tracker's advance as held, not refused.
 			if h := w.heldOf(as[i].Table, as[i].QueryID); h != nil && h.a.FinalizedUntil.Equal(as[i].FinalizedUntil) {
-				w.dropLocked(as[i].Table, as[i].QueryID)
+				w.dropOneLocked(as[i].Table, as[i].QueryID)
+				refusals = append(refusals, refusal{as[i], r.Verdict})
 			}
-			refused++
 			continue
 		}
 		if r.Err != nil {
@@ -777,9 +841,14 @@ func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why
 	w.mu.Unlock()
 	w.m.written.WithLabelValues(why).Add(float64(len(as)))
 	w.m.moved.WithLabelValues(why).Add(float64(moved))
-	if refused > 0 {
-		w.log.Info("ownership: held advances older than their tables' rewinds were refused by the control table; dropped",
-			zap.String("why", why), zap.Int("advances", refused))
+	for _, x := range refusals {
+		w.m.refused.Inc()
+		w.log.Info("ownership: a held advance decided before its table's last rewind was refused by the control table (it would undo the rewind); dropped, and its run told",
+			zap.String("why", why), zap.String("table", x.a.Table), zap.String("query_id", x.a.QueryID), zap.String("run_id", x.a.RunID),
+			zap.Time("finalized_until", x.a.FinalizedUntil), zap.Time("rewound_at", x.v.RewoundAt), zap.Time("known_rewind", x.a.Guard.Known()))
+		if tell != nil {
+			tell(x.a, x.v)
+		}
 	}
 	if why == "fallback" && moved > 0 {
 		w.log.Warn("ownership: held advances the owner of their tables did not write within the grace were written by this replica (does the owner track these runs?)",
@@ -803,7 +872,7 @@ func (w *Owner) refused(a control.Advance) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if h := w.heldOf(a.Table, a.QueryID); h != nil && h.a.FinalizedUntil.Equal(a.FinalizedUntil) {
-		w.dropLocked(a.Table, a.QueryID)
+		w.dropOneLocked(a.Table, a.QueryID)
 	}
 }
 

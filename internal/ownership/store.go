@@ -13,7 +13,15 @@ import (
 // is held by the Owner (written at a takeover, a reconnect, or after the
 // grace) and answered at once, without a statement, as the advance a
 // second replica makes is answered when the owner wrote first: not moved.
-// Every other method is the store's.
+// A held advance the Owner writes later and its statement refuses as
+// decided before its table's rewind is told to Owner.OnRefused. Every
+// other method is the store's.
+//
+// The gate's advances carry the rewind their sender knew (Advance.Guard),
+// as a tracker's always do: a held advance is written after a reconnect
+// without any judgement of the rewinds, and only the statement's guard
+// keeps one decided before a rewind missed meanwhile from undoing it. An
+// advance without a guard is written as the control store writes it.
 type Store struct {
 	*control.Store
 	o *Owner
@@ -123,12 +131,17 @@ func (s *Store) AdvanceBatch(ctx context.Context, as []control.Advance) ([]contr
 
 // heldVerdict is the answer to a held advance: the table's verdict is not
 // known (no FinalizedUntil), and the provenance is the advance's own, as
-// the owner writes it from the same progress. Its time is earlier than
-// now by rewindMargin, so that a rewind made about when it was held is
-// taken as made after it (a tracker then does not re-assert it).
+// the owner writes it from the same progress. Its time is now: a rewind
+// the table's row shows later is taken as made after it (a tracker then
+// does not re-assert it), and one about as old is left to the re-assert's
+// statement, which refuses the advance when its tracker decided it before
+// the rewind (Advance.Guard). Before (ADR 0020, addendum of 2026-12-06)
+// it was a minute earlier, so that a rewind made within a minute before
+// the advance was held made its tracker forget an advance decided after
+// the rewind, knowing it.
 func heldVerdict(a control.Advance, now time.Time) control.Verdict {
 	return control.Verdict{
 		Table: a.Table, EndTime: a.EndTime, EndOffset: a.EndOffset, QueryID: a.QueryID,
-		RunID: a.RunID, BatchID: a.BatchID, Sources: a.Sources, UpdatedAt: now.Add(-rewindMargin),
+		RunID: a.RunID, BatchID: a.BatchID, Sources: a.Sources, UpdatedAt: now,
 	}
 }

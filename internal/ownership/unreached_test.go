@@ -108,7 +108,7 @@ func TestPollLooksAtUnreachedOnly(t *testing.T) {
 	// feeder's advance is dropped.
 	w.Observed("t001", base.Add(2*time.Minute))
 	w.Observed("t002", base.Add(time.Minute)) // short of the held one
-	w.Rewound("t003")
+	w.Rewound("t003", time.Time{})
 	w.mu.Lock()
 	w.dropLocked("t004", "q1")
 	w.mu.Unlock()
@@ -149,7 +149,7 @@ func TestPollLooksAtUnreachedOnly(t *testing.T) {
 	}
 
 	// Everything dropped.
-	w.Rewound("")
+	w.Rewound("", time.Time{})
 	checkIndex(t, w, "all rewound")
 	if len(w.unreached) != 0 {
 		t.Fatalf("%d unreached after every table was rewound", len(w.unreached))

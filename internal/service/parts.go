@@ -310,6 +310,12 @@ func (s *Service) startRegistry(context.Context) error {
 	}
 	registry := finalizer.NewRegistry(rc)
 	s.registry = registry
+	if s.owner != nil {
+		// A held advance this replica wrote later and the control table
+		// refused as decided before its table's rewind: its run shows it
+		// (before_rewind), as when its own statement is refused.
+		s.owner.OnRefused(registry.RefusedHeld)
+	}
 	s.started("registry", func(ctx context.Context) {
 		if err := registry.Close(ctx); err != nil {
 			s.log.Warn("shutdown deadline passed with advances pending; their runs' retained progress re-applies them on the next start", zap.Error(err))
@@ -351,10 +357,10 @@ func (s *Service) watchReconnects() error {
 	stop, err := s.store.Watch(func(n control.Notification) {
 		if n.Rewound {
 			// An operator's rewind (finalizer rewind): the table's trackers
-			// start again from it, and what this replica held for it is
-			// dropped.
+			// start again from it, and what this replica held for it from
+			// before it is dropped.
 			if owner != nil {
-				owner.Rewound(n.Table)
+				owner.Rewound(n.Table, n.RewoundAt)
 			}
 			registry.Rewound(n.Table, n.FinalizedUntil, n.RewoundAt)
 			return
