@@ -939,13 +939,13 @@ type Registry struct {
 	// heldDone is, per table, the status of the last tracker that ended
 	// with its run's last progress held before the table's rewind
 	// (keepHeldDone), listed by Status; guarded by mu.
-	heldDone   map[string]heldDoneRun
+	heldDone map[string]heldDoneRun
 	// heldRefusals are the held advances ownership wrote later and the
 	// control table refused, kept for their trackers' next steps
 	// (RefusedHeld); guarded by mu.
 	heldRefusals map[trackKey]heldRefusal
-	queue      []string // pending runs in arrival order
-	maxPending int
+	queue        []string // pending runs in arrival order
+	maxPending   int
 	// rescan asks discovery to offer the runs the stream retains once
 	// more (SetRescan); nil without one. missed says that a discovered
 	// run was dropped (too many waiting, its start failed): once the

@@ -181,7 +181,7 @@ type Owner struct {
 	// refusedTo is told each held advance this replica wrote that its
 	// statement refused as decided before its table's rewind (OnRefused).
 	refusedTo func(a control.Advance, v control.Verdict)
-	started  bool
+	started   bool
 
 	kick   chan struct{}
 	stop   chan struct{}
