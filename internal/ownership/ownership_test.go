@@ -46,8 +46,11 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 var hour = time.Date(2026, 9, 28, 14, 0, 0, 0, time.UTC)
 
+// adv is an advance of table to until, guarded as a tracker's that knows
+// of no rewind of it (the gate's advances carry their tracker's guard).
 func adv(table string, until time.Time) control.Advance {
-	return control.Advance{Table: table, FinalizedUntil: until, EndTime: until.Add(5 * time.Minute), QueryID: "q1", RunID: "r1", BatchID: 3}
+	return control.Advance{Table: table, FinalizedUntil: until, EndTime: until.Add(5 * time.Minute), QueryID: "q1", RunID: "r1", BatchID: 3,
+		Guard: control.KnownRewind(time.Time{})}
 }
 
 // verdict reads table's finalized_until, zero when it has no row.
