@@ -722,9 +722,9 @@ var errDoubted = errors.New("ownership: the control database's connection was re
 // the row itself, under its lock. Such a held advance is dropped (writing
 // it again would be refused again) and told to OnRefused, for its
 // tracker to show it. Before (ADR 0020, addendum of 2026-12-06), an
-// advance held in doubt within a minute after its table's rewind was
-// dropped here, one decided after the rewind by a tracker that knew it
-// included, and its table stayed at the rewound verdict with its run
+// advance in doubt held later than a minute before its table's rewind
+// was dropped here, one decided after the rewind by a tracker that knew
+// it included, and its table stayed at the rewound verdict with its run
 // showing nothing.
 func (w *Owner) write(ctx context.Context, as []control.Advance, doubt bool, why string, epoch uint64) error {
 	if len(as) == 0 {
