@@ -27,6 +27,7 @@ const (
 	actsSuffix   = "_acts"   // the patterns of the tables that have actions
 	annoSuffix   = "_anno"   // per table: the announcement generation and high water
 	moveSuffix   = "_moved"  // the trigger function that fills the outbox
+	rwposSuffix  = "_rwpos"  // the event stream's position recorded with each table's last rewind
 )
 
 var identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*$`)
@@ -77,6 +78,7 @@ type names struct {
 	acts    string // "schema"."name_acts"
 	anno    string // "schema"."name_anno"
 	moved   string // "schema"."name_moved": a function
+	rwpos   string // "schema"."name_rwpos"
 	nspName string // schema, unquoted, for catalog lookups
 	nsp     string // "schema"
 	// notifyEnd ends every notification of a move after its time: the
@@ -98,6 +100,7 @@ func newNames(schema, name string) names {
 		acts:    pgx.Identifier{schema, name + actsSuffix}.Sanitize(),
 		anno:    pgx.Identifier{schema, name + annoSuffix}.Sanitize(),
 		moved:   pgx.Identifier{schema, name + moveSuffix}.Sanitize(),
+		rwpos:   pgx.Identifier{schema, name + rwposSuffix}.Sanitize(),
 		nspName: schema,
 		nsp:     pgx.Identifier{schema}.Sanitize(),
 

@@ -171,7 +171,7 @@ func (s *Store) Rewind(ctx context.Context, r Rewind) (AuditEntry, error) {
 		if err := tx.QueryRow(ctx, `
 UPDATE `+s.n.table+` SET finalized_until = $2, end_time = NULL, end_offset = NULL, query_id = NULL,
 	run_id = NULL, batch_id = NULL, sources = NULL, updated_at = stamp.at, rewound_at = stamp.at,
-	mark = NULL, marked_at = NULL, marks = 0, rewound_seq = NULL, rewound_stream_created = NULL, rewound_seq_at = NULL
+	mark = NULL, marked_at = NULL, marks = 0
 FROM (SELECT clock_timestamp() AS at) AS stamp
 WHERE table_name = $1
 RETURNING rewound_at`, r.Table, to).Scan(&rewoundAt); err != nil {
@@ -463,8 +463,9 @@ type RewindPosition struct {
 // records nothing, and reports false, when the row's rewind is no longer
 // rewoundAt (rewound again since: a later rewind's row keeps its own,
 // or none) or a position is recorded for it already. The position is
-// kept with the rewound_at it was recorded for (rewound_seq_at): an older
-// binary's rewind, which does not clear it, leaves it unused. It moves no verdict and
+// kept beside the control table (its _rwpos table, never touched by the
+// statements that move verdicts) with the rewound_at it was recorded
+// for: a later rewind, which does not clear it, leaves it unused. It moves no verdict and
 // sends no notification.
 func (s *Store) RecordRewindPosition(ctx context.Context, table string, rewoundAt time.Time, pos StreamPosition) (bool, error) {
 	op := "record the stream's position for the rewind of " + table
@@ -475,8 +476,10 @@ func (s *Store) RecordRewindPosition(ctx context.Context, table string, rewoundA
 		return false, fmt.Errorf("%s: sequence %d created %v: not recordable", op, pos.Seq, pos.Created)
 	}
 	tag, err := s.pool.Exec(ctx, `
-UPDATE `+s.n.table+` SET rewound_seq = $3, rewound_stream_created = $4, rewound_seq_at = $2
-WHERE table_name = $1 AND rewound_at = $2 AND (rewound_seq_at IS DISTINCT FROM $2 OR rewound_seq IS NULL)`, table, rewoundAt, int64(pos.Seq), pos.Created)
+INSERT INTO `+s.n.rwpos+` AS p (table_name, rewound_at, seq, stream_created)
+SELECT table_name, rewound_at, $3, $4 FROM `+s.n.table+` WHERE table_name = $1 AND rewound_at = $2
+ON CONFLICT (table_name) DO UPDATE SET rewound_at = EXCLUDED.rewound_at, seq = EXCLUDED.seq, stream_created = EXCLUDED.stream_created
+	WHERE p.rewound_at IS DISTINCT FROM EXCLUDED.rewound_at`, table, rewoundAt, int64(pos.Seq), pos.Created)
 	if err != nil {
 		return false, wrap(ctx, op, err)
 	}
@@ -492,10 +495,9 @@ func (s *Store) RewindsWithPositions(ctx context.Context) (map[string]time.Time,
 		return nil, nil, fmt.Errorf("list rewinds: %w", ErrClosed)
 	}
 	rows, err := s.pool.Query(ctx, `
-SELECT table_name, rewound_at,
-	CASE WHEN rewound_seq_at = rewound_at AND rewound_stream_created IS NOT NULL THEN rewound_seq END,
-	rewound_stream_created
-FROM `+s.n.table+` WHERE rewound_at IS NOT NULL`)
+SELECT c.table_name, c.rewound_at, p.seq, p.stream_created
+FROM `+s.n.table+` c LEFT JOIN `+s.n.rwpos+` p ON p.table_name = c.table_name AND p.rewound_at = c.rewound_at
+WHERE c.rewound_at IS NOT NULL`)
 	if err != nil {
 		return nil, nil, wrap(ctx, "list rewinds", err)
 	}

@@ -448,7 +448,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		`CREATE ROLE ` + rw + ` LOGIN PASSWORD 'rw-pass'`,
 		`GRANT CONNECT ON DATABASE ` + db + ` TO ` + rw,
 		`GRANT USAGE ON SCHEMA public TO ` + rw,
-		`GRANT SELECT, INSERT, UPDATE ON public.table_finalization, public.table_finalization_tracks, public.table_finalization_feeds TO ` + rw,
+		`GRANT SELECT, INSERT, UPDATE ON public.table_finalization, public.table_finalization_tracks, public.table_finalization_feeds, public.table_finalization_rwpos TO ` + rw,
 		`GRANT SELECT ON public.table_finalization_schema TO ` + rw,
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON public.table_finalization_acts, public.table_finalization_outbox,
     public.table_finalization_anno, public.table_finalization_sends TO ` + rw,
