@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -208,7 +207,7 @@ func (t *Tracker) beforeRewind(ev *progress.Event) bool {
 	// why the table stays rewound sees why.
 	t.setHeld(outcomeBeforeRewind)
 	t.mu.Lock()
-	t.held = heldBeforeRewind(heldFacts{
+	t.held = heldBeforeRewind(heldProgress, heldFacts{
 		heard: heard, stored: stored, posted: posted, at: at, rewound: rewound,
 		seq: seq, mark: mk, marked: marked,
 		heardBefore: heardBefore, storedBefore: storedBefore, bySeq: bySeq,
@@ -348,23 +347,14 @@ func (t *Tracker) quietBeforeRewind(at time.Time, sig string) bool {
 		t.setHeld(outcomeBeforeRewind)
 		t.heldByQuiet = true
 		t.mu.Lock()
-		switch {
-		case storedBefore && bySeq && mk.late():
-			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at sequence " + strconv.FormatUint(seq, 10) +
-				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), at or before " + lateMarkText(mk) +
-				"; its next progress, or quiet signal, posted after the rewind moves the verdict; " + heldEndedRun
-		case storedBefore && bySeq:
-			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at sequence " + strconv.FormatUint(seq, 10) +
-				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), before its table's rewind (" + markText(mk) +
-				"); its next progress, or quiet signal, from after the rewind moves the verdict"
-		case storedBefore:
-			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") comes from a progress the stream stored at " + stored.UTC().Format(time.RFC3339) +
-				" (caught up at " + at.UTC().Format(time.RFC3339) + " by its driver's clock), before its table was rewound at " + rw.UTC().Format(time.RFC3339) +
-				" or within " + rewindMargin.String() + " after; its next progress, or quiet signal, from after the rewind moves the verdict"
-		default:
-			t.held = outcomeBeforeRewind + ": the run's quiet signal (" + sig + ") says its source was caught up at " + at.UTC().Format(time.RFC3339) +
-				", before its table was rewound at " + rw.UTC().Format(time.RFC3339) + "; its next progress, or quiet signal, from after the rewind moves the verdict"
-		}
+		// Its reason is a progress's (heldBeforeRewind), judged as here:
+		// against rw, the caught-up time at as posted; heard is left out,
+		// being the run's last live event, not the signal's.
+		t.held = heldBeforeRewind(heldQuiet(sig), heldFacts{
+			stored: stored, posted: at, at: rw, rewound: rw,
+			seq: seq, mark: mk, marked: marked,
+			storedBefore: storedBefore, bySeq: bySeq,
+		})
 		t.mu.Unlock()
 	}
 	t.cfg.Metrics.candidate(outcomeBeforeRewind).Inc()
