@@ -864,9 +864,7 @@ func (r *Registry) markStream(table string) {
 			return
 		}
 		if attempt > 1 {
-			r.log.Warn("the event stream's state when the rewind was heard could be read only late (its first reads failed): a progress it stored up to this sequence is held as before the rewind, even one stored after it, until its run's next progress posted after the rewind",
-				zap.String("table", table), zap.Time("rewind", at), zap.Uint64("stream_last_seq", last), zap.Int("attempts", attempt),
-				zap.Duration("after", r.cfg.Clock.Now().Sub(at)))
+			r.markReadLate(table, at, last, attempt)
 			return
 		}
 		r.log.Info("the event stream's state when the rewind was heard: a progress it stores later is after the rewind",

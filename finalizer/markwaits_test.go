@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
@@ -104,3 +106,58 @@ var (
 	_ finalizer.StreamMarker = (*markingBus)(nil)
 	_ finalizer.StreamMarker = (*scriptedMarker)(nil)
 )
+
+// TestNATSBackWarnsOfLateReadsForAFewTablesThenCounts: when NATS came
+// back after an outage, every rewound table's read of the event stream's
+// state answered late, and each warned "could be read only late": 1,000
+// lines for 1,000 tables rewound. The first few warn, naming their
+// table; the others are at debug level, and one warning counts them once
+// no table waits. The next outage names its first tables again.
+func TestNATSBackWarnsOfLateReadsForAFewTablesThenCounts(t *testing.T) {
+	const tables, named = 50, 3
+	dm := &downMarker{fakeBus: newFakeBus(), down: true}
+	r := newRigOver(t, dm, &batchFake{fakeStore: newFakeStore()}, rigOptions{})
+	until, at := utc("2026-09-28T14:00:00Z"), utc("2026-09-29T00:00:00Z")
+	for i := range tables {
+		table := fmt.Sprintf("t_%02d", i)
+		r.store.rewind(table, until, at)
+		r.reg.Rewound(table, until, at)
+	}
+	asked := func() int { dm.mu.Lock(); defer dm.mu.Unlock(); return dm.asked }
+	eventually(t, "every table's first read failed", func() bool { return asked() >= tables })
+	setDown := func(down bool) { dm.mu.Lock(); dm.down = down; dm.mu.Unlock() }
+	setDown(false)
+	late := func() *observer.ObservedLogs { return r.logs.FilterMessageSnippet("could be read only late") }
+	eventually(t, "every table's late read answered", func() bool {
+		r.clock.Advance(time.Second)
+		return late().FilterLevelExact(zapcore.DebugLevel).Len()+late().FilterLevelExact(zapcore.WarnLevel).Len() >= tables
+	})
+	eventually(t, "the late reads counted", func() bool { return late().FilterMessageSnippet("for more tables").Len() == 1 })
+	warns := late().FilterLevelExact(zapcore.WarnLevel)
+	if n := warns.FilterField(zap.String("table", "")).Len(); n != 0 {
+		t.Errorf("%d warnings of a late read name no table", n)
+	}
+	if n := warns.Len() - 1; n != named {
+		t.Errorf("%d warnings of a late read naming a table, want %d (then one counting the others)", n, named)
+	}
+	if n := late().FilterLevelExact(zapcore.DebugLevel).Len(); n != tables-named {
+		t.Errorf("%d late reads at debug level, want %d", n, tables-named)
+	}
+	count := late().FilterMessageSnippet("for more tables").All()[0]
+	if n := count.ContextMap()["tables"]; n != int64(tables-named) {
+		t.Errorf("the count says %v tables, want %d", n, tables-named)
+	}
+
+	// The next outage's first late reads are named again.
+	setDown(true)
+	before := asked()
+	at2 := at.Add(time.Hour)
+	r.store.rewind("t_00", until, at2)
+	r.reg.Rewound("t_00", until, at2)
+	eventually(t, "the later rewind's read failed", func() bool { return asked() > before })
+	setDown(false)
+	eventually(t, "the later rewind's late read named", func() bool {
+		r.clock.Advance(time.Second)
+		return late().FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("table", "t_00")).Len() == 2
+	})
+}
