@@ -1,7 +1,6 @@
 package finalizer_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -20,13 +19,7 @@ import (
 // Before, the run showed nothing held and the table stayed at the
 // rewound verdict, with no word of why.
 func TestAHeldAdvanceRefusedLaterIsShown(t *testing.T) {
-	r := newRig(t)
-	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	r.track(t, runA, "t_a")
-	r.bus.Publish(progressAt(queryA, runA, 6, r.clock.Now(), "2026-09-28T16:10:00"))
-	eventually(t, "t_a at 16:00", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T16:00:00Z")) })
+	r := newRigAt16(t)
 	held := r.store.Calls()[0] // as if held, and written later by the Owner
 
 	rewoundAt := r.clock.Now().Add(-time.Second)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
 )
 
 // heldOf is the hold reason of table's run in r's status ("" when none).
@@ -18,6 +19,19 @@ func heldOf(r *rig, table string) string {
 		}
 	}
 	return ""
+}
+
+// holdSays is the hold reason of table's run in r's status, with an
+// error for each of want it does not say.
+func holdSays(t *testing.T, r *rig, table string, want ...string) string {
+	t.Helper()
+	held := heldOf(r, table)
+	for _, w := range want {
+		if !strings.Contains(held, w) {
+			t.Errorf("the hold %q does not say %q", held, w)
+		}
+	}
+	return held
 }
 
 // TestAProgressHeldByALateMarkSaysSo (ADR 0019, addendum of 2026-12-06,
@@ -47,27 +61,18 @@ func TestAProgressHeldByALateMarkSaysSo(t *testing.T) {
 	if n := r.logs.FilterMessageSnippet("could be read only late").Len(); n != 1 {
 		t.Errorf("%d warnings of a late read of the stream's state, want 1", n)
 	}
-	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
-		ev := cdcProgress(runID, "2026-09-28T18:10:00")
-		ev.Timestamp = rewoundAt.Add(8 * time.Second)
-		box.OfferRetainedSeq(ev, rewoundAt.Add(8*time.Second), 10)
-	}
+	r.retainLast(rewoundAt.Add(8*time.Second), rewoundAt.Add(8*time.Second), 10)
 	r.track(t, runA, "t_a")
 	r.staysRewound(t, "t_a", "the progress at the late mark held", 1,
 		"a progress at or below a late mark was applied: verdict %s")
-	held := heldOf(r, "t_a")
-	for _, want := range []string{
+	held := holdSays(t, r, "t_a",
 		"stored by the stream at sequence 10",
 		"at or before sequence 10, the stream's last when this service could read it, 9s after it heard the table's rewind",
 		"could not be read at first (NATS unreachable or not answering: 1 failed reads)",
 		"the stream cannot tell whether it stored this progress before or after the rewind",
 		"its next progress posted after the rewind moves the verdict",
 		"if the run has ended, start its query again",
-	} {
-		if !strings.Contains(held, want) {
-			t.Errorf("the hold %q does not say %q", held, want)
-		}
-	}
+	)
 	if strings.Contains(held, "once the rewind had committed") {
 		t.Errorf("the hold %q says the late mark was the stream's state once the rewind had committed", held)
 	}
@@ -86,13 +91,10 @@ func TestAProgressHeldByALateMarkSaysSo(t *testing.T) {
 // heard says so; one recorded by finalizer rewind says that.
 func TestAPromptMarkSaysWhoReadIt(t *testing.T) {
 	rewoundAt := utc("2026-09-29T00:00:00Z")
-	r, _ := newMarkRig(t, 100)
-	rewindHeardLive(t, r, rewoundAt, "t_a")
-	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
-		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+	r, _ := heardLiveRig(t, rewoundAt, func(runID string, ev *progress.Event, box *listener.Mailbox) {
 		ev.Timestamp = rewoundAt.Add(30 * time.Second)
 		box.OfferRetainedSeq(ev, rewoundAt.Add(-time.Second), 99)
-	}
+	}, "t_a")
 	r.track(t, runA, "t_a")
 	r.staysRewound(t, "t_a", "the progress before the mark held", 1, "applied: verdict %s")
 	if held := heldOf(r, "t_a"); !strings.Contains(held, "sequence 100, the stream's last once the rewind had committed, read when this service heard it") ||
@@ -118,25 +120,16 @@ func TestAProgressStoredAfterTheRewindHeldByItsDriversClockSaysSo(t *testing.T) 
 	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
-		ev := cdcProgress(runID, "2026-09-28T18:10:00")
-		ev.Timestamp = rewoundAt.Add(2*time.Second - 30*time.Second)
-		box.OfferRetainedSeq(ev, rewoundAt.Add(2*time.Second), 19)
-	}
+	r.retainLast(rewoundAt.Add(2*time.Second-30*time.Second), rewoundAt.Add(2*time.Second), 19)
 	r.track(t, runA, "t_a")
 	r.staysRewound(t, "t_a", "the progress posted before the rewind by its driver's clock held", 1,
 		"a progress posted before the rewind by its driver's clock was applied: verdict %s")
-	held := heldOf(r, "t_a")
-	for _, want := range []string{
+	holdSays(t, r, "t_a",
 		"the stream stored the run's progress after its table's rewind (at sequence 19, after sequence 18, the stream's last when finalizer rewind recorded it",
 		"but its driver's clock says it was posted at",
 		"its driver's clock is behind: check the driver's clock (NTP)",
 		"its next progress posted after the rewind by that clock moves the verdict",
-	} {
-		if !strings.Contains(held, want) {
-			t.Errorf("the hold %q does not say %q", held, want)
-		}
-	}
+	)
 }
 
 // TestAPositionOfAnotherStreamWarnsOncePerRewind (review nit 1): a

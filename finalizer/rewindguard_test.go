@@ -7,6 +7,22 @@ import (
 	"time"
 )
 
+// newRigAt16 is a rig, recovered with no rows, whose run A tracks t_a
+// and moved it to 16:00 with its progress of batch 6. Batch ids of their
+// own (progressAt): cdcProgress's grow across the package's tests, and
+// the mailbox drops a progress older than the last.
+func newRigAt16(t *testing.T) *rig {
+	t.Helper()
+	r := newRig(t)
+	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.track(t, runA, "t_a")
+	r.bus.Publish(progressAt(queryA, runA, 6, r.clock.Now(), "2026-09-28T16:10:00"))
+	eventually(t, "t_a at 16:00", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T16:00:00Z")) })
+	return r
+}
+
 // TestAnAdvanceRefusedByARewindIsDroppedAndTheNextMoves: a tracker's
 // advance of a progress taken before a rewind it had not heard of (the
 // statement was in flight when the rewind committed, or the notification
@@ -18,15 +34,7 @@ import (
 // permanent hold. A notification of that rewind heard afterwards changes
 // nothing more.
 func TestAnAdvanceRefusedByARewindIsDroppedAndTheNextMoves(t *testing.T) {
-	r := newRig(t)
-	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	r.track(t, runA, "t_a")
-	// Batch ids of their own: cdcProgress's grow across the package's
-	// tests, and the mailbox drops a progress older than the last.
-	r.bus.Publish(progressAt(queryA, runA, 6, r.clock.Now(), "2026-09-28T16:10:00"))
-	eventually(t, "t_a at 16:00", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T16:00:00Z")) })
+	r := newRigAt16(t)
 	if calls := r.store.Calls(); !calls[0].Guard.Guarded() || !calls[0].Guard.Known().IsZero() {
 		t.Fatalf("a tracker that knew of no rewind sent %+v: want a guard that knew none", calls[0].Guard)
 	}

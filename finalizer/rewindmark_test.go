@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/finalizer-dev/finalizer/listener"
+	"github.com/finalizer-dev/finalizer/progress"
 )
 
 // streamCreated is when the fakes' event stream was created.
@@ -52,6 +53,32 @@ func rewindHeardLive(t *testing.T, r *rig, rewoundAt time.Time, tables ...string
 	})
 }
 
+// retainLast makes r's runs, once tracked, offered their last progress
+// (at 18:10) from the stream's retained copy: posted at posted by its
+// driver's clock, stored at stored with stream sequence seq.
+func (r *rig) retainLast(posted, stored time.Time, seq uint64) {
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+		ev.Timestamp = posted
+		box.OfferRetainedSeq(ev, stored, seq)
+	}
+}
+
+// heardLiveRig is a mark rig (the stream's last sequence 100) whose
+// tables were rewound to 14:00 at rewoundAt and heard live
+// (rewindHeardLive), and whose runs, once tracked, are offered their
+// last progress (at 18:10) from the stream's retained copy as offer sets
+// it: its driver's time, and where and when the stream stored it.
+func heardLiveRig(t *testing.T, rewoundAt time.Time, offer func(runID string, ev *progress.Event, box *listener.Mailbox), tables ...string) (*rig, *markingBus) {
+	t.Helper()
+	r, mb := newMarkRig(t, 100)
+	rewindHeardLive(t, r, rewoundAt, tables...)
+	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+		offer(runID, cdcProgress(runID, "2026-09-28T18:10:00"), box)
+	}
+	return r, mb
+}
+
 // TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock (ADR
 // 0019, addendum of 2026-12-06): the usual reset is a script (stop the
 // old query, rewind, start the new one at once), and the new run's first
@@ -67,8 +94,6 @@ func rewindHeardLive(t *testing.T, r *rig, rewoundAt time.Time, tables ...string
 // rewind heard.
 func TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock(t *testing.T) {
 	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
-	r, mb := newMarkRig(t, 100)
-	rewindHeardLive(t, r, rewoundAt, "t_a", "t_b")
 	type retained struct {
 		posted, stored time.Time
 		seq            uint64
@@ -82,12 +107,11 @@ func TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock(t *testing.T
 		// stream by its tracker's catch-up.
 		runB: {rewoundAt.Add(4 * time.Second), rewoundAt.Add(5 * time.Second), 101},
 	}
-	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
+	r, mb := heardLiveRig(t, rewoundAt, func(runID string, ev *progress.Event, box *listener.Mailbox) {
 		l := last[runID]
-		ev := cdcProgress(runID, "2026-09-28T18:10:00")
 		ev.Timestamp = l.posted
 		box.OfferRetainedSeq(ev, l.stored, l.seq)
-	}
+	}, "t_a", "t_b")
 	r.track(t, runA, "t_a")
 	r.track(t, runB, "t_b")
 	eventually(t, "t_b applied", func() bool { return r.store.Verdict("t_b").Equal(utc("2026-09-28T18:00:00Z")) })
@@ -111,11 +135,7 @@ func TestARewindNotHeardLiveKeepsTheMargin(t *testing.T) {
 	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
-		ev := cdcProgress(runID, "2026-09-28T18:10:00")
-		ev.Timestamp = rewoundAt.Add(10 * time.Second)
-		box.OfferRetainedSeq(ev, rewoundAt.Add(20*time.Second), 101)
-	}
+	r.retainLast(rewoundAt.Add(10*time.Second), rewoundAt.Add(20*time.Second), 101)
 	r.track(t, runB, "t_a")
 	r.staysRewound(t, "t_a", "the progress held by the margin", 1,
 		"a retained progress stored within the margin after a rewind not heard live was applied: verdict %s")
@@ -176,11 +196,7 @@ func TestARewindReadBeforeItsNotificationIsMarkedWhenHeard(t *testing.T) {
 	eventually(t, "the stream's state read", func() bool {
 		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == 1
 	})
-	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
-		ev := cdcProgress(runID, "2026-09-28T18:10:00")
-		ev.Timestamp = rewoundAt.Add(4 * time.Second)
-		box.OfferRetainedSeq(ev, rewoundAt.Add(5*time.Second), 101)
-	}
+	r.retainLast(rewoundAt.Add(4*time.Second), rewoundAt.Add(5*time.Second), 101)
 	r.track(t, runB, "t_a")
 	eventually(t, "t_a applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
 	mb.mu.Lock()

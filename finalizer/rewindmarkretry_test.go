@@ -126,11 +126,7 @@ func TestAFailedStreamReadAfterARewindIsTriedAgain(t *testing.T) {
 	if n := r.logs.FilterMessageSnippet("could not read the event stream's state after hearing a rewind, retrying").Len(); n != 2 {
 		t.Errorf("%d failed reads logged, want 2", n)
 	}
-	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
-		ev := cdcProgress(runID, "2026-09-28T18:10:00")
-		ev.Timestamp = rewoundAt.Add(10 * time.Second)
-		box.OfferRetainedSeq(ev, rewoundAt.Add(15*time.Second), 101)
-	}
+	r.retainLast(rewoundAt.Add(10*time.Second), rewoundAt.Add(15*time.Second), 101)
 	r.track(t, runA, "t_a")
 	eventually(t, "the reset run's progress applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
 }

@@ -23,19 +23,16 @@ import (
 // rewind (t_b) is still held.
 func TestABatchStartedBeforeARewindAndPostedAfterItIsApplied(t *testing.T) {
 	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
-	r, _ := newMarkRig(t, 100)
-	rewindHeardLive(t, r, rewoundAt, "t_a", "t_b")
 	exec := map[string]int32{
 		runA: 90_000, // started 30 s before the rewind, posted a minute after it
 		runB: 20_000, // started 30 s before the rewind, posted 10 s before it
 	}
-	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
-		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+	r, _ := heardLiveRig(t, rewoundAt, func(runID string, ev *progress.Event, box *listener.Mailbox) {
 		ev.Timestamp, ev.TriggerExecutionMs = rewoundAt.Add(-30*time.Second), exec[runID]
 		// Stored after the stream's state at the rewind: a client's queue
 		// across an outage stores late, so the posted time decides.
 		box.OfferRetainedSeq(ev, rewoundAt.Add(2*time.Minute), 101)
-	}
+	}, "t_a", "t_b")
 	r.track(t, runA, "t_a")
 	r.track(t, runB, "t_b")
 	eventually(t, "t_a applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
@@ -92,10 +89,7 @@ func TestARunEndedHeldBeforeItsRewindStaysInStatus(t *testing.T) {
 func TestAProgressIsNeverPostedAfterItWasStored(t *testing.T) {
 	const runC = "0c0c0c0c-2222-4333-8444-555555555555"
 	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
-	r, _ := newMarkRig(t, 100)
-	rewindHeardLive(t, r, rewoundAt, "t_a", "t_b", "t_c")
-	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
-		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+	r, _ := heardLiveRig(t, rewoundAt, func(runID string, ev *progress.Event, box *listener.Mailbox) {
 		switch runID {
 		case runA:
 			ev.Timestamp, ev.TriggerExecutionMs = rewoundAt.Add(-20*time.Second), 2_000_000_000
@@ -107,7 +101,7 @@ func TestAProgressIsNeverPostedAfterItWasStored(t *testing.T) {
 			ev.Timestamp, ev.TriggerExecutionMs = rewoundAt.Add(-20*time.Second), 2_000_000_000
 			box.OfferRetained(ev)
 		}
-	}
+	}, "t_a", "t_b", "t_c")
 	r.track(t, runA, "t_a")
 	r.track(t, runB, "t_b")
 	r.track(t, runC, "t_c")

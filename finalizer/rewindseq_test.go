@@ -28,10 +28,7 @@ import (
 // rewind, is applied (t_b).
 func TestARetainedProgressIsJudgedBySequenceNotTheStreamsClock(t *testing.T) {
 	rewoundAt := utc("2026-09-29T00:00:00Z") // the fake clock's now
-	r, _ := newMarkRig(t, 100)
-	rewindHeardLive(t, r, rewoundAt, "t_a", "t_b")
-	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
-		ev := cdcProgress(runID, "2026-09-28T18:10:00")
+	r, _ := heardLiveRig(t, rewoundAt, func(runID string, ev *progress.Event, box *listener.Mailbox) {
 		switch runID {
 		case runA:
 			ev.Timestamp = rewoundAt.Add(30 * time.Second)
@@ -40,7 +37,7 @@ func TestARetainedProgressIsJudgedBySequenceNotTheStreamsClock(t *testing.T) {
 			ev.Timestamp = rewoundAt.Add(4 * time.Second)
 			box.OfferRetainedSeq(ev, rewoundAt.Add(5*time.Second), 101)
 		}
-	}
+	}, "t_a", "t_b")
 	r.track(t, runA, "t_a")
 	r.track(t, runB, "t_b")
 	eventually(t, "t_b applied", func() bool { return r.store.Verdict("t_b").Equal(utc("2026-09-28T18:00:00Z")) })
