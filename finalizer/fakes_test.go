@@ -359,6 +359,7 @@ const (
 	queryA = "8d268dc2-bc9c-4be8-97a9-b135d2943028"
 	runA   = "e225d92f-2545-48f8-87a2-9c0309580f8a"
 	runB   = "11111111-2222-4333-8444-555555555555"
+	runC   = "0c0c0c0c-2222-4333-8444-555555555555"
 )
 
 // batchSeq numbers cdcProgress's batches; atomic, since a fake bus's

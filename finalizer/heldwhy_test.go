@@ -95,7 +95,6 @@ func TestAPromptMarkSaysWhoReadIt(t *testing.T) {
 		ev.Timestamp = rewoundAt.Add(30 * time.Second)
 		box.OfferRetainedSeq(ev, rewoundAt.Add(-time.Second), 99)
 	}, "t_a")
-	r.track(t, runA, "t_a")
 	r.staysRewound(t, "t_a", "the progress before the mark held", 1, "applied: verdict %s")
 	if held := heldOf(r, "t_a"); !strings.Contains(held, "sequence 100, the stream's last once the rewind had committed, read when this service heard it") ||
 		strings.Contains(held, "cannot tell") {

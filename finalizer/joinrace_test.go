@@ -178,7 +178,6 @@ func testAdvancesWaitForAFailedJoin(t *testing.T, joinErr error) {
 	const (
 		queryB = joinRaceQueryB
 		queryC = "0c0c0c0c-bc9c-4be8-97a9-b135d2943028"
-		runC   = "0c0c0c0c-2222-4333-8444-555555555555"
 	)
 	r := startJoinRace(t, joinErr, func(c *finalizer.RegistryConfig) {
 		c.Rules = append(c.Rules, finalizer.Rule{Table: "t", Query: "late", Spec: hourSpec(t)})

@@ -66,15 +66,19 @@ func (r *rig) retainLast(posted, stored time.Time, seq uint64) {
 
 // heardLiveRig is a mark rig (the stream's last sequence 100) whose
 // tables were rewound to 14:00 at rewoundAt and heard live
-// (rewindHeardLive), and whose runs, once tracked, are offered their
-// last progress (at 18:10) from the stream's retained copy as offer sets
-// it: its driver's time, and where and when the stream stored it.
+// (rewindHeardLive), and tracked by runs A, B and C in that order, each
+// offered its last progress (at 18:10) from the stream's retained copy
+// as offer sets it: its driver's time, and where and when the stream
+// stored it.
 func heardLiveRig(t *testing.T, rewoundAt time.Time, offer func(runID string, ev *progress.Event, box *listener.Mailbox), tables ...string) (*rig, *markingBus) {
 	t.Helper()
 	r, mb := newMarkRig(t, 100)
 	rewindHeardLive(t, r, rewoundAt, tables...)
 	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
 		offer(runID, cdcProgress(runID, "2026-09-28T18:10:00"), box)
+	}
+	for i, table := range tables {
+		r.track(t, []string{runA, runB, runC}[i], table)
 	}
 	return r, mb
 }
@@ -112,8 +116,6 @@ func TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock(t *testing.T
 		ev.Timestamp = l.posted
 		box.OfferRetainedSeq(ev, l.stored, l.seq)
 	}, "t_a", "t_b")
-	r.track(t, runA, "t_a")
-	r.track(t, runB, "t_b")
 	eventually(t, "t_b applied", func() bool { return r.store.Verdict("t_b").Equal(utc("2026-09-28T18:00:00Z")) })
 	r.staysRewound(t, "t_a", "the old run's progress held", 1,
 		"a retained progress stored before the rewind heard live was applied (driver's clock ahead): verdict %s")
