@@ -147,7 +147,9 @@ func TestNATSBackWarnsOfLateReadsForAFewTablesThenCounts(t *testing.T) {
 
 	// The next outage's first late reads are named again.
 	setDown(true)
-	t00 := func() int { return late().FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("table", "t_00")).Len() }
+	t00 := func() int {
+		return late().FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("table", "t_00")).Len()
+	}
 	before, namedBefore := asked(), t00()
 	at2 := at.Add(time.Hour)
 	r.store.rewind("t_00", until, at2)
