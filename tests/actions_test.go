@@ -19,11 +19,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/internal/actions"
+	"github.com/finalizer-dev/finalizer/internal/natstest"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 )
 
@@ -119,15 +119,8 @@ func periods(evs []actions.Event) string {
 // table's subject, in stream order.
 func finalStream(t *testing.T, natsURL, subject string) []actions.Event {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Connect(t, natsURL)
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, "FINALIZER_FINAL")

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/finalizer-dev/finalizer/internal/natstest"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 )
 
@@ -100,15 +100,7 @@ func TestEmbeddedNATSNeedsTheLogin(t *testing.T) {
 func TestStreamDeletedAndPurgedByHand(t *testing.T) {
 	pgURL := pgtest.URL(t)
 	s := startServe(t, serveOpts{pgURL: pgURL})
-	nc, err := nats.Connect(s.natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Connect(t, s.natsURL)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	q, r := id(0x8200), id(0x8201)

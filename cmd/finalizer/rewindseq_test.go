@@ -5,9 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/finalizer-dev/finalizer/internal/natstest"
 	"github.com/finalizer-dev/finalizer/listener"
 )
 
@@ -31,15 +29,7 @@ func TestRewindRecordsTheStreamsPosition(t *testing.T) {
 	if err := l.EnsureStream(ctx); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Connect(t, natsURL)
 	for i := 0; i < 3; i++ {
 		if _, err := js.Publish(ctx, "spark.progress.q.r", []byte(`{}`)); err != nil {
 			t.Fatal(err)

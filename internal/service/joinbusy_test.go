@@ -6,14 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/natstest"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
@@ -135,15 +134,7 @@ func TestALockedTableDoesNotHoldARestart(t *testing.T) {
 	}
 	svc.Stop(ctx)
 	// The runs begin while the service is down: the stream keeps them.
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Connect(t, ns.ClientURL())
 	for i := range n {
 		body := startedBody(query(i), runID(i), fmt.Sprintf("lk-%02d", i))
 		if _, err := js.Publish(ctx, fmt.Sprintf("spark.started.%s.%s", query(i), runID(i)), []byte(body)); err != nil {
