@@ -33,18 +33,7 @@ func TestAHeldAdvanceRefusedLaterIsShown(t *testing.T) {
 		}
 		return false
 	})
-	r.clock.Advance(time.Second)
-	r.bus.Publish(progressAt(queryA, runA, 7, r.clock.Now(), "2026-09-28T17:10:00"))
-	eventually(t, "t_a at 17:00", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T17:00:00Z")) })
-	last := r.store.Calls()[len(r.store.Calls())-1]
-	if !last.Guard.Known().Equal(rewoundAt) {
-		t.Errorf("the advance after the refusal knew the rewind at %s, want %s", last.Guard.Known(), rewoundAt)
-	}
-	for _, s := range r.reg.Status() {
-		if s.RunID == runA && s.Held != "" {
-			t.Errorf("still held after a progress moved the verdict: %q", s.Held)
-		}
-	}
+	r.nextMovesKnowing(t, 7, "17", rewoundAt)
 
 	// A refusal of an older advance than the tracker's last: judged by
 	// the newer's own statement, nothing shown.

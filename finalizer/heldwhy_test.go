@@ -84,7 +84,7 @@ func TestAProgressHeldByALateMarkSaysSo(t *testing.T) {
 	ev := cdcProgress(runB, "2026-09-28T18:10:00")
 	ev.Timestamp = r.clock.Now()
 	r.bus.Publish(ev)
-	eventually(t, "the new run's live progress applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.movesTo18(t, "t_a", "the new run's live progress applied")
 }
 
 // TestAPromptMarkSaysWhoReadIt: a mark read at once when the rewind was

@@ -34,6 +34,38 @@ func (b *downMarker) StreamPosition(context.Context) (listener.StreamPosition, e
 	return listener.StreamPosition{Created: streamCreated}, nil
 }
 
+// setDown puts NATS down or back up.
+func (b *downMarker) setDown(down bool) {
+	b.mu.Lock()
+	b.down = down
+	b.mu.Unlock()
+}
+
+// reads is how many times the stream's state was asked for.
+func (b *downMarker) reads() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.asked
+}
+
+// rewoundInAnOutage is a rig whose stream's state cannot be read (NATS
+// down) and whose tables t_00, t_01, ... (n of them) were rewound to
+// until at at, heard live, once each table's first read of the stream's
+// state was tried.
+func rewoundInAnOutage(t *testing.T, n int) (r *rig, dm *downMarker, until, at time.Time) {
+	t.Helper()
+	dm = &downMarker{fakeBus: newFakeBus(), down: true}
+	r = newRigOver(t, dm, &batchFake{fakeStore: newFakeStore()}, rigOptions{})
+	until, at = utc("2026-09-28T14:00:00Z"), utc("2026-09-29T00:00:00Z")
+	for i := range n {
+		table := fmt.Sprintf("t_%02d", i)
+		r.store.rewind(table, until, at)
+		r.reg.Rewound(table, until, at)
+	}
+	eventually(t, "every table's first read", func() bool { return dm.reads() >= n })
+	return r, dm, until, at
+}
+
 // TestAnOutageWarnsOncePerRewoundTableThenCounts: with NATS down, every
 // rewound table's read of the event stream's state failed and warned
 // again at every retry (every 30 s once backed off): 1,000 rewound tables
@@ -43,16 +75,7 @@ func (b *downMarker) StreamPosition(context.Context) (listener.StreamPosition, e
 // again at its next rewind's first failure.
 func TestAnOutageWarnsOncePerRewoundTableThenCounts(t *testing.T) {
 	const tables = 50
-	dm := &downMarker{fakeBus: newFakeBus(), down: true}
-	r := newRigOver(t, dm, &batchFake{fakeStore: newFakeStore()}, rigOptions{})
-	until, at := utc("2026-09-28T14:00:00Z"), utc("2026-09-29T00:00:00Z")
-	for i := range tables {
-		table := fmt.Sprintf("t_%02d", i)
-		r.store.rewind(table, until, at)
-		r.reg.Rewound(table, until, at)
-	}
-	asked := func() int { dm.mu.Lock(); defer dm.mu.Unlock(); return dm.asked }
-	eventually(t, "every table's first read", func() bool { return asked() >= tables })
+	r, dm, until, at := rewoundInAnOutage(t, tables)
 	// Five minutes of the outage, a second at a time: each table's read
 	// is tried again after 1, 2, 4, 8, 16 and then every 30 s.
 	const outage = 5 * time.Minute
@@ -60,7 +83,7 @@ func TestAnOutageWarnsOncePerRewoundTableThenCounts(t *testing.T) {
 		r.clock.Advance(time.Second)
 		time.Sleep(time.Millisecond)
 	}
-	if n := asked(); n < 4*tables {
+	if n := dm.reads(); n < 4*tables {
 		t.Fatalf("%d reads in the outage, want every table's tried again several times (%d at least)", n, 4*tables)
 	}
 	warns := r.logs.FilterLevelExact(zapcore.WarnLevel)
@@ -81,16 +104,12 @@ func TestAnOutageWarnsOncePerRewoundTableThenCounts(t *testing.T) {
 
 	// NATS back: every read answers. A later rewind's first failure warns
 	// again.
-	dm.mu.Lock()
-	dm.down = false
-	dm.mu.Unlock()
+	dm.setDown(false)
 	eventually(t, "every table's read answered", func() bool {
 		r.clock.Advance(30 * time.Second)
 		return r.logs.FilterMessageSnippet("the event stream's state when the rewind was heard").Len() == tables
 	})
-	dm.mu.Lock()
-	dm.down = true
-	dm.mu.Unlock()
+	dm.setDown(true)
 	at2 := at.Add(time.Hour)
 	r.store.rewind("t_00", until, at2)
 	r.reg.Rewound("t_00", until, at2)
@@ -115,18 +134,8 @@ var (
 // no table waits. The next outage names its first tables again.
 func TestNATSBackWarnsOfLateReadsForAFewTablesThenCounts(t *testing.T) {
 	const tables, named = 50, 3
-	dm := &downMarker{fakeBus: newFakeBus(), down: true}
-	r := newRigOver(t, dm, &batchFake{fakeStore: newFakeStore()}, rigOptions{})
-	until, at := utc("2026-09-28T14:00:00Z"), utc("2026-09-29T00:00:00Z")
-	for i := range tables {
-		table := fmt.Sprintf("t_%02d", i)
-		r.store.rewind(table, until, at)
-		r.reg.Rewound(table, until, at)
-	}
-	asked := func() int { dm.mu.Lock(); defer dm.mu.Unlock(); return dm.asked }
-	eventually(t, "every table's first read failed", func() bool { return asked() >= tables })
-	setDown := func(down bool) { dm.mu.Lock(); dm.down = down; dm.mu.Unlock() }
-	setDown(false)
+	r, dm, until, at := rewoundInAnOutage(t, tables)
+	dm.setDown(false)
 	late := func() *observer.ObservedLogs { return r.logs.FilterMessageSnippet("could be read only late") }
 	eventually(t, "every table's late read answered", func() bool {
 		r.clock.Advance(time.Second)
@@ -146,16 +155,16 @@ func TestNATSBackWarnsOfLateReadsForAFewTablesThenCounts(t *testing.T) {
 	}
 
 	// The next outage's first late reads are named again.
-	setDown(true)
+	dm.setDown(true)
 	t00 := func() int {
 		return late().FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("table", "t_00")).Len()
 	}
-	before, namedBefore := asked(), t00()
+	before, namedBefore := dm.reads(), t00()
 	at2 := at.Add(time.Hour)
 	r.store.rewind("t_00", until, at2)
 	r.reg.Rewound("t_00", until, at2)
-	eventually(t, "the later rewind's read failed", func() bool { return asked() > before })
-	setDown(false)
+	eventually(t, "the later rewind's read failed", func() bool { return dm.reads() > before })
+	dm.setDown(false)
 	eventually(t, "the later rewind's late read named", func() bool {
 		r.clock.Advance(time.Second)
 		return t00() == namedBefore+1

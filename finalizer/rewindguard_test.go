@@ -23,6 +23,26 @@ func newRigAt16(t *testing.T) *rig {
 	return r
 }
 
+// nextMovesKnowing publishes run A's progress of batch, posted a second
+// later, whose source is at hour:10, and checks that it moves t_a to
+// hour:00 with an advance that knew the rewind at rewoundAt, and that the
+// run is held no more.
+func (r *rig) nextMovesKnowing(t *testing.T, batch int64, hour string, rewoundAt time.Time) {
+	t.Helper()
+	r.clock.Advance(time.Second)
+	r.bus.Publish(progressAt(queryA, runA, batch, r.clock.Now(), "2026-09-28T"+hour+":10:00"))
+	eventually(t, "t_a at "+hour+":00", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T" + hour + ":00:00Z")) })
+	last := r.store.Calls()[len(r.store.Calls())-1]
+	if !last.Guard.Known().Equal(rewoundAt) {
+		t.Errorf("the advance after the refusal knew the rewind at %s, want %s", last.Guard.Known(), rewoundAt)
+	}
+	for _, s := range r.reg.Status() {
+		if s.RunID == runA && s.Held != "" {
+			t.Errorf("still held after a progress moved the verdict: %q", s.Held)
+		}
+	}
+}
+
 // TestAnAdvanceRefusedByARewindIsDroppedAndTheNextMoves: a tracker's
 // advance of a progress taken before a rewind it had not heard of (the
 // statement was in flight when the rewind committed, or the notification
@@ -65,18 +85,7 @@ func TestAnAdvanceRefusedByARewindIsDroppedAndTheNextMoves(t *testing.T) {
 
 	// The run's next progress, heard after the refusal, moves the
 	// verdict from the rewound point, knowing the rewind.
-	r.clock.Advance(time.Second)
-	r.bus.Publish(progressAt(queryA, runA, 8, r.clock.Now(), "2026-09-28T19:10:00"))
-	eventually(t, "t_a at 19:00", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T19:00:00Z")) })
-	last := r.store.Calls()[len(r.store.Calls())-1]
-	if !last.Guard.Known().Equal(rewoundAt) {
-		t.Errorf("the advance after the refusal knew the rewind at %s, want %s", last.Guard.Known(), rewoundAt)
-	}
-	for _, s := range r.reg.Status() {
-		if s.RunID == runA && s.Held != "" {
-			t.Errorf("still held after a progress moved the verdict: %q", s.Held)
-		}
-	}
+	r.nextMovesKnowing(t, 8, "19", rewoundAt)
 
 	// The notification, heard late, is the rewind learnt already.
 	r.reg.Rewound("t_a", utc("2026-09-28T14:00:00Z"), rewoundAt)

@@ -116,7 +116,7 @@ func TestARewindHeardLiveJudgesRetainedProgressByTheStreamsOwnClock(t *testing.T
 		ev.Timestamp = l.posted
 		box.OfferRetainedSeq(ev, l.stored, l.seq)
 	}, "t_a", "t_b")
-	eventually(t, "t_b applied", func() bool { return r.store.Verdict("t_b").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.movesTo18(t, "t_b", "t_b applied")
 	r.staysRewound(t, "t_a", "the old run's progress held", 1,
 		"a retained progress stored before the rewind heard live was applied (driver's clock ahead): verdict %s")
 	mb.mu.Lock()
@@ -172,7 +172,7 @@ func TestARetainedProgressIsJudgedAgainstTheStoredRewoundAt(t *testing.T) {
 	}
 	r.track(t, runA, "t_a")
 	r.track(t, runB, "t_b")
-	eventually(t, "t_a applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.movesTo18(t, "t_a", "t_a applied")
 	r.staysRewound(t, "t_b", "the progress posted before the rewind held", 1,
 		"a progress posted before the stored rewound_at was applied: verdict %s")
 	for _, st := range r.reg.Status() {
@@ -200,7 +200,7 @@ func TestARewindReadBeforeItsNotificationIsMarkedWhenHeard(t *testing.T) {
 	})
 	r.retainLast(rewoundAt.Add(4*time.Second), rewoundAt.Add(5*time.Second), 101)
 	r.track(t, runB, "t_a")
-	eventually(t, "t_a applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.movesTo18(t, "t_a", "t_a applied")
 	mb.mu.Lock()
 	defer mb.mu.Unlock()
 	if mb.asked != 1 {

@@ -128,5 +128,5 @@ func TestAFailedStreamReadAfterARewindIsTriedAgain(t *testing.T) {
 	}
 	r.retainLast(rewoundAt.Add(10*time.Second), rewoundAt.Add(15*time.Second), 101)
 	r.track(t, runA, "t_a")
-	eventually(t, "the reset run's progress applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.movesTo18(t, "t_a", "the reset run's progress applied")
 }

@@ -38,7 +38,7 @@ func TestARetainedProgressIsJudgedBySequenceNotTheStreamsClock(t *testing.T) {
 			box.OfferRetainedSeq(ev, rewoundAt.Add(5*time.Second), 101)
 		}
 	}, "t_a", "t_b")
-	eventually(t, "t_b applied", func() bool { return r.store.Verdict("t_b").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.movesTo18(t, "t_b", "t_b applied")
 	r.staysRewound(t, "t_a", "the progress stored before the rewind held", 1,
 		"a retained progress stored before the rewind (sequence 99, at or below the stream's last sequence 100 after it) was applied because the NATS server's clock had stepped back: verdict %s")
 	for _, st := range r.reg.Status() {
@@ -88,7 +88,7 @@ func TestARewindNotHeardIsJudgedByTheSequenceItRecorded(t *testing.T) {
 	r.track(t, runA, "t_a")
 	r.track(t, runB, "t_b")
 	r.track(t, runC, "t_c")
-	eventually(t, "t_a applied", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.movesTo18(t, "t_a", "t_a applied")
 	r.staysRewound(t, "t_b", "the progress stored before the rewind held", 2,
 		"a retained progress at the sequence recorded with the rewind was applied: verdict %s")
 	r.staysRewound(t, "t_c", "the progress of a stream created again held by the margin", 2,
@@ -137,7 +137,7 @@ func TestARunSilentSinceARewindIsJudgedBySequence(t *testing.T) {
 		ev.Name, ev.Timestamp = run.name, rewoundAt.Add(-20*time.Second)
 		r.bus.Publish(ev)
 	}
-	eventually(t, "t_b applied", func() bool { return r.store.Verdict("t_b").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.movesTo18(t, "t_b", "t_b applied")
 	r.staysRewound(t, "t_a", "run a's queued progress held", 1,
 		"a progress posted before the rewind, of a run silent since it by sequence, was applied: verdict %s")
 }

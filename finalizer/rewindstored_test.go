@@ -64,7 +64,7 @@ func TestARetainedProgressIsJudgedByWhenTheStreamStoredIt(t *testing.T) {
 		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() == 3 ||
 			!r.store.Verdict("t_a").Equal(utc("2026-09-28T14:00:00Z"))
 	})
-	eventually(t, "t_b applied", func() bool { return r.store.Verdict("t_b").Equal(utc("2026-09-28T18:00:00Z")) })
+	r.movesTo18(t, "t_b", "t_b applied")
 	for _, table := range []string{"t_a", "t_c", "t_d"} {
 		if got := r.store.Verdict(table); !got.Equal(utc("2026-09-28T14:00:00Z")) {
 			t.Errorf("%s: a restart applied a retained progress stored before its rewind (or within the margin): verdict %s", table, got)

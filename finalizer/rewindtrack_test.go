@@ -44,6 +44,13 @@ func (r *rig) staysRewound(t *testing.T, table, what string, n int, failf string
 	}
 }
 
+// movesTo18 waits until table's verdict is 18:00: what (a progress at
+// 18:10) applied.
+func (r *rig) movesTo18(t *testing.T, table, what string) {
+	t.Helper()
+	eventually(t, what, func() bool { return r.store.Verdict(table).Equal(utc("2026-09-28T18:00:00Z")) })
+}
+
 // trackFailing is a rig tracking runA into t_a, with no rewind yet, whose
 // store fails the next failures advances, and runA's progress to 18:10,
 // posted two minutes ago, published.
