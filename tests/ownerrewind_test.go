@@ -33,23 +33,21 @@ func TestOwnerHeldAdvanceAfterARewindSurvivesABlip(t *testing.T) {
 	}
 	defer ns.Shutdown()
 	const grace = 6 * time.Second
-	owner := startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: `
+	// A replica with the ownership's grace and one rule, table by query.
+	replica := func(table, query string) *proc {
+		return startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: `
 ownership: {grace: 6s}
 tables:
-  - table: "other.{name}"
-    query: "other_*"
+  - table: "` + table + `"
+    query: "` + query + `"
     granularity: hour
 `})
+	}
+	owner := replica("other.{name}", "other_*")
 	eventually(t, "the first replica owns every bucket", func() bool {
 		return metric(t, owner.httpURL, "finalizer_ownership_buckets_owned") == 64
 	})
-	holder := startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: `
-ownership: {grace: 6s}
-tables:
-  - table: "rw.{name}"
-    query: "rwq_*"
-    granularity: hour
-`})
+	holder := replica("rw.{name}", "rwq_*")
 	if n := metric(t, holder.httpURL, "finalizer_ownership_buckets_owned"); n != 0 {
 		t.Fatalf("the second replica owns %v buckets", n)
 	}

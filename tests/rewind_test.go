@@ -280,13 +280,29 @@ func serveATerminatedRunIn(t *testing.T, dataDir string) (*proc, string) {
 	t.Helper()
 	pgURL := pgtest.URL(t)
 	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, config: ordersConfig})
+	runAEnds(t, s, pgURL, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
+	return s, pgURL
+}
+
+// runAEnds publishes run A of orders-v1 to s: its start, progress (its
+// source at 18:10), and once bronze.orders is at 18:00, its end, which s
+// logs.
+func runAEnds(t *testing.T, s *proc, pgURL, progress string) {
+	t.Helper()
 	pub := connect(t, s.natsURL)
 	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
-	pub.publish("progress", queryA, runA, cdcProgressJSON(queryA, runA, "orders-v1", "2026-09-28T18:10:00"))
+	pub.publish("progress", queryA, runA, progress)
 	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
 	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
 	s.logged(t, "the run's end", "run terminated")
-	return s, pgURL
+}
+
+// runAheadEnds is runAEnds with a progress whose driver's clock, ten
+// minutes ahead, posts it after any rewind soon to come.
+func runAheadEnds(t *testing.T, s *proc, pgURL string) {
+	t.Helper()
+	ahead := time.Now().Add(10 * time.Minute).UTC()
+	runAEnds(t, s, pgURL, progressPosted(queryA, runA, "orders-v1", 7, ahead, "2026-09-28T18:10:00"))
 }
 
 // TestARewindHoldsAgainstADriverClockAhead: a run whose driver's clock is
@@ -301,15 +317,9 @@ func TestARewindHoldsAgainstADriverClockAhead(t *testing.T) {
 	pgURL := pgtest.URL(t)
 	pg := []string{"--postgres-url", pgURL}
 	dataDir := t.TempDir()
-	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
+	cfg := ordersConfig
 	s := startServe(t, serveOpts{pgURL: pgURL, dataDir: dataDir, config: cfg})
-	pub := connect(t, s.natsURL)
-	ahead := time.Now().Add(10 * time.Minute).UTC()
-	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
-	pub.publish("progress", queryA, runA, progressPosted(queryA, runA, "orders-v1", 7, ahead, "2026-09-28T18:10:00"))
-	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
-	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
-	s.logged(t, "the run's end", "run terminated")
+	runAheadEnds(t, s, pgURL)
 	rewindOrdersTo14(t, s, pg, "the rewind heard", "verdict rewound by an operator")
 
 	// A new track of the old run: its catch-up reads the last progress.

@@ -34,15 +34,8 @@ func rewindWhileDown(t *testing.T, recreate bool) (*proc, string, string) {
 	t.Cleanup(ns.Shutdown)
 	pgURL := pgtest.URL(t)
 	pg := []string{"--postgres-url", pgURL}
-	cfg := "tables:\n  - table: bronze.orders\n    query: orders-v1\n"
-	s := startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: cfg})
-	pub := connect(t, ns.ClientURL())
-	ahead := time.Now().Add(10 * time.Minute).UTC()
-	pub.publish("started", queryA, runA, startedJSON(queryA, runA, "orders-v1"))
-	pub.publish("progress", queryA, runA, progressPosted(queryA, runA, "orders-v1", 7, ahead, "2026-09-28T18:10:00"))
-	waitVerdict(t, pgURL, "bronze.orders", "2026-09-28T18:00:00Z")
-	pub.publish("terminated", queryA, runA, terminatedJSON(queryA, runA))
-	s.logged(t, "the run's end", "run terminated")
+	s := startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: ordersConfig})
+	runAheadEnds(t, s, pgURL)
 	s.stop()
 
 	code, out, e := cli(t, nil, append([]string{"rewind", "--table", "bronze.orders", "--to", "2026-09-28T14:00:00Z",
@@ -81,7 +74,7 @@ func rewindWhileDown(t *testing.T, recreate bool) (*proc, string, string) {
 			t.Fatal(err)
 		}
 	}
-	s = startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: cfg})
+	s = startServe(t, serveOpts{pgURL: pgURL, natsURL: ns.ClientURL(), config: ordersConfig})
 	s.logged(t, "the recovery", "recovered tracked runs")
 	return s, out, pgURL
 }
