@@ -95,6 +95,20 @@ func natsTarget(fs *pflag.FlagSet, c NATSConfig) (string, service.LocalLogin, bo
 	return url, service.LocalLogin{}, false
 }
 
+// loginDialer dials NATS for a client that uses the data dir's login
+// (natsTarget): the login goes only to a server run by the file's owner:
+// while the service is stopped, any local user may listen on its port and
+// would read the password from the CONNECT.
+func loginDialer(fs *pflag.FlagSet) (nats.CustomDialer, error) {
+	dir, _ := fs.GetString("data-dir")
+	file := filepath.Join(dir, service.NATSLoginFile)
+	owner, err := peerowner.FileUID(file)
+	if err != nil && !errors.Is(err, peerowner.ErrUnknown) {
+		return nil, fmt.Errorf("NATS: %s: %w", file, err)
+	}
+	return peerowner.Dialer{UID: owner, Timeout: DefaultDialTimeout, What: "the login of " + file}, nil
+}
+
 // dialNATS connects a client command to NATS; failure is exit code 2.
 func dialNATS(ctx context.Context, fs *pflag.FlagSet) (*listener.Listener, error) {
 	var c NATSConfig
@@ -104,16 +118,11 @@ func dialNATS(ctx context.Context, fs *pflag.FlagSet) (*listener.Listener, error
 	url, login, ok := natsTarget(fs, c)
 	if ok {
 		c.User, c.Password = login.User, login.Password
-		// The login goes only to a server run by the file's owner: while
-		// the service is stopped, any local user may listen on its port
-		// and would read the password from the CONNECT.
-		dir, _ := fs.GetString("data-dir")
-		file := filepath.Join(dir, service.NATSLoginFile)
-		owner, err := peerowner.FileUID(file)
-		if err != nil && !errors.Is(err, peerowner.ErrUnknown) {
-			return nil, usageError(fmt.Errorf("NATS: %s: %w", file, err))
+		d, err := loginDialer(fs)
+		if err != nil {
+			return nil, usageError(err)
 		}
-		dialer = peerowner.Dialer{UID: owner, Timeout: DefaultDialTimeout, What: "the login of " + file}
+		dialer = d
 	}
 	dctx, cancel := context.WithTimeout(ctx, DefaultDialTimeout)
 	defer cancel()

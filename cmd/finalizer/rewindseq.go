@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
 
 	"github.com/finalizer-dev/finalizer/control"
-	"github.com/finalizer-dev/finalizer/internal/peerowner"
-	"github.com/finalizer-dev/finalizer/internal/service"
 	"github.com/finalizer-dev/finalizer/listener"
 )
 
@@ -119,15 +116,11 @@ func dialEventStream(ctx context.Context, fs *pflag.FlagSet, c clientConfig) (*l
 		url = u
 		if ok {
 			nc.User, nc.Password = login.User, login.Password
-			// As dialNATS: the login goes only to a server run by the
-			// file's owner.
-			dir, _ := fs.GetString("data-dir")
-			file := filepath.Join(dir, service.NATSLoginFile)
-			owner, err := peerowner.FileUID(file)
-			if err != nil && !errors.Is(err, peerowner.ErrUnknown) {
-				return nil, fmt.Errorf("NATS: %s: %w", file, err)
+			d, err := loginDialer(fs) // as dialNATS
+			if err != nil {
+				return nil, err
 			}
-			dialer = peerowner.Dialer{UID: owner, Timeout: DefaultDialTimeout, What: "the login of " + file}
+			dialer = d
 		}
 	}
 	l, err := listener.Dial(ctx, listener.Options{
