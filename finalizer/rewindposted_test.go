@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -46,9 +45,7 @@ func TestABatchStartedBeforeARewindAndPostedAfterItIsApplied(t *testing.T) {
 // gives the hold's reason. A run of the table that writes since hides it.
 func TestARunEndedHeldBeforeItsRewindStaysInStatus(t *testing.T) {
 	r, at := rewoundRig(t)
-	r.bus.retain(listener.Run{QueryID: queryA, RunID: runStopped, Kind: progress.KindTerminated, Terminated: true, Stored: at.Add(time.Minute)})
-	r.track(t, runStopped, "t_c")
-	r.publishAt(t, runStopped, "t_c", "2026-09-28T18:10:00", at.Add(-time.Minute), 1)
+	r.stoppedRunPostsBefore(t, at)
 	r.bus.Publish(terminated(runStopped))
 	res := r.join(t, runStopped)
 	if !res.Done || !strings.HasPrefix(res.Note, "its last progress was posted before the rewind of table t_c and not applied: ") ||
@@ -116,9 +113,7 @@ func TestAProgressIsNeverPostedAfterItWasStored(t *testing.T) {
 // progress held or with none left in the stream, replaced or dropped the
 // new run's kept hold. The run that started last stays listed, held.
 func TestARunEndedHeldStaysListedAfterARecovery(t *testing.T) {
-	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
-	rewoundAt := r.clock.Now().Add(-time.Hour)
-	r.store.rewind("t_c", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	r, rewoundAt := rewoundAnHourAgo(t, "t_c")
 	fresh := cdcProgress(runStopped, "2026-09-28T15:10:00")
 	fresh.Name, fresh.Timestamp = "c", rewoundAt.Add(time.Second)
 	old := cdcProgress(runA, "2026-09-28T18:10:00")

@@ -19,11 +19,7 @@ import (
 // no progress posted before it, and does apply one posted after; a run
 // that spoke since the rewind is not held to its driver's clock.
 func TestRecoveryAppliesNoProgressFromBeforeARewind(t *testing.T) {
-	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
-	rewoundAt := r.clock.Now().Add(-time.Hour)
-	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), rewoundAt)
-	r.store.rewind("t_b", utc("2026-09-28T14:00:00Z"), rewoundAt)
-	r.store.rewind("t_c", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	r, rewoundAt := rewoundAnHourAgo(t, "t_a", "t_b", "t_c")
 	if err := r.reg.Recover(context.Background(), nil, []listener.Run{
 		{QueryID: queryA, RunID: runA, Name: "a", Kind: progress.KindProgress, Stored: rewoundAt.Add(-2 * time.Minute)},
 		{QueryID: queryA, RunID: runB, Name: "b", Kind: progress.KindProgress, Stored: rewoundAt.Add(time.Minute)},
@@ -65,9 +61,7 @@ const runStopped = "0d0d0d0d-2222-4333-8444-555555555555"
 // (found in review). The read is retried until it succeeds; the
 // recovery's trackers start only after it, and the rewind holds.
 func TestRecoveryWaitsForTheRewinds(t *testing.T) {
-	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
-	rewoundAt := r.clock.Now().Add(-time.Hour)
-	r.store.rewind("t_c", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	r, rewoundAt := rewoundAnHourAgo(t, "t_c")
 	r.store.mu.Lock()
 	r.store.rewindFailures = 1
 	r.store.mu.Unlock()
@@ -174,4 +168,17 @@ func TestSilentRunsArePruned(t *testing.T) {
 	if n := r.reg.SilentRuns(); n != 0 {
 		t.Fatalf("%d runs noted silent once none is tracked, want 0", n)
 	}
+}
+
+// rewoundAnHourAgo is a rig whose rule tracks every query into t_{name},
+// with tables rewound to 14:00 an hour ago in the store (not heard: a
+// recovery reads them), and when.
+func rewoundAnHourAgo(t *testing.T, tables ...string) (*rig, time.Time) {
+	t.Helper()
+	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
+	rewoundAt := r.clock.Now().Add(-time.Hour)
+	for _, table := range tables {
+		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
+	}
+	return r, rewoundAt
 }

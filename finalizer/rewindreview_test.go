@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -122,9 +121,7 @@ func TestAReconnectsRetryDoesNotUndoARewindNotHeard(t *testing.T) {
 // timestamp against the table's last rewind, whatever the run sent since;
 // one heard live is not held to its driver's clock.
 func TestARecoveryHoldsARetainedProgressFromBeforeTheRewind(t *testing.T) {
-	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
-	rewoundAt := r.clock.Now().Add(-time.Hour)
-	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), rewoundAt)
+	r, rewoundAt := rewoundAnHourAgo(t, "t_a")
 	r.bus.afterSubscribe = func(runID string, box *listener.Mailbox) {
 		last := cdcProgress(runID, "2026-09-28T18:10:00")
 		last.Name, last.Timestamp = "a", rewoundAt.Add(-3*time.Minute)

@@ -24,11 +24,7 @@ import (
 // late, never wrong).
 func TestARetainedProgressIsJudgedByWhenTheStreamStoredIt(t *testing.T) {
 	const runD = "dddddddd-2222-4333-8444-555555555555"
-	r := newRig(t, finalizer.Rule{Table: "t_{name}", Query: "*", Spec: hourSpec(t)})
-	rewoundAt := r.clock.Now().Add(-time.Hour)
-	for _, table := range []string{"t_a", "t_b", "t_c", "t_d"} {
-		r.store.rewind(table, utc("2026-09-28T14:00:00Z"), rewoundAt)
-	}
+	r, rewoundAt := rewoundAnHourAgo(t, "t_a", "t_b", "t_c", "t_d")
 	type retained struct {
 		name           string
 		posted, stored time.Time

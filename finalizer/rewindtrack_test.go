@@ -83,6 +83,17 @@ func (r *rig) publishAt(t *testing.T, runID, table, commitTS string, posted time
 	})
 }
 
+// stoppedRunPostsBefore retains runStopped as terminated a minute after
+// the rewind at at, tracks it into t_c, and has it post its last
+// progress (to 18:10) a minute before the rewind, waiting until that is
+// taken.
+func (r *rig) stoppedRunPostsBefore(t *testing.T, at time.Time) {
+	t.Helper()
+	r.bus.retain(listener.Run{QueryID: queryA, RunID: runStopped, Kind: progress.KindTerminated, Terminated: true, Stored: at.Add(time.Minute)})
+	r.track(t, runStopped, "t_c")
+	r.publishAt(t, runStopped, "t_c", "2026-09-28T18:10:00", at.Add(-time.Minute), 1)
+}
+
 // publishApplied publishes run's progress to commitTS, posted at posted,
 // and waits until table's verdict is want.
 func (r *rig) publishApplied(t *testing.T, runID, table, commitTS string, posted time.Time, want string) {
@@ -103,12 +114,10 @@ func (r *rig) publishApplied(t *testing.T, runID, table, commitTS string, posted
 // run that spoke since is not held to its driver's clock.
 func TestATrackAfterARewindAppliesNoProgressFromBeforeIt(t *testing.T) {
 	r, at := rewoundRig(t)
-	r.bus.retain(listener.Run{QueryID: queryA, RunID: runStopped, Kind: progress.KindTerminated, Terminated: true, Stored: at.Add(time.Minute)})
+	r.stoppedRunPostsBefore(t, at)
 	r.bus.retain(listener.Run{QueryID: queryA, RunID: runA, Kind: progress.KindProgress, Stored: at.Add(-2 * time.Minute)})
 	r.bus.retain(listener.Run{QueryID: queryA, RunID: runB, Kind: progress.KindProgress, Stored: at.Add(time.Minute)})
 
-	r.track(t, runStopped, "t_c")
-	r.publishAt(t, runStopped, "t_c", "2026-09-28T18:10:00", at.Add(-time.Minute), 1)
 	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
 		t.Fatalf("the last progress of a run stopped, tracked after the rewind, moved the verdict to %s", got)
 	}
@@ -144,9 +153,7 @@ func TestRewindsReadAgainWhenNoTableIsNamed(t *testing.T) {
 		defer r.store.mu.Unlock()
 		return r.store.rewindReads == 2
 	})
-	r.bus.retain(listener.Run{QueryID: queryA, RunID: runStopped, Kind: progress.KindTerminated, Terminated: true, Stored: at.Add(time.Minute)})
-	r.track(t, runStopped, "t_c")
-	r.publishAt(t, runStopped, "t_c", "2026-09-28T18:10:00", at.Add(-time.Minute), 1)
+	r.stoppedRunPostsBefore(t, at)
 	if got := r.store.Verdict("t_c"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
 		t.Fatalf("a progress from before a rewind not heard moved the verdict to %s", got)
 	}
@@ -282,9 +289,7 @@ func TestARewindHoldsARunningTrackersPendingProgress(t *testing.T) {
 // progress was applied has no such note.
 func TestJoinSaysALastProgressFromBeforeARewindWasNotApplied(t *testing.T) {
 	r, at := rewoundRig(t)
-	r.bus.retain(listener.Run{QueryID: queryA, RunID: runStopped, Kind: progress.KindTerminated, Terminated: true, Stored: at.Add(time.Minute)})
-	r.track(t, runStopped, "t_c")
-	r.publishAt(t, runStopped, "t_c", "2026-09-28T18:10:00", at.Add(-time.Minute), 1)
+	r.stoppedRunPostsBefore(t, at)
 	r.bus.Publish(terminated(runStopped))
 	res := r.join(t, runStopped)
 	if !res.Done || res.Stopped != "" {
