@@ -91,20 +91,11 @@ func TestPrintedFreeTextIsEscaped(t *testing.T) {
 	if _, _, _, err := s.RetireFeeder(ctx, "bronze.orders", "q2", "done"); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	for _, q := range []string{
+	execSQL(t, url,
 		`UPDATE public.table_finalization_audit SET by_operator = E'ops\x1b[31m', reason = E'why\x1b]0;title\x07\nFORGED'`,
 		`UPDATE public.table_finalization_feeds SET query_name = E'name\x1b[2J', retired_why = E'gone\x1b[1A\nFORGED' WHERE feeder = 'q2'`,
 		`UPDATE public.table_finalization SET mark = E'mark\x1b[5m\nFORGED'`,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	for _, args := range [][]string{{"audit"}, {"audit", "--json"}, {"status", "--http-url", ""}, {"status", "--http-url", "", "--json"}, {"feeders", "list"}, {"feeders", "list", "--json"}} {
 		code, out, errOut := runCLI(t, append(args, "--postgres-url", url)...)
 		if code != 0 {
@@ -139,19 +130,10 @@ func TestMessagesEscapeTableNames(t *testing.T) {
 	if _, err := s.Acknowledge(ctx, control.Acknowledge{Table: "bronze.orders", Reason: "r", By: "ops"}); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	for _, q := range []string{
+	execSQL(t, url,
 		`INSERT INTO public.table_finalization (table_name, finalized_until) VALUES (E'evil\x1b[2J\u202e', now())`,
 		`UPDATE public.table_finalization_audit SET reason = E'one\ntwo\rthree\tfour'`,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	typed := "zz\x1b[2Jtyped\u202e"
 	for _, args := range [][]string{
 		{"is-final", "--table", "nothing.here", "--period-end", "2026-09-28T00:00:00Z", "--http-url", ""},
@@ -173,5 +155,21 @@ func TestMessagesEscapeTableNames(t *testing.T) {
 	code, out, errOut := runCLI(t, "audit", "--postgres-url", url)
 	if code != 0 || !strings.Contains(out, `one\u000atwo\u000dthree\u0009four`) {
 		t.Errorf("audit: exit %d, stdout %q, stderr %q; want the reason's newline escaped", code, out, errOut)
+	}
+}
+
+// execSQL runs stmts on the database at url, in order, as written by hand.
+func execSQL(t *testing.T, url string, stmts ...string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range stmts {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 }

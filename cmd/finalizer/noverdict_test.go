@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/finalizer-dev/finalizer/control"
 )
 
@@ -46,15 +44,7 @@ func TestATableWithFeedersAndNoVerdictIsKnown(t *testing.T) {
 // "batch_id": 0. They say "no verdict yet", or null.
 func TestNoVerdictIsNeverTheZeroTime(t *testing.T) {
 	url, s := controlDB(t)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `INSERT INTO `+control.DefaultTable+` (table_name) VALUES ('silver.null')`); err != nil {
-		t.Fatal(err)
-	}
+	execSQL(t, url, `INSERT INTO `+control.DefaultTable+` (table_name) VALUES ('silver.null')`)
 	code, out, errOut := runCLI(t, "is-final", "--table", "silver.null", "--period-end", "2000-01-01T00:00:00Z", "--postgres-url", url, "--http-url", "")
 	if code != exitNegative || strings.Contains(out+errOut, "0001-01-01") || !strings.Contains(out, "no verdict yet") {
 		t.Errorf("is-final: exit %d, stdout %q, stderr %q", code, out, errOut)
