@@ -66,6 +66,12 @@ type LateOfferer interface {
 	OfferLate(runIDs []string)
 }
 
+// RunReserver is optional on a Bus: ReserveRuns makes room for n more run
+// subscriptions at once, before a recovery subscribes them.
+type RunReserver interface {
+	ReserveRuns(n int)
+}
+
 // ListenerBus adapts a *listener.Listener to Bus, Namer and CatchUpHolder: its
 // Subscribe returns the concrete *listener.RunSubscription.
 type ListenerBus struct{ L *listener.Listener }
@@ -75,6 +81,7 @@ var (
 	_ Namer          = ListenerBus{}
 	_ CatchUpHolder  = ListenerBus{}
 	_ LateOfferer    = ListenerBus{}
+	_ RunReserver    = ListenerBus{}
 	_ RunStater      = ListenerBus{}
 	_ StreamMarker   = ListenerBus{}
 	_ intoSubscriber = ListenerBus{}
@@ -108,6 +115,9 @@ func (b ListenerBus) HoldCatchUps() func(context.Context) error { return b.L.Hol
 
 // OfferLate makes runs wait for the hold's release (listener.OfferLate).
 func (b ListenerBus) OfferLate(runIDs []string) { b.L.OfferLate(runIDs) }
+
+// ReserveRuns is listener.Listener.ReserveRuns.
+func (b ListenerBus) ReserveRuns(n int) { b.L.ReserveRuns(n) }
 
 // RunName looks the run's query name up in what JetStream retained.
 func (b ListenerBus) RunName(ctx context.Context, queryID, runID string) (string, error) {

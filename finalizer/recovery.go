@@ -42,9 +42,16 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 			}
 		}()
 	}
-	late, joins := r.sharedTableRuns(tracks, runs)
+	late, joins, starts := r.sharedTableRuns(tracks, runs)
 	if lo, ok := r.cfg.Bus.(LateOfferer); ok {
 		lo.OfferLate(late)
+	}
+	// The maps the starts fill are made at about the size they reach
+	// once, not grown (and copied) through 100,000 runs (issue 12, ninth
+	// pass).
+	r.reserve(starts)
+	if rs, ok := r.cfg.Bus.(RunReserver); ok {
+		rs.ReserveRuns(starts)
 	}
 	// A run's live events reach its tracker as soon as it is subscribed,
 	// hold or not: a late run of a shared table whose query emits a
@@ -70,7 +77,7 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 		run   *listener.Run
 		track bool
 	}
-	starts := newFanOut(r.cfg.RecoverParallelism, func(s start) {
+	fan := newFanOut(r.cfg.RecoverParallelism, func(s start) {
 		if s.track {
 			if _, err := r.Track(ctx, s.req); err != nil {
 				note(err)
@@ -79,7 +86,7 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 		}
 		r.consider(ctx, s.run.RunID, nil)
 	})
-	feed := starts.feed
+	feed := fan.feed
 	// The explicit tracks of one client or rule mostly share their spec's
 	// document: each distinct document is decoded and parsed once (a
 	// Spec is a value whose zones are shared and never changed).
@@ -113,7 +120,7 @@ func (r *Registry) Recover(ctx context.Context, tracks []control.Track, runs []l
 			feed(start{run: &chunk[i]})
 		}
 	}
-	starts.wait()
+	fan.wait()
 	if first != nil {
 		r.log.Error("some runs could not be recovered", zap.Error(first))
 	}
@@ -172,30 +179,34 @@ func (r *Registry) recoverPending(runs []listener.Run) []int {
 // ("" when the stream holds none, and the start's look-up finds none
 // either). It also returns the feeder joins of those tables, one per
 // table and query, for prejoin: offered late, a run still gets its live
-// events as soon as it is subscribed.
-func (r *Registry) sharedTableRuns(tracks []control.Track, runs []listener.Run) (late []string, joins []control.FeederJoin) {
+// events as soon as it is subscribed; and starts, how many trackers the
+// recovery's starts make at most (each track, and each rule's table of a
+// run no track starts), for reserve.
+func (r *Registry) sharedTableRuns(tracks []control.Track, runs []listener.Run) (late []string, joins []control.FeederJoin, starts int) {
 	// Two passes: the first finds each table's first query and whether
 	// another query maps to it, the second collects the runs and feeder
 	// joins of the shared tables (no list of runs per table kept, no
-	// quadratic scan of a table's runs of one query).
+	// quadratic scan of a table's runs of one query). The maps are made
+	// at the size they reach with a table per run, held by value.
 	type mapped struct {
 		query  string
 		shared bool
 	}
-	tables := make(map[string]*mapped)
+	tables := make(map[string]mapped, len(tracks)+len(runs))
 	add := func(table, query string) {
-		m := tables[table]
+		m, ok := tables[table]
 		switch {
-		case m == nil:
-			tables[table] = &mapped{query: query}
-		case m.query != query:
+		case !ok:
+			tables[table] = mapped{query: query}
+		case m.query != query && !m.shared:
 			m.shared = true
+			tables[table] = m
 		}
 	}
 	// A run explicitly tracked may not be matched by the rules at its
 	// start (a run the registry knows is not decided again): its rules'
 	// tables count, but are not joined before.
-	explicit := make(map[string]bool)
+	explicit := make(map[string]bool, len(tracks))
 	each := func(fn func(table, query, name, run string, join bool)) {
 		for _, t := range tracks {
 			if t.DoneAt.IsZero() {
@@ -212,11 +223,16 @@ func (r *Registry) sharedTableRuns(tracks []control.Track, runs []listener.Run) 
 			}
 		}
 	}
-	each(func(table, query, _, _ string, _ bool) { add(table, query) })
+	each(func(table, query, _, _ string, join bool) {
+		add(table, query)
+		if join { // a track, or a run no track starts: a start's tracker
+			starts++
+		}
+	})
 	type tq struct{ table, query string }
 	joined := make(map[tq]int) // index in joins
 	each(func(table, query, name, run string, join bool) {
-		if m := tables[table]; !m.shared {
+		if !tables[table].shared {
 			return
 		}
 		late = append(late, run)
@@ -230,7 +246,39 @@ func (r *Registry) sharedTableRuns(tracks []control.Track, runs []listener.Run) 
 			joins[i].Name = name // a rule's name over an explicit track's none
 		}
 	})
-	return late, joins
+	return late, joins, starts
+}
+
+// reserve makes the registry's maps of trackers, runs and queries hold n
+// more without growing: a restart's starts fill them with up to 100,000
+// runs at once, and growing them from what they held cost a rehash of
+// every entry at each doubling (issue 12, ninth pass). A map is made
+// again only when it would grow; its entries are copied, so that what
+// it held stays. The runs and queries are counted as the trackers (one
+// each, the most they can be).
+func (r *Registry) reserve(n int) {
+	if n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trackers = reserved(r.trackers, n)
+	r.runs = reserved(r.runs, n)
+	r.queries = reserved(r.queries, n)
+}
+
+// reserved returns m, or a copy of it made to hold n more entries when m
+// holds fewer than n (a map that held as many has grown to about that
+// size already).
+func reserved[K comparable, V any](m map[K]V, n int) map[K]V {
+	if len(m) >= n {
+		return m
+	}
+	g := make(map[K]V, len(m)+n)
+	for k, v := range m {
+		g[k] = v
+	}
+	return g
 }
 
 // prejoin joins the queries of the shared tables of a recovery

@@ -149,7 +149,7 @@ func (l *Listener) ServeAPI(track func(context.Context, TrackRequest) TrackReply
 		return nil, err
 	}
 	s.subs = append(s.subs, joinSub)
-	if err := register(l, l.api, s); err != nil {
+	if err := register(l, &l.api, s); err != nil {
 		_ = s.Unsubscribe()
 		return nil, err
 	}
@@ -317,7 +317,7 @@ func (l *Listener) ServeRetire(retire func(context.Context, RetireRequest) Retir
 		}
 		s.subs = append(s.subs, sub)
 	}
-	if err := register(l, l.api, s); err != nil {
+	if err := register(l, &l.api, s); err != nil {
 		_ = s.Unsubscribe()
 		return nil, err
 	}

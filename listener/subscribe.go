@@ -128,15 +128,15 @@ func (l *Listener) subscribe(subject string, cb nats.MsgHandler) (*nats.Subscrip
 	return sub, nil
 }
 
-// register adds s to set, one of l's sets of subscriptions, unless l is
-// closed.
-func register[S comparable](l *Listener, set map[S]struct{}, s S) error {
+// register adds s to *set, one of l's sets of subscriptions, unless l is
+// closed. The set is read under l.mu: ReserveRuns may make it again.
+func register[S comparable](l *Listener, set *map[S]struct{}, s S) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return ErrClosed
 	}
-	set[s] = struct{}{}
+	(*set)[s] = struct{}{}
 	return nil
 }
 
@@ -226,6 +226,41 @@ func (l *Listener) route(m *nats.Msg) {
 	for _, d := range disc {
 		d.onDiscover(m)
 	}
+}
+
+// ReserveRuns makes the listener's sets and routes of run subscriptions
+// (and, under a hold of catch-ups, its held ones) hold n more without
+// growing: a restart subscribes up to 100,000 runs at once, and growing
+// the maps from what they held cost a rehash of every entry at each
+// doubling (issue 12, ninth pass). A map is made again only when it
+// holds fewer than n; what it held is copied.
+func (l *Listener) ReserveRuns(n int) {
+	if n <= 0 {
+		return
+	}
+	l.mu.Lock()
+	l.runs = reserved(l.runs, n)
+	if l.holds > 0 {
+		l.held = reserved(l.held, n)
+	}
+	l.mu.Unlock()
+	l.routeMu.Lock()
+	l.routes = reserved(l.routes, n)
+	l.routeMu.Unlock()
+}
+
+// reserved returns m, or a copy of it made to hold n more entries when m
+// holds fewer than n (a map that held as many has grown to about that
+// size already).
+func reserved[K comparable, V any](m map[K]V, n int) map[K]V {
+	if len(m) >= n {
+		return m
+	}
+	g := make(map[K]V, len(m)+n)
+	for k, v := range m {
+		g[k] = v
+	}
+	return g
 }
 
 // routeRun makes the router deliver s's run to s. The slices in routes
@@ -325,7 +360,7 @@ func (l *Listener) SubscribeInto(s *RunSubscription, queryID, runID string, box 
 		return fmt.Errorf("subscribe run %s: %w", runID, err)
 	}
 	s.l, s.queryID, s.runID, s.box = l, queryID, runID, box
-	if err := register(l, l.runs, s); err != nil {
+	if err := register(l, &l.runs, s); err != nil {
 		return err
 	}
 	// From here on the router delivers the run's live messages to s; the
@@ -589,7 +624,7 @@ func (l *Listener) Discover(known func(runID string) bool, found func(Run)) (*Di
 		return nil, fmt.Errorf("discover: %w", err)
 	}
 	s := &DiscoverySubscription{subscription: subscription{l: l}, known: known, found: found}
-	if err := register(l, l.discover, s); err != nil {
+	if err := register(l, &l.discover, s); err != nil {
 		return nil, err
 	}
 	l.routeDiscovery(s)
