@@ -145,6 +145,25 @@ func TestCustomTableName(t *testing.T) {
 	}
 }
 
+// Tracks makes its list at its size from the rows' count, not grown by
+// appending (a restart lists every track not done; issue 12, ninth pass).
+func TestTracksListMadeAtItsSize(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	ctx := context.Background()
+	for i := range 5 {
+		if err := s.SaveTrack(ctx, Track{QueryID: fmt.Sprintf("q%d", i), RunID: fmt.Sprintf("r%d", i), Table: "bronze.orders"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Tracks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 5 || cap(got) != 5 {
+		t.Fatalf("Tracks: %d tracks with room for %d, want 5 and 5", len(got), cap(got))
+	}
+}
+
 func TestTracksRoundTrip(t *testing.T) {
 	s, _ := newStore(t, Options{})
 	ctx := context.Background()

@@ -365,7 +365,14 @@ func (l *Listener) Retained(ctx context.Context) ([]Run, error) {
 				if err != nil {
 					m.ev, m.data = nil, data
 				}
-				snap.runs[es.runID] = append(snap.runs[es.runID], m)
+				msgs := snap.runs[es.runID]
+				if msgs == nil {
+					// Room for the run's started event and progress
+					// (most runs' two): one array per run instead of
+					// one for the first and another for the second.
+					msgs = make([]retainedMsg, 0, 2)
+				}
+				snap.runs[es.runID] = append(msgs, m)
 			}
 		}
 	})
