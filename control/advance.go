@@ -115,8 +115,9 @@ func moveToLowest(n names, written string) string {
 	INSERT INTO ` + n.table + ` AS c (` + verdictColumns + `, solo)
 	SELECT l.table_name, l.finalized_until, l.end_time, l.end_offset, nullif(l.feeder, ''), l.run_id, l.batch_id, l.sources, now(), l.active = 1
 	FROM low l
-	WHERE l.finalized_until IS NOT NULL
-		AND NOT EXISTS (SELECT FROM ` + n.table + ` x WHERE x.table_name = l.table_name AND x.finalized_until >= l.finalized_until)
+	LEFT JOIN LATERAL (SELECT true AS at FROM ` + n.table + ` x WHERE x.table_name = l.table_name
+		AND x.finalized_until >= l.finalized_until LIMIT 1) x ON true
+	WHERE l.finalized_until IS NOT NULL AND x.at IS NULL
 	ORDER BY l.table_name
 	ON CONFLICT (table_name) DO UPDATE SET` + provenanceSet + `,
 		solo            = EXCLUDED.solo
@@ -359,7 +360,9 @@ WITH input AS (
 	INSERT INTO ` + n.feeds + ` AS f (table_name, feeder, query_name, finalized_until, end_time, end_offset, run_id, batch_id, sources)
 	SELECT i.table_name, i.feeder, i.query_name, i.finalized_until, i.end_time, i.end_offset::jsonb, i.run_id, i.batch_id, i.sources::jsonb
 	FROM ok i
-	WHERE NOT EXISTS (SELECT FROM ` + n.feeds + ` x WHERE x.table_name = i.table_name AND x.feeder = i.feeder AND x.finalized_until >= i.finalized_until)
+	LEFT JOIN LATERAL (SELECT true AS at FROM ` + n.feeds + ` x WHERE x.table_name = i.table_name AND x.feeder = i.feeder
+		AND x.finalized_until >= i.finalized_until LIMIT 1) x ON true
+	WHERE x.at IS NULL
 	ORDER BY i.table_name, i.feeder
 	ON CONFLICT (table_name, feeder) DO UPDATE SET
 		query_name      = coalesce(EXCLUDED.query_name, f.query_name),
@@ -382,9 +385,10 @@ WITH input AS (
 ), state AS (
 	SELECT table_name, feeder, finalized_until, end_time, end_offset, run_id, batch_id, sources FROM fed WHERE retired_at IS NULL
 	UNION ALL
-	SELECT f.table_name, f.feeder, f.finalized_until, f.end_time, f.end_offset, f.run_id, f.batch_id, f.sources FROM ` + n.feeds + ` f
-	WHERE f.table_name IN (SELECT table_name FROM ok) AND f.retired_at IS NULL
-		AND (f.table_name, f.feeder) NOT IN (SELECT table_name, feeder FROM fed)
+	SELECT f.table_name, f.feeder, f.finalized_until, f.end_time, f.end_offset, f.run_id, f.batch_id, f.sources
+	FROM (SELECT DISTINCT table_name FROM ok) o
+	CROSS JOIN LATERAL (SELECT * FROM ` + n.feeds + ` f WHERE f.table_name = o.table_name AND f.retired_at IS NULL OFFSET 0) f
+	WHERE (f.table_name, f.feeder) NOT IN (SELECT table_name, feeder FROM fed)
 		AND (f.table_name, f.feeder) NOT IN (SELECT table_name, feeder FROM resolved)
 )` + moveToLowest(n, "(SELECT count(*) FROM fed)"),
 		// settle moves tables to the lowest watermark of their feeders as

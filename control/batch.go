@@ -440,6 +440,7 @@ func (s *Store) runShared(ctx context.Context, b *batch, keys []feederKey) (move
 	c := b.columns(keys)
 	var pb pgx.Batch
 	pb.Queue(setLockWait, s.lockWait)
+	pb.Queue(setCustomPlans)
 	pb.Queue(s.sql.lockKeys, distinct(c.tables), s.n.table)
 	pb.Queue(s.sql.lockRows, c.tables, c.feeders, c.untils)
 	pb.Queue(s.sql.promote, c.tables, c.feeders)

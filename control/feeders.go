@@ -387,6 +387,7 @@ func (s *Store) join(ctx context.Context, order []feederKey, names map[feederKey
 	// Every statement waits at most the lock wait for a lock another
 	// session holds (see isolateBusyJoins).
 	pb.Queue(setLockWait, s.lockWait)
+	pb.Queue(setCustomPlans)
 	pb.Queue(s.sql.lockKeys, tables, s.n.table)
 	pb.Queue(s.sql.promote, tables, queries)
 	pb.Queue(s.sql.join, tables, queries, qnames)
@@ -394,7 +395,7 @@ func (s *Store) join(ctx context.Context, order []feederKey, names map[feederKey
 	br := s.pool.SendBatch(ctx, &pb)
 	got := make(map[feederKey]Joined, len(order))
 	_, err := br.Exec()
-	for range 2 { // lockKeys, promote
+	for range 3 { // setCustomPlans, lockKeys, promote
 		if err == nil {
 			_, err = br.Exec()
 		}
