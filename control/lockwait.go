@@ -46,13 +46,15 @@ const setLockWait = `SELECT set_config('lock_timeout', $1, true)`
 // write through the feeders table (the first verdicts, shared tables,
 // feeder joins): their statements are planned for the arrays they are
 // given and the tables as they stand, every time, instead of with the
-// generic plan PostgreSQL caches for a prepared statement after five
-// executions. A generic plan made while the control table was a few
-// pages (the first groups of a service's first verdicts) scanned the
-// table with an unhashed "= ANY($1)" filter, and stayed cached while the
-// table grew to 100,000 rows: 1-3.6 s a statement, the first verdicts of
-// 100,000 tables 3-6 times as slow (BENCHMARKS.md, "The burst (eighth
-// pass, 2026-12-06)"). Local to the transaction, like the lock wait.
+// generic plan each of the pool's connections makes at a statement's
+// first use (Open sets force_generic_plan) and keeps until an autovacuum
+// or an analyze invalidates it. A generic plan made while the control
+// table was a few pages (the first groups of a service's first verdicts)
+// scanned the table with an unhashed "= ANY($1)" filter, and stayed
+// cached while the table grew to 100,000 rows: 1-3.6 s a statement, the
+// first verdicts of 100,000 tables 3-6 times as slow (BENCHMARKS.md, "The
+// burst (eighth pass, 2026-12-06)"). Local to the transaction, like the
+// lock wait.
 const setCustomPlans = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
 
 // lockTimedOut reports whether err is PostgreSQL's lock_not_available: a

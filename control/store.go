@@ -123,7 +123,8 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		// The advance statement is planned once per connection, not per
 		// call: its plan does not depend on the values (arrays through
 		// unnest, primary-key lookups), and planning it costs more than
-		// running it.
+		// running it. The transactions that write through the feeders
+		// table set force_custom_plan for themselves (setCustomPlans).
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
