@@ -444,6 +444,9 @@ func (s *Store) runShared(ctx context.Context, b *batch, keys []feederKey) (move
 	pb.Queue(s.sql.lockKeys, distinct(c.tables), s.n.table)
 	pb.Queue(s.sql.lockRows, c.tables, c.feeders, c.untils)
 	pb.Queue(s.sql.promote, c.tables, c.feeders)
+	// The advance statement finds every row by key in any plan: it keeps
+	// the connection's cached plan, which costs no planning per group.
+	pb.Queue(setPlanMode, s.planMode)
 	pb.Queue(s.sql.advance, c.tables, c.feeders, c.names, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads, c.knowns)
 	m, err := s.sendLocked(ctx, &pb)
 	if err == nil {

@@ -57,6 +57,10 @@ const setLockWait = `SELECT set_config('lock_timeout', $1, true)`
 // lock wait.
 const setCustomPlans = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
 
+// setPlanMode sets plan_cache_mode back to the connections' ($1) for the
+// rest of the transaction.
+const setPlanMode = `SELECT set_config('plan_cache_mode', $1, true)`
+
 // lockTimedOut reports whether err is PostgreSQL's lock_not_available: a
 // statement waited longer than its lock_timeout.
 func lockTimedOut(err error) bool {

@@ -64,6 +64,10 @@ type Store struct {
 	sql  statements
 
 	lockWait string // lock_timeout of an advance's transaction, e.g. "1000ms"
+	// planMode is the connections' plan_cache_mode (the URL's, else
+	// force_generic_plan), set again for the advance statement after
+	// setCustomPlans (runShared).
+	planMode string
 	// warn rate-limits the warnings an advance or a join retried every
 	// few seconds repeats while a lock is held (isolateBusy,
 	// isolateBusyJoins).
@@ -135,7 +139,8 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		o.LockWait = DefaultLockWait
 	}
 	s := &Store{pool: pool, log: o.Logger, n: newNames(schema, name), direct: cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement,
-		lockWait: fmt.Sprintf("%dms", max(o.LockWait.Milliseconds(), 1)), warn: lograte.New(nil, busyWarnEvery)}
+		lockWait: fmt.Sprintf("%dms", max(o.LockWait.Milliseconds(), 1)), planMode: cfg.ConnConfig.RuntimeParams["plan_cache_mode"],
+		warn: lograte.New(nil, busyWarnEvery)}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
