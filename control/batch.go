@@ -84,7 +84,7 @@ func (s *Store) advanceAll(ctx context.Context, as []Advance, op string) ([]Adva
 		}
 		return res, err
 	}
-	b := &batch{as: as, rows: make(map[feederKey]*batchRow, len(as))}
+	b := &batch{as: as, rows: rowIndex{rows: make([]keyedRow, 0, len(as))}}
 	var order []feederKey
 	for i, a := range as {
 		r, err := newBatchRow(i, a)
@@ -93,13 +93,14 @@ func (s *Store) advanceAll(ctx context.Context, as []Advance, op string) ([]Adva
 			continue
 		}
 		k := feederKey{a.Table, a.QueryID}
-		if prev, ok := b.rows[k]; ok && !keepOver(a, r, b.as[prev.i], prev) {
+		prev := b.rows.get(k)
+		if prev != nil && !keepOver(a, r, b.as[prev.i], prev) {
 			continue
 		}
-		if _, ok := b.rows[k]; !ok {
+		if prev == nil {
 			order = append(order, k)
 		}
-		b.rows[k] = r
+		b.rows.put(k, r)
 	}
 	if len(order) == 0 {
 		return res, nil
@@ -110,9 +111,6 @@ func (s *Store) advanceAll(ctx context.Context, as []Advance, op string) ([]Adva
 		}
 		return order[x].feeder < order[y].feeder
 	})
-	b.verdicts = make(map[string]Verdict, len(order))
-	b.moved = make(map[string]bool, len(order))
-	b.failed = make(map[feederKey]error)
 	batchErr := s.applyBatch(ctx, b, order, true)
 	if batchErr != nil {
 		if op == "" {
@@ -120,17 +118,23 @@ func (s *Store) advanceAll(ctx context.Context, as []Advance, op string) ([]Adva
 		}
 		batchErr = wrap(ctx, op, batchErr)
 	}
-	reported := make(map[string]bool, len(b.verdicts))
+	var reported map[string]bool // tables whose move a result reported, when several advances share one
 	for i, a := range as {
 		if res[i].Err != nil {
 			continue
 		}
 		k := feederKey{a.Table, a.QueryID}
-		v, ok := b.verdicts[a.Table]
+		r := b.rows.get(k)
+		var v Verdict
+		t := b.tables.get(a.Table)
+		ok := t != nil
+		if ok {
+			v = t.v
+		}
 		switch {
-		case b.failed[k] != nil:
-			res[i].Err = b.failed[k]
-		case !b.applied[k] && batchErr != nil:
+		case r.failed != nil:
+			res[i].Err = r.failed
+		case !r.applied && batchErr != nil:
 			res[i].Err = batchErr
 		case ok && a.Guard.Refuses(v.RewoundAt):
 			// The statement read the row rewound after what the advance
@@ -142,8 +146,11 @@ func (s *Store) advanceAll(ctx context.Context, as []Advance, op string) ([]Adva
 			if !ok {
 				v = Verdict{Table: a.Table} // held before its first verdict
 			}
-			mv := b.moved[a.Table] && !reported[a.Table] && b.rows[k].i == i
-			if mv {
+			mv := ok && t.moved && r.i == i && !reported[a.Table]
+			if mv && len(b.rows.rows) > 1 {
+				if reported == nil {
+					reported = make(map[string]bool)
+				}
 				reported[a.Table] = true
 			}
 			res[i] = AdvanceResult{Verdict: v, Moved: mv}
@@ -180,12 +187,68 @@ func beforeRewind(a Advance, v Verdict) error {
 
 // batch is the state of one AdvanceBatch across its statements.
 type batch struct {
-	as       []Advance
-	rows     map[feederKey]*batchRow // the row sent for each feeder of a table: its highest candidate
-	verdicts map[string]Verdict      // the table rows the statements returned
-	moved    map[string]bool         // which of them moved
-	applied  map[feederKey]bool      // feeders whose advance committed
-	failed   map[feederKey]error     // feeders whose own advance failed
+	as   []Advance
+	rows rowIndex // the row sent for each feeder of a table: its highest candidate
+	// tables are the table rows the statements returned for the feeders
+	// they applied (solo unused), moved when any of them moved the
+	// table. One moves rather than two maps (issue 12, third session): a
+	// crossing's group of one advance allocates no map for them.
+	tables moves
+}
+
+// rowIndex is a batch's rows by feeder, in the order first put; looked
+// up by a scan while they are at most movesScan, through an index made
+// at the first lookup past that (a crossing's group of one advance
+// allocates no map, issue 12, third session).
+type rowIndex struct {
+	rows  []keyedRow
+	index map[feederKey]int
+}
+
+type keyedRow struct {
+	k feederKey
+	r *batchRow
+}
+
+// get returns k's row, nil when none.
+func (x *rowIndex) get(k feederKey) *batchRow {
+	if i := x.find(k); i >= 0 {
+		return x.rows[i].r
+	}
+	return nil
+}
+
+func (x *rowIndex) find(k feederKey) int {
+	if x.index == nil && len(x.rows) > movesScan {
+		x.index = make(map[feederKey]int, cap(x.rows))
+		for i := range x.rows {
+			x.index[x.rows[i].k] = i
+		}
+	}
+	if x.index != nil {
+		if i, ok := x.index[k]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range x.rows {
+		if x.rows[i].k == k {
+			return i
+		}
+	}
+	return -1
+}
+
+// put makes r k's row, replacing one put before.
+func (x *rowIndex) put(k feederKey, r *batchRow) {
+	if i := x.find(k); i >= 0 {
+		x.rows[i].r = r
+		return
+	}
+	if x.index != nil {
+		x.index[k] = len(x.rows)
+	}
+	x.rows = append(x.rows, keyedRow{k: k, r: r})
 }
 
 // batchRow is the row of one feeder of one table in a batch.
@@ -195,6 +258,8 @@ type batchRow struct {
 	offset  *string
 	sources *string
 	payload string // the notification up to the time (payloadPrefix)
+	applied bool   // its advance committed
+	failed  error  // its own advance failed (not the batch's)
 }
 
 // newBatchRow validates a (the i-th advance) and returns its row.
@@ -244,7 +309,7 @@ func (s *Store) applyBatch(ctx context.Context, b *batch, order []feederKey, top
 	switch {
 	case len(order) == 1:
 		k := order[0]
-		if r := b.rows[k]; r.offset != nil && offsetRefused(err) {
+		if r := b.rows.get(k); r.offset != nil && offsetRefused(err) {
 			// A database whose encoding is not UTF-8 refuses more than
 			// jsonbSafe knows.
 			s.log.Warn("postgresql refused the end offset; advancing without it",
@@ -264,11 +329,11 @@ func (s *Store) applyBatch(ctx context.Context, b *batch, order []feederKey, top
 			// like the others, so that its retries are sent alone
 			// rather than found again by halving, a lock wait per
 			// level, in every group they ride in.
-			b.failed[k] = fmt.Errorf("advance %s: %w (waited more than lock_timeout %s; an open transaction that inserted its row? see pg_stat_activity, state 'idle in transaction'): %w",
+			b.rows.get(k).failed = fmt.Errorf("advance %s: %w (waited more than lock_timeout %s; an open transaction that inserted its row? see pg_stat_activity, state 'idle in transaction'): %w",
 				k.table, ErrBusy, s.lockWait, err)
 			return nil
 		}
-		b.failed[k] = wrap(ctx, "advance "+k.table, err)
+		b.rows.get(k).failed = wrap(ctx, "advance "+k.table, err)
 		return nil
 	case top:
 		s.log.Warn("postgresql refused a group commit of advances; applying it in halves so that one advance cannot fail the others",
@@ -281,18 +346,20 @@ func (s *Store) applyBatch(ctx context.Context, b *batch, order []feederKey, top
 	return s.applyBatch(ctx, b, order[n/2:], false)
 }
 
-// record keeps what a statement that committed returned for the feeders
-// in keys.
-func (b *batch) record(keys []feederKey, verdicts map[string]Verdict, moved map[string]bool) {
-	if b.applied == nil {
-		b.applied = make(map[feederKey]bool, len(keys))
-	}
+// record keeps what a statement that committed returned (res) for the
+// feeders in keys.
+func (b *batch) record(keys []feederKey, res *moves) {
 	for _, k := range keys {
-		b.applied[k] = true
-		if v, ok := verdicts[k.table]; ok {
-			b.verdicts[k.table] = v
+		b.rows.get(k).applied = true
+		m := res.get(k.table)
+		if m == nil {
+			continue
 		}
-		b.moved[k.table] = b.moved[k.table] || moved[k.table]
+		if t := b.tables.get(k.table); t != nil {
+			t.v, t.moved = m.v, t.moved || m.moved
+		} else {
+			b.tables.set(m.v, m.moved, false)
+		}
 	}
 }
 
@@ -317,25 +384,30 @@ func (s *Store) apply(ctx context.Context, b *batch, order []feederKey) error {
 		}
 		var done []feederKey
 		for _, k := range sole {
-			v, ok := res.verdicts[k.table]
+			m := res.get(k.table)
+			ok := m != nil
+			var v Verdict
+			if ok {
+				v = m.v
+			}
 			switch {
-			case ok && res.moved[k.table],
+			case ok && m.moved,
 				// A no-op: the table is solo, this query is its feeder,
 				// and it stands at or past the candidate.
-				ok && res.solo[k.table] && v.QueryID == k.feeder && !v.FinalizedUntil.Before(b.rows[k].until),
+				ok && m.solo && v.QueryID == k.feeder && !v.FinalizedUntil.Before(b.rows.get(k).until),
 				// Refused: the table was rewound after the rewind the
 				// advance knew (the statement's snapshot says so, and a
 				// rewound_at only grows). One the statement found
 				// rewound only once it waited for the row's lock goes
 				// on to the advance statement, which reads it rewound.
-				ok && b.as[b.rows[k].i].Guard.Refuses(v.RewoundAt):
+				ok && b.as[b.rows.get(k).i].Guard.Refuses(v.RewoundAt):
 				done = append(done, k)
 			default:
 				rest = append(rest, k)
 			}
 		}
-		b.record(done, res.verdicts, res.moved)
-		s.shared.note(res.solo)
+		b.record(done, &res)
+		s.shared.note(&res)
 	}
 	if len(rest) == 0 {
 		return nil
@@ -350,19 +422,84 @@ func (s *Store) apply(ctx context.Context, b *batch, order []feederKey) error {
 	if err != nil {
 		return err
 	}
-	b.record(rest, res.verdicts, res.moved)
-	s.shared.note(res.solo)
+	b.record(rest, &res)
+	s.shared.note(&res)
 	return nil
 }
 
 // moves is what the sole, advance and settle statements return: the table
-// rows, by table, which of them moved, which are solo, and how many feeder
-// rows the statement wrote.
+// rows (one per table, in the order returned), which of them moved, which
+// are solo, and how many feeder rows the statement wrote. A few rows are
+// looked up by a scan, more through an index made at the first lookup
+// past movesScan: the group commit of a crossing, usually one row,
+// allocates the slice alone, where three maps took about 1 KiB (issue 12,
+// third session).
 type moves struct {
-	verdicts map[string]Verdict
-	moved    map[string]bool
-	solo     map[string]bool
-	written  int64
+	rows    []move
+	index   map[string]int // table -> its row; nil while rows are at most movesScan
+	written int64
+}
+
+// move is one table row a statement returned.
+type move struct {
+	v     Verdict
+	moved bool // the statement moved the table's verdict
+	solo  bool // the table has one feeder (ADR 0015)
+}
+
+// movesScan is the most rows moves looks up by a scan.
+const movesScan = 8
+
+// get returns the row of table, nil when none was returned. The pointer
+// is valid until the next set.
+func (m *moves) get(table string) *move {
+	if i := m.find(table); i >= 0 {
+		return &m.rows[i]
+	}
+	return nil
+}
+
+// find returns the index of table's row, -1 when none.
+func (m *moves) find(table string) int {
+	if m.index == nil && len(m.rows) > movesScan {
+		m.index = make(map[string]int, len(m.rows))
+		for i := range m.rows {
+			m.index[m.rows[i].v.Table] = i
+		}
+	}
+	if m.index != nil {
+		if i, ok := m.index[table]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range m.rows {
+		if m.rows[i].v.Table == table {
+			return i
+		}
+	}
+	return -1
+}
+
+// set records v's table's row, replacing one already recorded.
+func (m *moves) set(v Verdict, moved, solo bool) {
+	if i := m.find(v.Table); i >= 0 {
+		m.rows[i] = move{v: v, moved: moved, solo: solo}
+		return
+	}
+	if m.index != nil {
+		m.index[v.Table] = len(m.rows)
+	}
+	m.rows = append(m.rows, move{v: v, moved: moved, solo: solo})
+}
+
+// verdict returns the verdict of table's row and whether it moved; ok is
+// false when none was returned.
+func (m *moves) verdict(table string) (v Verdict, moved, ok bool) {
+	if r := m.get(table); r != nil {
+		return r.v, r.moved, true
+	}
+	return Verdict{}, false, false
 }
 
 // columns are the arrays of the rows of keys, as the sole and advance
@@ -384,34 +521,55 @@ func (b *batch) columns(keys []feederKey) columns {
 		untils: make([]time.Time, n), ends: make([]*time.Time, n), knowns: make([]*time.Time, n), batches: make([]int64, n),
 	}
 	for j, k := range keys {
-		r := b.rows[k]
-		a := &b.as[r.i]
-		c.tables[j], c.feeders[j], c.untils[j], c.offsets[j], c.batches[j], c.srcs[j], c.payloads[j] = k.table, k.feeder, r.until, r.offset, a.BatchID, r.sources, r.payload
-		if !a.EndTime.IsZero() {
-			c.ends[j] = &a.EndTime
-		}
-		if a.QueryName != "" {
-			c.names[j] = &a.QueryName
-		}
-		if a.RunID != "" {
-			c.runs[j] = &a.RunID
-		}
-		c.knowns[j] = a.Guard.sqlTime()
+		v := b.values(k)
+		c.tables[j], c.feeders[j], c.untils[j], c.offsets[j], c.batches[j], c.srcs[j], c.payloads[j] = v.table, v.feeder, v.until, v.offset, v.batch, v.src, v.payload
+		c.ends[j], c.names[j], c.runs[j], c.knowns[j] = v.end, v.name, v.run, v.known
 	}
 	return c
+}
+
+// rowValues are the values of one row of columns.
+type rowValues struct {
+	table, feeder, payload string
+	name, offset, run, src *string
+	until                  time.Time
+	end                    *time.Time
+	known                  *time.Time
+	batch                  int64
+}
+
+// values returns the values of k's row as the statements take them.
+func (b *batch) values(k feederKey) rowValues {
+	r := b.rows.get(k)
+	a := &b.as[r.i]
+	v := rowValues{table: k.table, feeder: k.feeder, until: r.until, offset: r.offset, batch: a.BatchID, src: r.sources, payload: r.payload}
+	if !a.EndTime.IsZero() {
+		v.end = &a.EndTime
+	}
+	if a.QueryName != "" {
+		v.name = &a.QueryName
+	}
+	if a.RunID != "" {
+		v.run = &a.RunID
+	}
+	v.known = a.Guard.sqlTime()
+	return v
 }
 
 // runSole runs the sole statement over the rows of keys, after
 // setLockWait in the same implicit transaction.
 func (s *Store) runSole(ctx context.Context, b *batch, keys []feederKey) (moves, error) {
-	c := b.columns(keys)
 	var (
 		m      moves
 		err    error
 		direct bool
+		c      columns
 	)
-	if len(keys) > 1 && s.direct {
-		m, direct, err = s.soleDirect(ctx, &c)
+	if len(keys) > 1 {
+		c = b.columns(keys)
+		if s.direct {
+			m, direct, err = s.soleDirect(ctx, &c)
+		}
 	}
 	if direct {
 		s.stats.direct.Add(1)
@@ -419,8 +577,11 @@ func (s *Store) runSole(ctx context.Context, b *batch, keys []feederKey) (moves,
 		var pb pgx.Batch
 		pb.Queue(setLockWait, s.lockWait)
 		if len(keys) == 1 {
-			payload := c.payloads[0] + c.untils[0].Format(time.RFC3339Nano) + s.n.notifyEnd
-			pb.Queue(s.sql.soleOne, c.tables[0], c.untils[0], c.ends[0], c.offsets[0], c.feeders[0], c.runs[0], c.batches[0], payload, c.srcs[0], c.knowns[0])
+			// One row (a crossing's group, usually): its values as
+			// scalars, without the columns' eleven arrays.
+			v := b.values(keys[0])
+			payload := v.payload + v.until.Format(time.RFC3339Nano) + s.n.notifyEnd
+			pb.Queue(s.sql.soleOne, v.table, v.until, v.end, v.offset, v.feeder, v.run, v.batch, payload, v.src, v.known)
 		} else {
 			pb.Queue(s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads, c.knowns)
 		}
@@ -537,7 +698,7 @@ func scanMoves(rows pgx.Rows, err error) (moves, error) {
 		return moves{}, err
 	}
 	defer rows.Close()
-	m := moves{verdicts: make(map[string]Verdict), moved: make(map[string]bool), solo: make(map[string]bool)}
+	var m moves
 	var (
 		fds        []pgconn.FieldDescription
 		fast, seen bool
@@ -549,7 +710,8 @@ func scanMoves(rows pgx.Rows, err error) (moves, error) {
 		}
 		if fast {
 			if v, mv, solo, written, ok := readMove(fds, rows.RawValues()); ok {
-				m.verdicts[v.Table], m.moved[v.Table], m.solo[v.Table], m.written = v, mv, solo, written
+				m.set(v, mv, solo)
+				m.written = written
 				continue
 			}
 		}
@@ -562,9 +724,7 @@ func scanMoves(rows pgx.Rows, err error) (moves, error) {
 		if err != nil {
 			return moves{}, err
 		}
-		m.verdicts[v.Table] = v
-		m.moved[v.Table] = mv
-		m.solo[v.Table] = solo
+		m.set(v, mv, solo)
 		m.written = written
 	}
 	if err := rows.Err(); err != nil {

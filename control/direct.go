@@ -121,7 +121,7 @@ func readPipelined(pl *pgconn.Pipeline, read func(*pgconn.ResultReader) (moves, 
 // and closes it: each row through readMove when it can, else as
 // scanVerdict reads it (through tm, as pgx's Scan would).
 func readMoves(rr *pgconn.ResultReader, tm *pgtype.Map, n int) (moves, error) {
-	m := moves{verdicts: make(map[string]Verdict, n), moved: make(map[string]bool, n), solo: make(map[string]bool, n)}
+	m := moves{rows: make([]move, 0, n)}
 	var (
 		fds      []pgconn.FieldDescription
 		fast     bool
@@ -149,7 +149,8 @@ func readMoves(rr *pgconn.ResultReader, tm *pgtype.Map, n int) (moves, error) {
 				continue
 			}
 		}
-		m.verdicts[v.Table], m.moved[v.Table], m.solo[v.Table], m.written = v, mv, solo, written
+		m.set(v, mv, solo)
+		m.written = written
 	}
 	if _, err := rr.Close(); err != nil {
 		return moves{}, err

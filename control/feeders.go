@@ -538,11 +538,11 @@ RETURNING `+feederColumns, table, query, nullString(why))
 	case err != nil:
 		return nil, Verdict{}, false, wrap(ctx, op, err)
 	}
-	v, ok := m.verdicts[table]
+	v, moved, ok := m.verdict(table)
 	if !ok {
 		v = Verdict{Table: table}
 	}
-	return retired, v, m.moved[table], nil
+	return retired, v, moved, nil
 }
 
 // errNothingRetired rolls back a retirement or un-retirement that matched
@@ -668,11 +668,11 @@ func (s *Store) Settle(ctx context.Context, table string) (Verdict, bool, error)
 	if err != nil {
 		return Verdict{}, false, wrap(ctx, "settle "+table, err)
 	}
-	v, ok := m.verdicts[table]
+	v, moved, ok := m.verdict(table)
 	if !ok {
 		return Verdict{}, false, fmt.Errorf("settle %s: %w", table, ErrNotFound)
 	}
-	return v, m.moved[table], nil
+	return v, moved, nil
 }
 
 // scanFeeder reads feederColumns.

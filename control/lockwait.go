@@ -148,7 +148,7 @@ func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, ca
 				zap.Int("feeders", len(order)), zap.String("lock_wait", s.lockWait), zap.Error(err), zap.Int("suppressed", n))
 		}
 		for _, k := range order {
-			b.failed[k] = fmt.Errorf("advance %s: the control table is locked by another session (LOCK TABLE, a migration, VACUUM FULL?): %w", k.table, cause)
+			b.rows.get(k).failed = fmt.Errorf("advance %s: the control table is locked by another session (LOCK TABLE, a migration, VACUUM FULL?): %w", k.table, cause)
 		}
 		return true, nil
 	default:
@@ -158,7 +158,7 @@ func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, ca
 		return false, nil
 	}
 	rest, named := splitBusy(order, busy, func(k feederKey) {
-		b.failed[k] = fmt.Errorf("advance %s: %w (waited more than lock_timeout %s; an open transaction holding its row? see pg_stat_activity, state 'idle in transaction'): %w",
+		b.rows.get(k).failed = fmt.Errorf("advance %s: %w (waited more than lock_timeout %s; an open transaction holding its row? see pg_stat_activity, state 'idle in transaction'): %w",
 			k.table, ErrBusy, s.lockWait, cause)
 	})
 	if ok, n := s.warn.Allow("advance-busy"); ok {

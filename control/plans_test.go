@@ -75,7 +75,7 @@ func TestGroupStatementsFindRowsByKey(t *testing.T) {
 	// 5,000 tables. Its check that each row is solo and behind its
 	// candidate was written as EXISTS and planned as a hash join over a
 	// scan of every table's row.
-	b := &batch{rows: map[feederKey]*batchRow{}}
+	b := &batch{}
 	var keys []feederKey
 	for i := 0; i < tables; i += 5 {
 		a := as[i]
@@ -86,7 +86,7 @@ func TestGroupStatementsFindRowsByKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		k := feederKey{a.Table, a.QueryID}
-		b.rows[k] = r
+		b.rows.put(k, r)
 		keys = append(keys, k)
 	}
 	c := b.columns(keys)

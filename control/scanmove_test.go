@@ -81,13 +81,13 @@ func TestGroupStatementsReadFast(t *testing.T) {
 	if _, _, err := s.Advance(ctx, a); err != nil { // the first verdict: the advance statement
 		t.Fatal(err)
 	}
-	b := &batch{as: []Advance{a}, rows: map[feederKey]*batchRow{}}
+	b := &batch{as: []Advance{a}}
 	r, err := newBatchRow(0, a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := feederKey{a.Table, a.QueryID}
-	b.rows[k] = r
+	b.rows.put(k, r)
 	c := b.columns([]feederKey{k})
 	payload := c.payloads[0] + c.untils[0].Format(time.RFC3339Nano) + s.n.notifyEnd
 	for name, q := range map[string]struct {

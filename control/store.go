@@ -327,10 +327,11 @@ func (h *sharedHint) has(table string) bool {
 }
 
 // note records what a statement returned of each table: solo or shared.
-func (h *sharedHint) note(solo map[string]bool) {
+func (h *sharedHint) note(m *moves) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for t, so := range solo {
+	for i := range m.rows {
+		t, so := m.rows[i].v.Table, m.rows[i].solo
 		switch {
 		case so:
 			delete(h.tables, t)
