@@ -126,6 +126,15 @@ type committer struct {
 	// alternates).
 	aloneSending, lastAlone bool
 
+	// led and ledBufs are the leader's (lead): a leader leads only when
+	// nothing is sent (sending was 0, and it holds a slot until sent),
+	// so at most one uses them at a time. Kept from one crossing to the
+	// next, they save a quiet service's crossing its advance's record
+	// and the group's slices, about 0.8 KiB (issue 12, third session).
+	// They hold nothing between leaders.
+	led     ledAdvance
+	ledBufs groupBufs
+
 	wg   sync.WaitGroup
 	once sync.Once
 }
@@ -252,12 +261,16 @@ func (c *committer) lead(ctx context.Context, a control.Advance) (control.Advanc
 	}
 	c.sending++
 	c.mu.Unlock()
-	l := &ledAdvance{p: pendingAdvance{ctx: ctx, a: a}}
-	l.p.out = &l.res
+	// The one leader (see led): nothing else reads led or ledBufs until
+	// sent frees the slot, and they are cleared before.
+	l := &c.led
+	l.p = pendingAdvance{ctx: ctx, a: a, out: &l.res}
 	batch := [1]*pendingAdvance{&l.p}
-	c.commit(batch[:], nil)
+	c.commit(batch[:], &c.ledBufs)
+	res := l.res
+	*l = ledAdvance{}
 	c.sent(false)
-	return l.res, true
+	return res, true
 }
 
 // Advance applies a at once when it may lead (lead), and otherwise queues
