@@ -460,7 +460,7 @@ func (s *RunSubscription) deliver(subject string, data []byte) {
 	l := s.l
 	if es.kind == progress.KindProgress && len(data) <= l.opts.MaxPayload {
 		if batch, ok := peekProgress(data, es.runID); ok {
-			s.box.offerRaw(&rawProgress{sub: s, subject: subject, es: es, data: data, batch: batch})
+			s.box.offerRaw(newRawProgress(s, subject, es, data, batch))
 			return
 		}
 	}
