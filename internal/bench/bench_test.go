@@ -55,8 +55,11 @@ func TestQuickBench(t *testing.T) {
 		t.Errorf("ingest: %d events, raw %.0f/s, accepted %.0f/s, settled %.0f/s", res.IngestEvents,
 			res.RawEventsPerSec, res.IngestEventsPerSec, res.SettledEventsPerSec)
 	}
-	if l := res.Latency; l.AllocKiBPerEvent <= 0 {
-		t.Errorf("latency phase: %.2f KiB allocated per event; want it measured", l.AllocKiBPerEvent)
+	if l := res.Latency; l.AllocKiBPerEvent <= 0 || l.AllocsPerEvent <= 0 {
+		t.Errorf("latency phase: %.2f KiB, %.1f objects allocated per event; want them measured", l.AllocKiBPerEvent, l.AllocsPerEvent)
+	}
+	if res.IngestAllocKiBPerEvent <= 0 || res.IngestAllocsPerEvent <= 0 {
+		t.Errorf("ingest: %.2f KiB, %.1f objects allocated per event; want them measured", res.IngestAllocKiBPerEvent, res.IngestAllocsPerEvent)
 	}
 	for _, f := range []string{"allocs-latency.base.pprof", "allocs-latency.pprof", "cpu-latency.pprof"} {
 		if fi, err := os.Stat(filepath.Join(prof, f)); err != nil || fi.Size() == 0 {

@@ -67,6 +67,7 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	out.SchedP99Ms = schedQuantile(rt0, rt1, 0.99) * 1000
 	out.SchedP999Ms = schedQuantile(rt0, rt1, 0.999) * 1000
 	out.AllocKiBPerEvent = float64(rt1.allocs-rt0.allocs) / 1024 / float64(max(sent, 1))
+	out.AllocsPerEvent = float64(rt1.objects-rt0.objects) / float64(max(sent, 1))
 	if svc1, ok := r.childRuntime(); ok && svcOK {
 		out.ServiceAllocKiBPerEvent = (svc1.alloc - svc0.alloc) / 1024 / float64(max(sent, 1))
 		out.ServiceGCCycles = int(svc1.gcs - svc0.gcs)

@@ -333,7 +333,10 @@ func (r *runner) serviceIngest(ctx context.Context, svc underTest) error {
 		return err
 	}
 	var start, acceptedAt time.Time
+	rt := newRuntimeStats()
+	var rt0, rt1 runtimeReading
 	err = r.profile("ingest", func() error {
+		rt0 = rt.read()
 		var err error
 		if start, err = r.blast(ctx, n, func(i int) error {
 			s, k := r.ingestAt(i)
@@ -351,6 +354,7 @@ func (r *runner) serviceIngest(ctx context.Context, svc underTest) error {
 			return err
 		}
 		acceptedAt = maxTime(acceptedAt, storedAt)
+		rt1 = rt.read()
 		_, err = r.waitVerdicts(ctx, "ingest", r.targetsAtLast())
 		return err
 	})
@@ -366,6 +370,9 @@ func (r *runner) serviceIngest(ctx context.Context, svc underTest) error {
 	r.res.SettledEventsPerSec = float64(n) / settled.Sub(start).Seconds()
 	writes := r.settle(ctx, func() float64 { return svc.metric("finalizer_control_writes_total") })
 	r.res.IngestWritesPerPeriod = (writes - writes0) / float64(max(crossings, 1))
+	r.res.IngestAllocKiBPerEvent = float64(rt1.allocs-rt0.allocs) / 1024 / float64(max(n, 1))
+	r.res.IngestAllocsPerEvent = float64(rt1.objects-rt0.objects) / float64(max(n, 1))
+	r.res.IngestGCCycles = int(rt1.cycles - rt0.cycles)
 	r.say("ingest: %d events accepted at %.0f/s (%.0f%% of raw), all verdicts committed at %.0f/s, %.2f writes per (table, period)",
 		n, r.res.IngestEventsPerSec, 100*r.res.IngestEventsPerSec/r.res.RawEventsPerSec, r.res.SettledEventsPerSec, r.res.IngestWritesPerPeriod)
 	return nil

@@ -41,6 +41,10 @@ type Latency struct {
 	// the phase (/gc/heap/allocs:bytes) over the events published: the
 	// allocation rate that paces the collections, per event.
 	AllocKiBPerEvent float64 `json:"alloc_kib_per_event"`
+	// AllocsPerEvent is the heap objects the whole process allocated
+	// during the phase (/gc/heap/allocs:objects) over the events
+	// published.
+	AllocsPerEvent float64 `json:"allocs_per_event"`
 	// GCMarks is how many collections were marking at some time in the
 	// phase (one that began before it or still marked at its end
 	// counted: GCCycles counts only those that completed in it), and
@@ -107,6 +111,12 @@ type Result struct {
 	IngestRatio           float64   `json:"ingest_ratio"`        // ingest / raw
 	SettledEventsPerSec   float64   `json:"settled_events_per_s"`
 	IngestWritesPerPeriod float64   `json:"ingest_writes_per_period"`
+	// The heap the whole process allocated from the ingest's start until
+	// every message was taken in and stored (KiB, objects) over its
+	// events, and the collections that completed meanwhile.
+	IngestAllocKiBPerEvent float64 `json:"ingest_alloc_kib_per_event"`
+	IngestAllocsPerEvent   float64 `json:"ingest_allocs_per_event"`
+	IngestGCCycles         int     `json:"ingest_gc_cycles"`
 
 	Latency      Latency `json:"latency"`
 	BurstSeconds float64 `json:"burst_s"`

@@ -22,15 +22,17 @@ func newRuntimeStats() *runtimeStats {
 		{Name: "/cpu/classes/gc/mark/idle:cpu-seconds"},
 		{Name: "/sched/latencies:seconds"},
 		{Name: "/gc/heap/allocs:bytes"},
+		{Name: "/gc/heap/allocs:objects"},
 	}}
 }
 
 // runtimeReading is one reading of runtimeStats.
 type runtimeReading struct {
-	cycles uint64
-	markS  float64 // CPU seconds of marking: assists, background and idle workers
-	sched  *metrics.Float64Histogram
-	allocs uint64 // bytes allocated on the heap since the process began
+	cycles  uint64
+	markS   float64 // CPU seconds of marking: assists, background and idle workers
+	sched   *metrics.Float64Histogram
+	allocs  uint64 // bytes allocated on the heap since the process began
+	objects uint64 // heap objects allocated since the process began
 }
 
 func (s *runtimeStats) read() runtimeReading {
@@ -50,6 +52,9 @@ func (s *runtimeStats) read() runtimeReading {
 	}
 	if v := s.samples[5].Value; v.Kind() == metrics.KindUint64 {
 		r.allocs = v.Uint64()
+	}
+	if v := s.samples[6].Value; v.Kind() == metrics.KindUint64 {
+		r.objects = v.Uint64()
 	}
 	return r
 }
