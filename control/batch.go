@@ -111,6 +111,7 @@ func (s *Store) advanceAll(ctx context.Context, as []Advance, op string) ([]Adva
 		}
 		return order[x].feeder < order[y].feeder
 	})
+	b.tables.rows = make([]move, 0, len(order))
 	batchErr := s.applyBatch(ctx, b, order, true)
 	if batchErr != nil {
 		if op == "" {
@@ -447,6 +448,21 @@ type move struct {
 	solo  bool // the table has one feeder (ADR 0015)
 }
 
+// rowsSource is what scanMoves reads: a batch's results
+// (pgx.BatchResults, whose Query returns its next statement's rows) or
+// rows already queried (rowsOf).
+type rowsSource interface {
+	Query() (pgx.Rows, error)
+}
+
+// rowsOf is a Query's result as a rowsSource.
+type rowsOf struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r rowsOf) Query() (pgx.Rows, error) { return r.rows, r.err }
+
 // movesScan is the most rows moves looks up by a scan.
 const movesScan = 8
 
@@ -462,7 +478,7 @@ func (m *moves) get(table string) *move {
 // find returns the index of table's row, -1 when none.
 func (m *moves) find(table string) int {
 	if m.index == nil && len(m.rows) > movesScan {
-		m.index = make(map[string]int, len(m.rows))
+		m.index = make(map[string]int, cap(m.rows))
 		for i := range m.rows {
 			m.index[m.rows[i].v.Table] = i
 		}
@@ -585,7 +601,7 @@ func (s *Store) runSole(ctx context.Context, b *batch, keys []feederKey) (moves,
 		} else {
 			pb.Queue(s.sql.sole, c.tables, c.feeders, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads, c.knowns)
 		}
-		m, err = s.sendLocked(ctx, &pb)
+		m, err = s.sendLocked(ctx, &pb, len(keys))
 	}
 	if err == nil {
 		s.stats.soleStatements.Add(1)
@@ -609,7 +625,7 @@ func (s *Store) runShared(ctx context.Context, b *batch, keys []feederKey) (move
 	// the connection's cached plan, which costs no planning per group.
 	pb.Queue(setPlanMode, s.planMode)
 	pb.Queue(s.sql.advance, c.tables, c.feeders, c.names, c.untils, c.ends, c.offsets, c.runs, c.batches, c.srcs, c.payloads, c.knowns)
-	m, err := s.sendLocked(ctx, &pb)
+	m, err := s.sendLocked(ctx, &pb, len(keys))
 	if err == nil {
 		s.stats.advanceStatements.Add(1)
 		s.stats.advanced.Add(int64(len(keys)))
@@ -621,7 +637,7 @@ func (s *Store) runShared(ctx context.Context, b *batch, keys []feederKey) (move
 // sendLocked sends a batch whose last statement returns moves (advance or
 // settle), every statement before it a command or a SELECT whose rows do
 // not matter (setLockWait), as one implicit transaction.
-func (s *Store) sendLocked(ctx context.Context, pb *pgx.Batch) (m moves, err error) {
+func (s *Store) sendLocked(ctx context.Context, pb *pgx.Batch, n int) (m moves, err error) {
 	br := s.pool.SendBatch(ctx, pb)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
@@ -633,7 +649,7 @@ func (s *Store) sendLocked(ctx context.Context, pb *pgx.Batch) (m moves, err err
 			return moves{}, err
 		}
 	}
-	return scanMoves(br.Query())
+	return scanMoves(n, br)
 }
 
 // distinct returns the distinct strings of sorted ss.
@@ -674,7 +690,8 @@ func (s *Store) settle(ctx context.Context, q pgx.Tx, tables []string) (moves, e
 		}
 		payloads[i] = p
 	}
-	m, err := scanMoves(q.Query(ctx, s.sql.settle, tables, payloads))
+	rows, err := q.Query(ctx, s.sql.settle, tables, payloads)
+	m, err := scanMoves(len(tables), rowsOf{rows, err})
 	if err == nil {
 		s.stats.settleStatements.Add(1)
 		s.stats.settled.Add(int64(len(tables)))
@@ -693,12 +710,17 @@ func (s *Store) lockTables(ctx context.Context, tx pgx.Tx, tables ...string) err
 // scanMoves reads what notifyAndReturn returns: each row through
 // readMove when it can (every row of the statements' usual result), else
 // through scanVerdict.
-func scanMoves(rows pgx.Rows, err error) (moves, error) {
+//
+// n is how many rows the statement returns at most (its tables): the
+// rows' slice is made that size at once, so a group of 1,000 allocates
+// it once rather than ten times over.
+func scanMoves(n int, q rowsSource) (moves, error) {
+	rows, err := q.Query()
 	if err != nil {
 		return moves{}, err
 	}
 	defer rows.Close()
-	var m moves
+	m := moves{rows: make([]move, 0, n)}
 	var (
 		fds        []pgconn.FieldDescription
 		fast, seen bool
