@@ -149,7 +149,7 @@ func TestFirstVerdictStatementFindsFeedersByKey(t *testing.T) {
 	if _, err := conn.Exec(ctx, "ANALYZE"); err != nil {
 		t.Fatal(err)
 	}
-	b := &batch{as: as[tables-group:], rows: map[feederKey]*batchRow{}}
+	b := &batch{as: as[tables-group:]}
 	var keys []feederKey
 	for i, a := range b.as {
 		r, err := newBatchRow(i, a)
@@ -157,7 +157,7 @@ func TestFirstVerdictStatementFindsFeedersByKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		k := feederKey{a.Table, a.QueryID}
-		b.rows[k] = r
+		b.rows.put(k, r)
 		keys = append(keys, k)
 	}
 	c := b.columns(keys)
