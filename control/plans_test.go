@@ -24,19 +24,12 @@ func TestGroupStatementsFindRowsByKey(t *testing.T) {
 	ctx := context.Background()
 	conn := connect(t, url)
 	const tables, group = 5000, 16
-	var js []FeederJoin
+	js := joinTables(t, s, "bench", tables)
 	var as []Advance
-	for i := range tables {
-		j := FeederJoin{Table: fmt.Sprintf("bench.t%06d", i), Query: fmt.Sprintf("q%06d", i), Name: fmt.Sprintf("n%06d", i)}
-		js = append(js, j)
+	for _, j := range js {
 		as = append(as, Advance{Table: j.Table, QueryID: j.Query, FinalizedUntil: at(12, 0), EndTime: at(12, 5), RunID: "r", BatchID: 1})
 	}
 	for i := 0; i < tables; i += 500 {
-		for _, r := range s.JoinFeeders(ctx, js[i:i+500]) {
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
-		}
 		if _, err := s.AdvanceBatch(ctx, as[i:i+500]); err != nil {
 			t.Fatal(err)
 		}
@@ -128,20 +121,11 @@ func TestFirstVerdictStatementFindsFeedersByKey(t *testing.T) {
 	ctx := context.Background()
 	conn := connect(t, url)
 	const tables, group = 5000, 1000
-	var js []FeederJoin
+	js := joinTables(t, s, "first", tables)
 	var as []Advance
-	for i := range tables {
-		j := FeederJoin{Table: fmt.Sprintf("first.t%06d", i), Query: fmt.Sprintf("q%06d", i), Name: fmt.Sprintf("n%06d", i)}
-		js = append(js, j)
+	for _, j := range js {
 		as = append(as, Advance{Table: j.Table, QueryID: j.Query, QueryName: j.Name, FinalizedUntil: at(12, 0), EndTime: at(12, 5), RunID: "r", BatchID: 1,
 			Guard: KnownRewind(time.Time{})})
-	}
-	for i := 0; i < tables; i += 500 {
-		for _, r := range s.JoinFeeders(ctx, js[i:i+500]) {
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
-		}
 	}
 	if _, err := s.AdvanceBatch(ctx, as[:tables-group]); err != nil {
 		t.Fatal(err)
@@ -255,4 +239,22 @@ FROM pg_prepared_statements WHERE statement = $1`, q.sql).Scan(&generic, &custom
 	if mode != s.planMode {
 		t.Errorf("the session's plan_cache_mode after the groups is %q, want the connections' %q", mode, s.planMode)
 	}
+}
+
+// joinTables joins n tables of schema, each fed by its own query, in
+// groups of 500 as the feeder joins go, and returns the joins.
+func joinTables(t *testing.T, s *Store, schema string, n int) []FeederJoin {
+	t.Helper()
+	js := make([]FeederJoin, 0, n)
+	for i := range n {
+		js = append(js, FeederJoin{Table: fmt.Sprintf("%s.t%06d", schema, i), Query: fmt.Sprintf("q%06d", i), Name: fmt.Sprintf("n%06d", i)})
+	}
+	for i := 0; i < n; i += 500 {
+		for _, r := range s.JoinFeeders(context.Background(), js[i:min(i+500, n)]) {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+	}
+	return js
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/internal/mapcap"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -262,23 +263,9 @@ func (r *Registry) reserve(n int) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.trackers = reserved(r.trackers, n)
-	r.runs = reserved(r.runs, n)
-	r.queries = reserved(r.queries, n)
-}
-
-// reserved returns m, or a copy of it made to hold n more entries when m
-// holds fewer than n (a map that held as many has grown to about that
-// size already).
-func reserved[K comparable, V any](m map[K]V, n int) map[K]V {
-	if len(m) >= n {
-		return m
-	}
-	g := make(map[K]V, len(m)+n)
-	for k, v := range m {
-		g[k] = v
-	}
-	return g
+	r.trackers = mapcap.Reserved(r.trackers, n)
+	r.runs = mapcap.Reserved(r.runs, n)
+	r.queries = mapcap.Reserved(r.queries, n)
 }
 
 // prejoin joins the queries of the shared tables of a recovery

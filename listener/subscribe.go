@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/finalizer-dev/finalizer/internal/mapcap"
 	"github.com/finalizer-dev/finalizer/progress"
 )
 
@@ -239,28 +240,14 @@ func (l *Listener) ReserveRuns(n int) {
 		return
 	}
 	l.mu.Lock()
-	l.runs = reserved(l.runs, n)
+	l.runs = mapcap.Reserved(l.runs, n)
 	if l.holds > 0 {
-		l.held = reserved(l.held, n)
+		l.held = mapcap.Reserved(l.held, n)
 	}
 	l.mu.Unlock()
 	l.routeMu.Lock()
-	l.routes = reserved(l.routes, n)
+	l.routes = mapcap.Reserved(l.routes, n)
 	l.routeMu.Unlock()
-}
-
-// reserved returns m, or a copy of it made to hold n more entries when m
-// holds fewer than n (a map that held as many has grown to about that
-// size already).
-func reserved[K comparable, V any](m map[K]V, n int) map[K]V {
-	if len(m) >= n {
-		return m
-	}
-	g := make(map[K]V, len(m)+n)
-	for k, v := range m {
-		g[k] = v
-	}
-	return g
 }
 
 // routeRun makes the router deliver s's run to s. The slices in routes
