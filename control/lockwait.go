@@ -39,7 +39,14 @@ var ErrBusy = errors.New("the table is locked by another session")
 // setLockWait is queued first in an advance's implicit transaction: its
 // statements wait at most $1 for a lock, then fail with lock_not_available
 // (55P03). Local to the transaction: the pool's connections keep
-// PostgreSQL's default (wait for ever) for everything else.
+// PostgreSQL's default (wait for ever) for everything else. Not covered:
+// pgx prepares a statement a connection has not cached yet in a round
+// trip of its own, before the batch, and that prepare waits without the
+// lock wait; so a lock on a whole table (LOCK TABLE, an ALTER, VACUUM
+// FULL) holds such an advance until it is released or the advance's
+// context ends, as the README says of those locks. Row and advisory
+// locks, the ones one table's session holds, are taken by the batch's
+// statements, within the lock wait.
 const setLockWait = `SELECT set_config('lock_timeout', $1, true)`
 
 // setCustomPlans is queued after setLockWait in the transactions that
@@ -73,7 +80,10 @@ func lockTimedOut(err error) bool {
 // UPDATE SKIP LOCKED cannot take it), or their advisory lock held
 // (pg_try_advisory_xact_lock fails). It waits for no row or advisory
 // lock; a lock on a whole table (LOCK TABLE, a migration, VACUUM FULL)
-// makes it wait the lock wait and fail with lock_not_available. Its
+// makes its statement wait the lock wait and fail with
+// lock_not_available, or, on a connection that has not prepared the
+// statement yet, holds the prepare until the lock is released or ctx
+// ends (see setLockWait). Its
 // transaction writes nothing and releases what it took when it ends.
 func (s *Store) busyTables(ctx context.Context, tables []string) (map[string]bool, error) {
 	var pb pgx.Batch
