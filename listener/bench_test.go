@@ -34,20 +34,8 @@ func BenchmarkDeliver(b *testing.B) {
 // event adds to the collector's pace here (the NATS client's copy of the
 // message is not in it).
 func BenchmarkDeliverTake(b *testing.B) {
-	srv := startNATS(b)
-	l := dial(b, srv.ClientURL(), listener.Options{})
-	q, run := uuid(22, 0), uuid(22, 1)
-	box := listener.NewMailbox()
-	sub, err := l.Subscribe(q, run, box)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	subject := "spark.progress." + q + "." + run
-	docs := make([][]byte, b.N)
-	for i := range docs {
-		docs[i] = progressJSON(q, run, "bench", int64(i+1))
-	}
+	box, sub, subject, progressOf := subscribedRun(b, 22)
+	docs := progressOf(1, b.N)
 	b.SetBytes(int64(len(docs[0])))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -132,20 +120,8 @@ func BenchmarkRetained(b *testing.B) {
 // (delivery, then the worker's Take, which parses) allocates the parse's
 // three objects alone. Every progress taken is the one delivered.
 func TestDeliverAllocatesNothing(t *testing.T) {
-	srv := startNATS(t)
-	l := dial(t, srv.ClientURL(), listener.Options{})
-	q, run := uuid(23, 0), uuid(23, 1)
-	box := listener.NewMailbox()
-	sub, err := l.Subscribe(q, run, box)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	subject := "spark.progress." + q + "." + run
-	docs := make([][]byte, 1000)
-	for i := range docs {
-		docs[i] = progressJSON(q, run, "bench", int64(i+1))
-	}
+	box, sub, subject, progressOf := subscribedRun(t, 23)
+	docs := progressOf(1, 1000)
 	i := 0
 	next := func() []byte { i++; return docs[i%len(docs)] }
 	// Superseded in the slot: each delivery replaces the last one.
@@ -158,10 +134,7 @@ func TestDeliverAllocatesNothing(t *testing.T) {
 	}
 	// Delivered, then taken (parsed).
 	i = len(docs) // the batches go on growing past the slot's mark
-	docs2 := make([][]byte, 1000)
-	for j := range docs2 {
-		docs2[j] = progressJSON(q, run, "bench", int64(len(docs)+j+1))
-	}
+	docs2 := progressOf(int64(len(docs)+1), 1000)
 	j := 0
 	n := testing.AllocsPerRun(100, func() {
 		listener.Deliver(sub, subject, docs2[j])
@@ -173,4 +146,29 @@ func TestDeliverAllocatesNothing(t *testing.T) {
 	if n > 3 {
 		t.Errorf("delivery and Take: %v allocations; want at most the parse's 3", n)
 	}
+}
+
+// subscribedRun subscribes a run (query and run ids uuid(n, 0) and
+// uuid(n, 1)) on a NATS server and listener of its own, into a mailbox,
+// for the hot path's tests and benchmarks. progressOf returns the run's
+// progress documents of batches from to from+count-1.
+func subscribedRun(tb testing.TB, n int) (box *listener.Mailbox, sub *listener.RunSubscription, subject string, progressOf func(from int64, count int) [][]byte) {
+	tb.Helper()
+	srv := startNATS(tb)
+	l := dial(tb, srv.ClientURL(), listener.Options{})
+	q, run := uuid(n, 0), uuid(n, 1)
+	box = listener.NewMailbox()
+	sub, err := l.Subscribe(q, run, box)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = sub.Unsubscribe() })
+	progressOf = func(from int64, count int) [][]byte {
+		docs := make([][]byte, count)
+		for i := range docs {
+			docs[i] = progressJSON(q, run, "bench", from+int64(i))
+		}
+		return docs
+	}
+	return box, sub, "spark.progress." + q + "." + run, progressOf
 }
