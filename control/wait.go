@@ -219,10 +219,10 @@ func (l *listener) session(ctx context.Context) (listened bool, err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
 		return false, err
 	}
-	l.setPID(conn.PgConn().PID())
 	// Anything announced before LISTEN took effect was missed: every waiter
-	// looks at the table again.
-	l.wakeAll(true)
+	// looks at the table again. The pid is set under the same lock, so
+	// that a Watch sees the connection up or is told of it, once.
+	l.wakeAll(true, conn.PgConn().PID())
 	// The wait for notifications is bounded by the connection's read
 	// deadline (the ping interval after the last message heard) and ended
 	// by ctx through that deadline: a context per notification (a timer,
@@ -279,10 +279,14 @@ func (l *listener) setPID(pid uint32) {
 }
 
 // wakeAll wakes every waiter and tells every watcher to re-read;
-// reconnected says that it is because the connection was (re)established.
-func (l *listener) wakeAll(reconnected bool) {
+// reconnected says that it is because the connection was (re)established,
+// with backend pid pid (recorded, under the same hold of l.mu).
+func (l *listener) wakeAll(reconnected bool, pid uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if reconnected {
+		l.pid = pid
+	}
 	for _, ws := range l.waiters {
 		for w := range ws {
 			w.signal()
@@ -299,7 +303,7 @@ func (l *listener) wakeAll(reconnected bool) {
 func (l *listener) dispatch(payload string) {
 	n, err := readNotification(payload)
 	if err != nil || n.Table == "" {
-		l.wakeAll(false)
+		l.wakeAll(false, 0)
 		return
 	}
 	if n.ControlTable != "" && n.ControlTable != l.control {
@@ -359,7 +363,8 @@ type watcher struct{ fn func(Notification) }
 // this process or any other writer of the database (the channel is the
 // database's, so moves of another control table in the same database are
 // announced too), with Notification{Reconnected: true} each time the
-// LISTEN connection is (re)established, and with the zero Notification for
+// LISTEN connection is (re)established (and from Watch itself, before it
+// returns, when the connection is up already), and with the zero Notification for
 // an announcement it could not read. fn runs on the goroutine of the LISTEN
 // connection that Wait shares, in the order of the announcements; it must
 // not block or call the Store. Call stop to end the calls: once stop
@@ -375,6 +380,11 @@ func (s *Store) Watch(fn func(Notification)) (stop func(), err error) {
 	w := &watcher{fn: fn}
 	l.watchers[w] = struct{}{}
 	l.startLocked()
+	if l.pid != 0 {
+		// Up already (a Wait opened it): for this watcher it is
+		// established now, and what was announced before was not heard.
+		fn(Notification{Reconnected: true})
+	}
 	return func() {
 		l.mu.Lock()
 		delete(l.watchers, w)

@@ -314,6 +314,30 @@ func TestWatchSeesEveryMove(t *testing.T) {
 	}
 }
 
+// TestAWatchOfAConnectionUpAlreadyIsToldItIsUp: a Watch made while the
+// LISTEN connection is up already (a Wait opened it) waited for the next
+// reconnect to hear that it was up, which may never come: the service
+// waits for that first notification before its recovery, and would have
+// waited its whole bound. Watch tells it at once, once.
+func TestAWatchOfAConnectionUpAlreadyIsToldItIsUp(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := goWait(t, ctx, s, "t", at(15, 0))
+	listening(t, s, 1)
+	seen, stop := watchAll(t, s)
+	defer stop()
+	if got := seen(); len(got) != 1 || got[0] != (Notification{Reconnected: true}) {
+		t.Fatalf("Watch of a connection up already: %+v, want one re-read, said before Watch returned", got)
+	}
+	advance(t, s, "a", at(13, 0))
+	eventually(t, "the move", func() bool { return len(seen()) == 2 })
+	if got := seen(); got[1].Table != "a" || got[1].Reconnected {
+		t.Errorf("after the move: %+v, want the one re-read, then the move", got)
+	}
+	cancel()
+	<-ch
+}
+
 func TestWatchOnClosedStore(t *testing.T) {
 	s, _ := newStore(t, Options{})
 	s.Close()

@@ -145,10 +145,13 @@ type fakeStore struct {
 	// rewindReads counts Rewinds calls.
 	rewindReads    int
 	rewindFailures int // Rewinds fails this many times first
-	calls          []control.Advance
-	failures       int
-	err            error
-	called         chan struct{}
+	// rewindGate, when set, holds every Rewinds call until it is closed
+	// (or the call's context ends): a read under way.
+	rewindGate chan struct{}
+	calls      []control.Advance
+	failures   int
+	err        error
+	called     chan struct{}
 }
 
 var errDown = errors.New("postgresql unavailable: connection refused")
@@ -192,7 +195,17 @@ func (s *fakeStore) Advance(_ context.Context, a control.Advance) (control.Verdi
 }
 
 // Rewinds is control.Store.Rewinds (finalizer.RewindLister).
-func (s *fakeStore) Rewinds(context.Context) (map[string]time.Time, error) {
+func (s *fakeStore) Rewinds(ctx context.Context) (map[string]time.Time, error) {
+	s.mu.Lock()
+	gate := s.rewindGate
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rewindReads++

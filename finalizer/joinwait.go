@@ -273,11 +273,78 @@ func (r *Registry) endJoinWait(w *joinWait) {
 		delete(r.joining, table)
 		r.waitingJoins.Add(-1)
 		r.cfg.Metrics.JoinWaitingTables.Set(float64(len(r.joining)))
+		// The table's trackers holding an advance for its joins go on
+		// now (afterJoins), off r.mu.
+		if held := r.joinHolds[table]; len(held) > 0 {
+			delete(r.joinHolds, table)
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				for _, fn := range held {
+					fn()
+				}
+			}()
+		}
 		return
 	}
 	r.joining[table] = ws
 	ws[0].next, ws[0].err = time.Time{}, nil // tried before its wait: again now
 	r.kickJoins()
+}
+
+// afterJoins calls fn once table waits for no feeder's join (endJoinWait)
+// or the registry's trackers are stopped (Close), at once when it waits
+// for none: a tracker holding its advance for the joins (errJoinPending)
+// goes on as soon as they ended, not at its retry's next delay. Once the
+// registry is closed it never calls fn (the tables stay pending: the
+// holder's own delay ends its hold). stop forgets fn and reports whether
+// fn was still waiting.
+func (r *Registry) afterJoins(table string, fn func()) (stop func() bool) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return func() bool { return false }
+	}
+	if len(r.joining[table]) == 0 {
+		r.mu.Unlock()
+		fn()
+		return func() bool { return false }
+	}
+	if r.joinHolds == nil {
+		r.joinHolds = map[string]map[*byte]func(){}
+	}
+	held := r.joinHolds[table]
+	if held == nil {
+		held = map[*byte]func(){}
+		r.joinHolds[table] = held
+	}
+	key := new(byte)
+	held[key] = fn
+	r.mu.Unlock()
+	return func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		held := r.joinHolds[table]
+		_, ok := held[key]
+		delete(held, key)
+		if ok && len(held) == 0 {
+			delete(r.joinHolds, table)
+		}
+		return ok
+	}
+}
+
+// takeJoinHolds takes every afterJoins callback still waiting, for Close
+// to call (off r.mu). r.mu held.
+func (r *Registry) takeJoinHolds() []func() {
+	var fns []func()
+	for _, held := range r.joinHolds {
+		for _, fn := range held {
+			fns = append(fns, fn)
+		}
+	}
+	r.joinHolds = nil
+	return fns
 }
 
 // kickJoins wakes joinLoop. Never blocks.

@@ -107,3 +107,40 @@ func BenchmarkJoinWaits(b *testing.B) {
 		}
 	})
 }
+
+// A tracker holding its advance for its table's joins (errJoinPending)
+// went on only at its retry's next delay, up to 2 s after the lock that
+// held the join went. afterJoins calls it back when the table's last
+// wait ends, at once when the table waits for none, and not for another
+// table's; its stop forgets it.
+func TestAfterJoinsCallsBackWhenTheTablesJoinsEnd(t *testing.T) {
+	r := waitingRegistry(2, 1)
+	r.cfg.Metrics = NewMetrics(nil, time.Now)
+	woke := make(chan string, 4)
+	r.afterJoins("silver.none", func() { woke <- "none" })
+	if got := <-woke; got != "none" {
+		t.Fatalf("woke %s", got)
+	}
+	r.afterJoins("silver.t00001", func() { woke <- "t00001" })
+	stop := r.afterJoins("silver.t00002", func() { woke <- "t00002" })
+	r.mu.Lock()
+	r.endJoinWait(r.joining["silver.t00001"][0])
+	r.mu.Unlock()
+	select {
+	case got := <-woke:
+		if got != "t00001" {
+			t.Fatalf("woke %s when silver.t00001's joins ended", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not called back when the table's joins ended")
+	}
+	if !stop() {
+		t.Error("stop of a callback still waiting reported false")
+	}
+	r.wg.Wait()
+	select {
+	case got := <-woke:
+		t.Fatalf("woke %s as well", got)
+	default:
+	}
+}

@@ -327,6 +327,10 @@ func (e *entry) namedFeeder(name string) { e.r.nameFeeder(e.req, name) }
 
 func (e *entry) rewindsPending() bool { return e.r.rereadServed.Load() < e.r.rereadAsked.Load() }
 
+func (e *entry) afterRereads(fn func()) (stop func() bool) { return e.r.afterRereads(fn) }
+
+func (e *entry) afterJoins(fn func()) (stop func() bool) { return e.r.afterJoins(e.req.Table, fn) }
+
 func (e *entry) knownRewind() time.Time {
 	if k := e.r.known.Load(); k != nil {
 		return (*k)[e.req.Table]
@@ -631,8 +635,14 @@ func noteLater(p *atomic.Pointer[map[string]time.Time], at map[string]time.Time)
 func (r *Registry) loadRewinds(ctx context.Context) bool {
 	rl, ok := r.cfg.Store.(RewindLister)
 	if !ok {
+		r.servedRereads(r.rereadAsked.Load()) // no rewinds to read
 		return true
 	}
+	// A read that starts now knows every rewind made before any re-read
+	// asked so far (RereadRewinds): it serves them once it succeeds. The
+	// service's first LISTEN connect, made before the recovery's read,
+	// then costs no second read, and no tracker holds its advance for one.
+	asked := r.rereadAsked.Load()
 	// The retries end with ctx or the registry's Close (r.stop; r.ctx
 	// ends only after Close waited for this loop's owner).
 	rctx, cancel := context.WithCancel(ctx)
@@ -678,7 +688,72 @@ func (r *Registry) loadRewinds(ctx context.Context) bool {
 	if attempt > 1 {
 		r.log.Info("read the tables' rewinds after a failure; the trackers waiting for them start", zap.Int("attempt", attempt))
 	}
+	r.servedRereads(asked)
 	return true
+}
+
+// servedRereads records that a read of the rewinds covered every
+// RereadRewinds counted up to asked, and wakes what waited for it
+// (awaitRereads, afterRereads).
+func (r *Registry) servedRereads(asked uint64) {
+	r.rereadMu.Lock()
+	if asked <= r.rereadServed.Load() {
+		r.rereadMu.Unlock()
+		return
+	}
+	r.rereadServed.Store(asked)
+	close(r.rereadWake)
+	r.rereadWake = make(chan struct{})
+	r.rereadMu.Unlock()
+	r.wakeRereadWaiters()
+}
+
+// wakeRereadWaiters calls every afterRereads callback registered so far,
+// once: a read completed, or the registry closes (its callers then find
+// the read still pending, or their context ended).
+func (r *Registry) wakeRereadWaiters() {
+	r.rereadMu.Lock()
+	ws := r.rereadWaiters
+	r.rereadWaiters = nil
+	r.rereadMu.Unlock()
+	for _, fn := range ws {
+		fn()
+	}
+}
+
+// afterRereads calls fn once a read of the rewinds completes (or the
+// reads end: the registry closes), off the caller's goroutine, or at
+// once, on it, when no re-read is pending (never once the reads ended:
+// the holder's own delay ends its hold): a tracker whose advance waits for a re-read
+// (errRewindsPending) is stepped again as soon as it ended, not after a
+// retry's delay (a re-read takes one statement; the delay took a second
+// from every tracker's verdict after each reconnect of the control
+// database's LISTEN connection). stop forgets fn and reports whether fn
+// was still waiting.
+func (r *Registry) afterRereads(fn func()) (stop func() bool) {
+	r.rereadMu.Lock()
+	if r.closedForRereads {
+		r.rereadMu.Unlock()
+		return func() bool { return false }
+	}
+	if r.rereadServed.Load() >= r.rereadAsked.Load() {
+		r.rereadMu.Unlock()
+		fn()
+		return func() bool { return false }
+	}
+	if r.rereadWaiters == nil {
+		r.rereadWaiters = map[*byte]func(){}
+	}
+	key := new(byte)
+	r.rereadWaiters[key] = fn
+	r.rereadMu.Unlock()
+	return func() bool {
+		r.rereadMu.Lock()
+		defer r.rereadMu.Unlock()
+		_, ok := r.rereadWaiters[key]
+		delete(r.rereadWaiters, key)
+		return ok
+	}
 }
 
 // markRecorded keeps, as the mark of each table's last rewind read from
@@ -770,26 +845,28 @@ func (r *Registry) RereadRewinds() {
 	}
 }
 
-// rereadLoop serves RereadRewinds until Close.
+// rereadLoop serves RereadRewinds until Close; at its end it wakes what
+// still waits for a read (afterRereads), and no later call waits.
 func (r *Registry) rereadLoop() {
 	defer r.wg.Done()
+	defer func() {
+		r.rereadMu.Lock()
+		r.closedForRereads = true
+		r.rereadMu.Unlock()
+		r.wakeRereadWaiters()
+	}()
 	for {
 		select {
 		case <-r.stop:
 			return
 		case <-r.reread:
 		}
-		asked := r.rereadAsked.Load()
+		if r.rereadAsked.Load() <= r.rereadServed.Load() {
+			continue // served by a read that started after it was asked
+		}
 		if !r.loadRewinds(r.ctx) {
 			return
 		}
-		r.rereadMu.Lock()
-		if asked > r.rereadServed.Load() {
-			r.rereadServed.Store(asked)
-		}
-		close(r.rereadWake)
-		r.rereadWake = make(chan struct{})
-		r.rereadMu.Unlock()
 	}
 }
 
@@ -841,10 +918,15 @@ type Registry struct {
 	rereadServed atomic.Uint64
 	rereadMu     sync.Mutex
 	rereadWake   chan struct{}
-	stop         chan struct{}
-	every        time.Duration // janitor interval
-	store        Store         // what trackers advance through: cfg.Store, or its group commit
-	commit       *committer    // nil without group commit
+	// rereadWaiters are the afterRereads callbacks to call when a read
+	// completes; closedForRereads is set when rereadLoop ended. Both
+	// under rereadMu.
+	rereadWaiters    map[*byte]func()
+	closedForRereads bool
+	stop             chan struct{}
+	every            time.Duration // janitor interval
+	store            Store         // what trackers advance through: cfg.Store, or its group commit
+	commit           *committer    // nil without group commit
 	// saves and joins are the group commits of explicit tracks and feeder
 	// joins (ADR 0023); nil when the stores cannot batch them.
 	saves *gather[control.Track, error]
@@ -894,6 +976,9 @@ type Registry struct {
 	// in the order they were started, and none is tracked before an
 	// earlier one joined.
 	joining map[string][]*joinWait
+	// joinHolds are the afterJoins callbacks of each table's trackers
+	// holding an advance for its joins; under mu.
+	joinHolds map[string]map[*byte]func()
 	// waitingJoins counts the tables of joining, read without r.mu by
 	// joinPending.
 	waitingJoins atomic.Int32
@@ -1877,9 +1962,15 @@ func (r *Registry) Close(ctx context.Context) error {
 	for _, e := range r.trackers {
 		all = append(all, e)
 	}
+	held := r.takeJoinHolds()
 	r.mu.Unlock()
 	for _, e := range all {
 		r.stopEntry(e, "the service is shutting down (the track resumes when it starts again)", false)
+	}
+	// The trackers holding an advance for a join step again: stopped,
+	// they leave it (the table stays pending through the shutdown).
+	for _, fn := range held {
+		fn()
 	}
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()

@@ -331,6 +331,14 @@ type runHost interface {
 	// (RereadRewinds: a rewind may have been missed) is under way: no
 	// advance is sent before it is known.
 	rewindsPending() bool
+	// afterRereads calls fn once the re-read of the rewinds under way
+	// completes (or the host closes), at once when none is; stop forgets
+	// fn.
+	afterRereads(fn func()) (stop func() bool)
+	// afterJoins calls fn once the tracker's table waits for no feeder's
+	// join (or the host closes), at once when it waits for none; stop
+	// forgets fn.
+	afterJoins(fn func()) (stop func() bool)
 	// joinPending reports whether the tracker's table waits for a new
 	// feeder's join that did not succeed (another session holds the
 	// table locked, the database is unavailable): the table must not move
@@ -430,6 +438,10 @@ func (h *funcHost) joinPending() bool { return false }
 func (h *funcHost) namedFeeder(string) {}
 
 func (h *funcHost) rewindsPending() bool { return false }
+
+func (h *funcHost) afterRereads(fn func()) func() bool { fn(); return func() bool { return false } }
+
+func (h *funcHost) afterJoins(fn func()) func() bool { fn(); return func() bool { return false } }
 
 func (h *funcHost) rewoundAt() (silent, since, latest time.Time) {
 	return time.Time{}, time.Time{}, time.Time{}
@@ -809,6 +821,9 @@ func (t *Tracker) step(ctx context.Context) (done bool) {
 		return true
 	}
 	if t.retryFired.Swap(false) {
+		if t.retryStop != nil {
+			t.retryStop() // a hold's other wake-up (holdUntil)
+		}
 		t.retryStop = nil
 	} else if t.retryStop != nil {
 		// A retry is armed and not due: what came meanwhile (a newer
@@ -965,6 +980,18 @@ func (t *Tracker) retry(ctx context.Context) bool {
 	if t.retryStop != nil {
 		return true // armed by an earlier step; this one came early
 	}
+	if errors.Is(t.stepErr, errRewindsPending) && !t.stopReq.Load() && t.cfg.host != nil {
+		// Held until the tables' rewinds are read again: nothing failed,
+		// and the read takes one statement. The step comes again as soon
+		// as it ended, not after a retry's delay (which took a second from
+		// every tracker's verdict after each reconnect of the control
+		// database's LISTEN connection); not a retry, not counted as one.
+		// The retry's longest delay still bounds the hold (a stop
+		// meanwhile is then seen in the same time as before).
+		t.log.Debug("advance held until the tables' rewinds are read again")
+		t.holdUntil(t.cfg.host.afterRereads, t.cfg.RetryDelay<<max(t.cfg.Retries-1, 0))
+		return true
+	}
 	// An advance held for a new feeder's join (errJoinPending) is
 	// retried until it joined, at the last delay once the retries are
 	// used: the lock may be held for hours, and the run's next event may
@@ -985,6 +1012,12 @@ func (t *Tracker) retry(ctx context.Context) bool {
 		if t.stepErr != nil {
 			t.log.Debug("advance failed; retrying", zap.Error(t.stepErr), zap.Duration("in", d))
 		}
+		if pending && t.cfg.host != nil && errors.Is(t.stepErr, errJoinPending) {
+			// And at once when the table's joins end: the lock that held
+			// them may go at any moment, and the delay reaches 2 s.
+			t.holdUntil(t.cfg.host.afterJoins, d)
+			return true
+		}
 		t.retryStop = t.cfg.Clock.AfterFunc(d, func() {
 			t.retryFired.Store(true)
 			t.schedule()
@@ -997,6 +1030,25 @@ func (t *Tracker) retry(ctx context.Context) bool {
 	}
 	t.retryWanted, t.stepErr = false, nil
 	return false
+}
+
+// holdUntil arms the step's wake-up for an advance held on the host's
+// word (a re-read of the rewinds, a feeder's join): when wait calls back
+// (the hold ended), or after d at the latest, whichever comes first.
+func (t *Tracker) holdUntil(wait func(fn func()) (stop func() bool), d time.Duration) {
+	var fired atomic.Bool
+	fire := func() {
+		if fired.CompareAndSwap(false, true) {
+			t.retryFired.Store(true)
+			t.schedule()
+		}
+	}
+	stopTimer := t.cfg.Clock.AfterFunc(d, fire)
+	stopWait := wait(fire)
+	t.retryStop = func() bool {
+		w, tm := stopWait(), stopTimer()
+		return w || tm
+	}
 }
 
 // retireOnTermination retires the query from the table's feeders when the

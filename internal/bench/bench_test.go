@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+
 	"github.com/finalizer-dev/finalizer/internal/pgcluster/pgtest"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -37,6 +40,9 @@ func TestQuickBench(t *testing.T) {
 		Naive:        true,
 		WaitTimeout:  time.Minute,
 		Log:          &log,
+		// The service's warnings and errors, in the test's log: a retried
+		// advance names its cause.
+		Logger: zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel)),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

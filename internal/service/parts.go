@@ -285,7 +285,7 @@ func (s *Service) dialBus(ctx context.Context) error {
 
 // startRegistry starts the registry of trackers. Its stop lets every
 // tracker apply what is pending until the stop's deadline.
-func (s *Service) startRegistry(context.Context) error {
+func (s *Service) startRegistry(ctx context.Context) error {
 	rc := s.opts.Registry
 	rc.Bus, rc.Store, rc.Tracks = finalizer.ListenerBus{L: s.bus}, s.store, s.store
 	rc.Logger, rc.Metrics = s.log.Named("tracker"), s.metrics
@@ -321,7 +321,7 @@ func (s *Service) startRegistry(context.Context) error {
 			s.log.Warn("shutdown deadline passed with advances pending; their runs' retained progress re-applies them on the next start", zap.Error(err))
 		}
 	})
-	return s.watchReconnects()
+	return s.watchReconnects(ctx)
 }
 
 // limitMemory starts the soft memory limit that follows the live heap and
@@ -342,6 +342,10 @@ func (s *Service) limitMemory(context.Context) error {
 	return nil
 }
 
+// listenWait bounds how long the start waits for the control database's
+// LISTEN connection (watchReconnects).
+const listenWait = 5 * time.Second
+
 // watchReconnects makes every tracker re-assert its last verdict each time
 // the control database's LISTEN connection is re-established (not at its
 // first connect): after a failover to a standby that asynchronous
@@ -351,9 +355,10 @@ func (s *Service) limitMemory(context.Context) error {
 // connection was down) does not re-assert (Tracker.reassertLast). It also
 // hands operators' rewinds to the registry, and has it read them all again
 // when the notification names no table (ADR 0019).
-func (s *Service) watchReconnects() error {
+func (s *Service) watchReconnects(ctx context.Context) error {
 	var connects atomic.Int64
 	registry, owner := s.registry, s.owner
+	listening := make(chan struct{}) // closed at the first connect
 	stop, err := s.store.Watch(func(n control.Notification) {
 		if n.Rewound {
 			// An operator's rewind (finalizer rewind): the table's trackers
@@ -381,6 +386,9 @@ func (s *Service) watchReconnects() error {
 		// tables' rewinds again, so that no tracker started after such a
 		// rewind applies a progress from before it (ADR 0019).
 		registry.RereadRewinds()
+		if n.Reconnected && connects.Load() == 0 {
+			close(listening)
+		}
 		if !n.Reconnected || connects.Add(1) == 1 {
 			// An announcement that could not be read (anyone may NOTIFY on
 			// the channel), or the first connect: no reconnect, no
@@ -397,6 +405,19 @@ func (s *Service) watchReconnects() error {
 		return fmt.Errorf("watch the control database: %w", err)
 	}
 	s.started("reconnect watch", func(context.Context) { stop() })
+	// The start goes on once the LISTEN connection is up (or after
+	// listenWait): the re-read of the rewinds its first connect asks for
+	// is then served by the recovery's own read, which starts after it.
+	// A connect after that read would hold every recovered tracker's
+	// advance until a second read (ADR 0019, addendum).
+	select {
+	case <-listening:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(listenWait):
+		s.log.Warn("the control database's LISTEN connection is not up yet; the start goes on, and the trackers' advances wait for the tables' rewinds to be read again once it is",
+			zap.Duration("waited", listenWait))
+	}
 	return nil
 }
 
