@@ -194,17 +194,27 @@ func (s *fakeStore) Advance(_ context.Context, a control.Advance) (control.Verdi
 	return v, true, nil
 }
 
+// passGate waits until the gate *g (read under mu) is closed, or ctx
+// ends; a nil gate passes at once.
+func passGate(ctx context.Context, mu *sync.Mutex, g *chan struct{}) error {
+	mu.Lock()
+	gate := *g
+	mu.Unlock()
+	if gate == nil {
+		return nil
+	}
+	select {
+	case <-gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Rewinds is control.Store.Rewinds (finalizer.RewindLister).
 func (s *fakeStore) Rewinds(ctx context.Context) (map[string]time.Time, error) {
-	s.mu.Lock()
-	gate := s.rewindGate
-	s.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if err := passGate(ctx, &s.mu, &s.rewindGate); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -69,15 +69,8 @@ func (s *gatedBatch) AdvanceBatch(ctx context.Context, as []control.Advance) ([]
 	case s.entered <- struct{}{}:
 	default:
 	}
-	s.mu.Lock()
-	gate := s.gate
-	s.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if err := passGate(ctx, &s.mu, &s.gate); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	s.sizes = append(s.sizes, len(as))
