@@ -135,18 +135,30 @@ type scanWait struct {
 	ctx    context.Context     // the current wait context
 	cancel context.CancelFunc  // its cancel
 	opts   []jetstream.NextOpt // NextContext(ctx)
+	armed  time.Time           // when the current wait began
 }
 
 func newScanWait(parent context.Context, d time.Duration) *scanWait {
 	w := &scanWait{parent: parent, d: d}
 	w.renew()
-	w.timer = time.AfterFunc(d, func() {
-		w.mu.Lock()
-		cancel := w.cancel
-		w.mu.Unlock()
-		cancel()
-	})
+	w.armed = time.Now()
+	w.timer = time.AfterFunc(d, w.expire)
 	return w
+}
+
+// expire ends the current wait, once it has lasted d. A call that comes
+// sooner is the timer of an earlier wait, fired as its message came and
+// run late, after next renewed the context and armed the timer again: it
+// ended the next wait at once (a spurious stall of the scan) before this
+// check.
+func (w *scanWait) expire() {
+	w.mu.Lock()
+	cancel := w.cancel
+	early := time.Since(w.armed) < w.d
+	w.mu.Unlock()
+	if !early {
+		cancel()
+	}
 }
 
 // renew makes the context the next waits use.
@@ -163,10 +175,11 @@ func (w *scanWait) renew() {
 
 // next waits up to d for its next message.
 func (w *scanWait) next(it jetstream.MessagesContext) (jetstream.Msg, error) {
-	w.timer.Reset(w.d)
 	w.mu.Lock()
 	opts := w.opts
+	w.armed = time.Now()
 	w.mu.Unlock()
+	w.timer.Reset(w.d)
 	m, err := it.Next(opts...)
 	fired := !w.timer.Stop()
 	switch {

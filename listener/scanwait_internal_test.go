@@ -68,3 +68,28 @@ func TestScanWaitBoundsEachWait(t *testing.T) {
 		t.Fatalf("after the parent's cancellation: %v, want context.Canceled", err)
 	}
 }
+
+// TestScanWaitIgnoresAnEarlierWaitsTimer: the timer of a wait that fired
+// as its message came, its callback run late (after the next wait
+// renewed the context and armed the timer again), ended the next wait at
+// once: a spurious stall of the scan. A callback that comes before the
+// current wait lasted its bound ends nothing.
+func TestScanWaitIgnoresAnEarlierWaitsTimer(t *testing.T) {
+	const d = time.Hour
+	w := newScanWait(context.Background(), d)
+	defer w.stop()
+	w.expire() // an earlier wait's callback, run late
+	w.mu.Lock()
+	ctx := w.ctx
+	w.mu.Unlock()
+	if ctx.Err() != nil {
+		t.Fatal("a late callback of an earlier wait's timer ended the current wait")
+	}
+	w.mu.Lock()
+	w.armed = time.Now().Add(-d)
+	w.mu.Unlock()
+	w.expire()
+	if ctx.Err() == nil {
+		t.Fatal("a wait that lasted its bound was not ended")
+	}
+}
