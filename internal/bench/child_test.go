@@ -138,6 +138,15 @@ func testServiceProcessBench(t *testing.T, bin string) {
 	if len(pids) != 2 {
 		t.Errorf("service processes started: %v, want 2", pids)
 	}
+	if t.Failed() {
+		// The service's warnings and errors name the cause (a retried
+		// advance's, a disconnect's).
+		for _, line := range strings.Split(string(svcLog), "\n") {
+			if strings.Contains(line, `"level":"warn"`) || strings.Contains(line, `"level":"error"`) {
+				t.Log(line)
+			}
+		}
+	}
 	for _, pid := range pids {
 		if alive(pid) {
 			t.Errorf("service process %d still runs after the bench", pid)
