@@ -366,8 +366,9 @@ type watcher struct{ fn func(Notification) }
 // LISTEN connection is (re)established (and from Watch itself, before it
 // returns, when the connection is up already), and with the zero Notification for
 // an announcement it could not read. fn runs on the goroutine of the LISTEN
-// connection that Wait shares, in the order of the announcements; it must
-// not block or call the Store. Call stop to end the calls: once stop
+// connection that Wait shares, in the order of the announcements (the
+// call from Watch itself on the caller's goroutine, under the same lock);
+// it must not block, call the Store or call stop. Call stop to end the calls: once stop
 // returns, fn is not called again. Watch fails with ErrClosed on a closed
 // Store.
 func (s *Store) Watch(fn func(Notification)) (stop func(), err error) {

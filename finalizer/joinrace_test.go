@@ -433,3 +433,27 @@ func TestJoinWaitsHoldNoGoroutineEach(t *testing.T) {
 		t.Fatalf("%d goroutines more for %d runs waiting to join, want no goroutine per run", more, n)
 	}
 }
+
+// TestCloseLeavesAnAdvanceHeldForAJoin (found in review): at Close a
+// tracker holding its advance for its table's join went through its
+// usual retries (1-2 s) though the table stays pending through the
+// shutdown and no retry could send it. It leaves it at once.
+func TestCloseLeavesAnAdvanceHeldForAJoin(t *testing.T) {
+	r := startJoinRace(t, nil, func(c *finalizer.RegistryConfig) { c.Tracker = finalizer.TrackerOptions{} })
+	reg := r.reg
+	r.recoverNameless(t)
+	r.liveAdvanced(t, "the recovered feeder advanced")
+	r.named()
+	eventually(t, "the table waits for the early join", func() bool { return len(reg.JoinWaits()) == 1 })
+	r.live("2026-09-28T13:05:00")
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	began := time.Now()
+	if err := reg.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("Close took %s with an advance held for a join, want it left at once", d)
+	}
+}

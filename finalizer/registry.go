@@ -331,6 +331,15 @@ func (e *entry) afterRereads(fn func()) (stop func() bool) { return e.r.afterRer
 
 func (e *entry) afterJoins(fn func()) (stop func() bool) { return e.r.afterJoins(e.req.Table, fn) }
 
+func (e *entry) closing() bool {
+	select {
+	case <-e.r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 func (e *entry) knownRewind() time.Time {
 	if k := e.r.known.Load(); k != nil {
 		return (*k)[e.req.Table]
@@ -640,8 +649,9 @@ func (r *Registry) loadRewinds(ctx context.Context) bool {
 	}
 	// A read that starts now knows every rewind made before any re-read
 	// asked so far (RereadRewinds): it serves them once it succeeds. The
-	// service's first LISTEN connect, made before the recovery's read,
-	// then costs no second read, and no tracker holds its advance for one.
+	// service's first LISTEN connect, made before the recovery's read, is
+	// served by whichever read completes first (the re-read loop's or the
+	// recovery's), and no recovered tracker holds its advance for it.
 	asked := r.rereadAsked.Load()
 	// The retries end with ctx or the registry's Close (r.stop; r.ctx
 	// ends only after Close waited for this loop's owner).
@@ -704,8 +714,15 @@ func (r *Registry) servedRereads(asked uint64) {
 	r.rereadServed.Store(asked)
 	close(r.rereadWake)
 	r.rereadWake = make(chan struct{})
+	// The held trackers step again only once no re-read is pending: one
+	// asked meanwhile has a read of its own coming, and a step now would
+	// find it pending and hold again (every held tracker once per read,
+	// under a stream of announcements that name no table).
+	caughtUp := asked >= r.rereadAsked.Load()
 	r.rereadMu.Unlock()
-	r.wakeRereadWaiters()
+	if caughtUp {
+		r.wakeRereadWaiters()
+	}
 }
 
 // wakeRereadWaiters calls every afterRereads callback registered so far,

@@ -2,6 +2,7 @@ package finalizer_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -346,5 +347,80 @@ func TestAnAdvanceHeldForAReReadGoesOnWhenTheReadEnds(t *testing.T) {
 	eventually(t, "t_a at 15:00 once the read ended", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T15:00:00Z")) })
 	if n := testutil.ToFloat64(r.m.Retries); n != 0 {
 		t.Errorf("%v retries counted; a hold for the read is not one", n)
+	}
+}
+
+// heldForReRead tracks n runs into tables of their own, has a re-read of
+// the rewinds under way (its reads wait behind the returned gate) and a
+// progress of each run held for it.
+func heldForReRead(t *testing.T, n int) (*rig, chan struct{}, func() int) {
+	t.Helper()
+	r := newRig(t)
+	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	runs := make([]string, n)
+	for i := range runs {
+		runs[i] = fmt.Sprintf("11111111-2222-4333-8444-%012d", i+1)
+		r.track(t, runs[i], fmt.Sprintf("t_%03d", i))
+	}
+	gate := make(chan struct{})
+	r.store.mu.Lock()
+	r.store.rewindGate = gate
+	r.store.mu.Unlock()
+	r.reg.RereadRewinds()
+	for _, run := range runs {
+		ev := cdcProgress(run, "2026-09-28T15:10:00")
+		ev.Timestamp = r.clock.Now()
+		r.bus.Publish(ev)
+	}
+	held := func() int {
+		return r.logs.FilterMessageSnippet("advance held until the tables' rewinds are read again").Len()
+	}
+	eventually(t, "every advance held for the read", func() bool { return held() >= n })
+	return r, gate, held
+}
+
+// TestHeldTrackersWaitForTheLastReRead (found in review): a read that
+// completed while another re-read was asked meanwhile woke every tracker
+// held for it, each of which found a re-read pending and held again:
+// every held tracker stepped once per read, under a stream of
+// announcements that name no table. They step once no re-read is
+// pending.
+func TestHeldTrackersWaitForTheLastReRead(t *testing.T) {
+	const n, reads = 200, 20
+	r, gate, held := heldForReRead(t, n)
+	for range reads {
+		r.reg.RereadRewinds() // asked while the read is under way
+		gate <- struct{}{}    // that read completes; the new ask is pending
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := held() - n; got > n {
+		t.Errorf("%d steps of held trackers while a re-read stayed pending, want at most %d", got, n)
+	}
+	close(gate)
+	eventually(t, "every table at 15:00", func() bool {
+		for i := range n {
+			if !r.store.Verdict(fmt.Sprintf("t_%03d", i)).Equal(utc("2026-09-28T15:00:00Z")) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestCloseEndsTheHoldsForAReRead (found in review): Close ended the
+// re-read loop, which woke the held trackers before Close had stopped
+// them; each held again, on its timer alone, and its Stop waited for it
+// (2 s; for ever on the fake clock). A stop ends a hold at once.
+func TestCloseEndsTheHoldsForAReRead(t *testing.T) {
+	r, _, _ := heldForReRead(t, 300)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := r.reg.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if n := testutil.ToFloat64(r.m.FailedAdvances); n != 0 {
+		t.Errorf("%v advances counted failed; one held at a stop is left to the next start, not failed", n)
 	}
 }

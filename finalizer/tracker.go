@@ -239,6 +239,7 @@ type Tracker struct {
 	pendingSeq   uint64
 	retries      int         // retries armed in the current failure streak
 	retryStop    func() bool // stops the armed retry timer; nil when none
+	holding      bool        // the armed wake-up is a hold's (holdUntil), which a stop ends
 	stepErr      error       // this step's failed advance, and its candidate
 	stepCand     progress.Candidate
 	parked       *parked // the step's advance waits for its group commit
@@ -339,6 +340,9 @@ type runHost interface {
 	// join (or the host closes), at once when it waits for none; stop
 	// forgets fn.
 	afterJoins(fn func()) (stop func() bool)
+	// closing reports whether the host is shutting down (Registry.Close
+	// began).
+	closing() bool
 	// joinPending reports whether the tracker's table waits for a new
 	// feeder's join that did not succeed (another session holds the
 	// table locked, the database is unavailable): the table must not move
@@ -442,6 +446,8 @@ func (h *funcHost) rewindsPending() bool { return false }
 func (h *funcHost) afterRereads(fn func()) func() bool { fn(); return func() bool { return false } }
 
 func (h *funcHost) afterJoins(fn func()) func() bool { fn(); return func() bool { return false } }
+
+func (h *funcHost) closing() bool { return false }
 
 func (h *funcHost) rewoundAt() (silent, since, latest time.Time) {
 	return time.Time{}, time.Time{}, time.Time{}
@@ -825,6 +831,12 @@ func (t *Tracker) step(ctx context.Context) (done bool) {
 			t.retryStop() // a hold's other wake-up (holdUntil)
 		}
 		t.retryStop = nil
+	} else if t.retryStop != nil && t.holding && t.stopReq.Load() {
+		// A stop ends a hold on the host's word (holdUntil) at once: the
+		// held advance is judged again below, and left (retry's giveUp)
+		// when it is still held.
+		t.retryStop()
+		t.retryStop = nil
 	} else if t.retryStop != nil {
 		// A retry is armed and not due: what came meanwhile (a newer
 		// progress, the termination, Stop) waits for it, as it waited
@@ -1001,9 +1013,21 @@ func (t *Tracker) retry(ctx context.Context) bool {
 	pending := (errors.Is(t.stepErr, errJoinPending) || errors.Is(t.stepErr, errRewindsPending)) && !t.stopReq.Load()
 	// A stopping tracker's advance held for the re-read of the rewinds is
 	// left at once: at shutdown the re-read ends unread, and the run's
-	// retained progress is judged again by the next start's recovery.
-	giveUp := errors.Is(t.stepErr, errRewindsPending) && t.stopReq.Load()
-	if (t.retries < t.cfg.Retries || pending) && !giveUp {
+	// retained progress is judged again by the next start's recovery. So
+	// is one held for a join when the registry closes: the table stays
+	// pending through the shutdown (markJoinPending), and no retry could
+	// send it. A stop of one tracker (superseded, expired) keeps the
+	// usual retries for a join.
+	giveUp := t.stopReq.Load() && (errors.Is(t.stepErr, errRewindsPending) ||
+		(errors.Is(t.stepErr, errJoinPending) && t.cfg.host != nil && t.cfg.host.closing()))
+	if giveUp {
+		t.retries = 0
+		t.logSampled(zapcore.InfoLevel, "held-at-stop", "tracker stopped with its advance held (the tables' rewinds being read again, or a feeder's join); the run's retained progress is judged again at the next start",
+			zap.NamedError("held_by", t.stepErr), zap.Time("candidate", t.stepCand.Until))
+		t.retryWanted, t.stepErr = false, nil
+		return false
+	}
+	if t.retries < t.cfg.Retries || pending {
 		d := t.cfg.RetryDelay << min(t.retries, max(t.cfg.Retries-1, 0))
 		if t.retries < t.cfg.Retries {
 			t.retries++
@@ -1018,6 +1042,7 @@ func (t *Tracker) retry(ctx context.Context) bool {
 			t.holdUntil(t.cfg.host.afterJoins, d)
 			return true
 		}
+		t.holding = false
 		t.retryStop = t.cfg.Clock.AfterFunc(d, func() {
 			t.retryFired.Store(true)
 			t.schedule()
@@ -1043,6 +1068,7 @@ func (t *Tracker) holdUntil(wait func(fn func()) (stop func() bool), d time.Dura
 			t.schedule()
 		}
 	}
+	t.holding = true
 	stopTimer := t.cfg.Clock.AfterFunc(d, fire)
 	stopWait := wait(fire)
 	t.retryStop = func() bool {

@@ -407,8 +407,9 @@ func (s *Service) watchReconnects(ctx context.Context) error {
 	s.started("reconnect watch", func(context.Context) { stop() })
 	// The start goes on once the LISTEN connection is up (or after
 	// listenWait): the re-read of the rewinds its first connect asks for
-	// is then served by the recovery's own read, which starts after it.
-	// A connect after that read would hold every recovered tracker's
+	// is then served before the recovery's trackers start (by the
+	// recovery's own read at the latest, which starts after it). A
+	// connect after that read would hold every recovered tracker's
 	// advance until a second read (ADR 0019, addendum).
 	select {
 	case <-listening:

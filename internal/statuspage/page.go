@@ -219,8 +219,9 @@ func (p *Page) CloseStreams() {
 	}
 }
 
-// announce receives an announcement on the LISTEN connection's goroutine:
-// it queues it (bounded) and wakes the loop, never blocking.
+// announce receives an announcement on the LISTEN connection's goroutine
+// (or Watch's caller's, under the listener's lock): it queues it (bounded)
+// and wakes the loop, never blocking.
 func (p *Page) announce(n control.Notification) {
 	p.pendMu.Lock()
 	if len(p.pending) < maxPending {
