@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
@@ -19,6 +20,12 @@ import (
 // TestMain gives the bench a throwaway PostgreSQL (or the server named by
 // FINALIZER_TEST_POSTGRES_URL) and checks for leaked goroutines.
 func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// warnings passes the service's warnings and errors to the test's log: a
+// retried advance, a reconnect, names its cause there.
+func warnings(t *testing.T) *zap.Logger {
+	return zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel))
+}
 
 // TestQuickBench runs every phase of the bench on a small configuration so
 // that the harness cannot rot. It asserts what must hold on any machine,
@@ -40,9 +47,7 @@ func TestQuickBench(t *testing.T) {
 		Naive:        true,
 		WaitTimeout:  time.Minute,
 		Log:          &log,
-		// The service's warnings and errors, in the test's log: a retried
-		// advance names its cause.
-		Logger: zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel)),
+		Logger:       warnings(t),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -146,6 +151,7 @@ func TestBurstOnly(t *testing.T) {
 		PostgresURL: pgtest.URL(t),
 		WaitTimeout: time.Minute,
 		Log:         &log,
+		Logger:      warnings(t),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -178,6 +184,7 @@ func TestIdleOnly(t *testing.T) {
 		PostgresURL: pgtest.URL(t),
 		WaitTimeout: time.Minute,
 		Log:         &log,
+		Logger:      warnings(t),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -209,6 +216,7 @@ func TestLatencyOnly(t *testing.T) {
 		PostgresURL: pgtest.URL(t),
 		WaitTimeout: time.Minute,
 		Log:         &log,
+		Logger:      warnings(t),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
