@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,6 +164,23 @@ func (r *lockRace) joined(t *testing.T, query string) bool {
 	t.Helper()
 	_, ok := feederOf(t, r.svc, "lk.t", query)
 	return ok
+}
+
+// joinLocked waits until lk.t waits for query's join, found locked (its
+// first try met the lock, after the lock wait of 1 s), and fails the
+// test after within.
+func (r *lockRace) joinLocked(t *testing.T, query string, within time.Duration) {
+	t.Helper()
+	var waits []finalizer.JoinWait
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		waits = r.svc.Registry().JoinWaits()
+		if len(waits) == 1 && waits[0].Table == "lk.t" && waits[0].QueryID == query && strings.Contains(waits[0].LastError, "locked") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("join waits %+v after %v, want lk.t waiting for %s's join, locked", waits, within, query)
+		}
+	}
 }
 
 // progressA publishes lk-a's progress to commitTS.
