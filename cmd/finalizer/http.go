@@ -411,11 +411,12 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
-// waitThroughOutages is store.Wait for a long poll: a PostgreSQL outage
-// (a restart, a failover to a promoted standby) within the poll's time is
-// waited out and the wait taken up again, so the client gets its answer
-// instead of a 503 it must retry. Other errors and the poll's end return
-// at once.
+// waitThroughOutages is store.Wait for a long poll and for `finalizer
+// wait`: a PostgreSQL outage (a restart, a failover to a promoted standby)
+// within the wait's time is waited out and the wait taken up again, so the
+// client gets its answer instead of a 503 or an exit 2 it must retry.
+// Other errors and the wait's end return at once (at its end during an
+// outage, with the outage's error: ctx says which).
 func waitThroughOutages(ctx context.Context, store *control.Store, table string, end time.Time) (control.Verdict, error) {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(2*time.Second),
 		backoff.WithMaxElapsedTime(0))

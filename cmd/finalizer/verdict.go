@@ -127,6 +127,9 @@ running service. When nothing
 could (a misspelled name), wait exits 3 at once instead of waiting out its timeout;
 --allow-missing waits anyway, for a table whose first verdict is still to come.
 
+A PostgreSQL outage once the wait began (a restart, a failover to a promoted standby)
+is waited out: the wait goes on when the database is back, within --timeout.
+
 Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`,
 		Example: `  finalizer wait --table bronze.orders --until 2026-09-28T15:00:00Z --timeout 2h`,
 		Args:    cobra.NoArgs,
@@ -170,13 +173,22 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 					}
 				}
 			}
-			v, err := s.Wait(ctx, table, ts)
+			// An outage once the wait began (a restart, a failover: the
+			// look at the table after the LISTEN connection's reconnect
+			// may meet a pooled connection to the server that went) is
+			// waited out, as the HTTP long poll does.
+			v, err := waitThroughOutages(ctx, s, table, ts)
 			if err != nil {
-				if errors.Is(err, context.DeadlineExceeded) {
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
 					return negative("%s: not final until %s within %s", table, ts.Format(time.RFC3339Nano), timeout)
-				}
-				if errors.Is(err, context.Canceled) {
+				case errors.Is(err, context.Canceled):
 					return negative("%s: interrupted", table)
+				case errors.Is(ctx.Err(), context.DeadlineExceeded):
+					// Ended while PostgreSQL was unavailable.
+					return negative("%s: not final until %s within %s (PostgreSQL unavailable: %v)", table, ts.Format(time.RFC3339Nano), timeout, err)
+				case ctx.Err() != nil:
+					return negative("%s: interrupted (PostgreSQL unavailable: %v)", table, err)
 				}
 				return usageError(err)
 			}
