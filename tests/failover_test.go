@@ -127,13 +127,13 @@ tables:
 		polled <- doc
 	}()
 
-	// The standby stops receiving WAL: 15:00 reaches the primary only.
+	// The standby stops receiving WAL (DetachStandby returns once its
+	// receiver has stopped): 15:00 reaches the primary only.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := standby.DetachStandby(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the WAL receiver has stopped
 	pub.publish("progress", q, r, progressAt(q, r, "fo_orders", 3, "2026-09-28T15:05:00"))
 	waitVerdict(t, primary.URL(), table, "2026-09-28T15:00:00Z")
 	time.Sleep(500 * time.Millisecond)

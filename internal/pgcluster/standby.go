@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 )
 
@@ -86,6 +87,9 @@ func (c *Cluster) Promote(ctx context.Context) error {
 // of what it has, and receives nothing more from its primary. A test uses
 // it to make a commit on the primary that the standby never sees, as
 // asynchronous replication can lose the newest commits in a failover.
+// It returns once the receiver has stopped (detachPoll): pg_ctl reload
+// only signals the server, whose startup process stops the receiver in
+// its own time, and a commit made before that is still streamed.
 func (c *Cluster) DetachStandby(ctx context.Context) error {
 	auto := filepath.Join(c.dataDir, "postgresql.auto.conf")
 	b, err := os.ReadFile(auto)
@@ -104,7 +108,46 @@ func (c *Cluster) DetachStandby(ctx context.Context) error {
 	if _, err := c.run(ctx, "pg_ctl", "reload", "-s", "-D", c.dataDir); err != nil {
 		return fmt.Errorf("detach standby: %w", err)
 	}
-	return nil
+	// Detached once a new session sees the setting gone (the postmaster
+	// reloaded) and no WAL receiver runs (the startup process stopped it,
+	// and starts none without primary_conninfo).
+	var last error
+	for {
+		detached, err := c.detached(ctx)
+		if err == nil && detached {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		t := time.NewTimer(detachPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if last != nil {
+				return fmt.Errorf("detach standby: the WAL receiver did not stop: %w (last check: %w)", ctx.Err(), last)
+			}
+			return fmt.Errorf("detach standby: the WAL receiver did not stop: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// detachPoll is how often DetachStandby checks whether the WAL receiver
+// has stopped.
+const detachPoll = 20 * time.Millisecond
+
+// detached reports whether a new session of the standby sees no
+// primary_conninfo and no WAL receiver.
+func (c *Cluster) detached(ctx context.Context) (bool, error) {
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(ctx)
+	var detached bool
+	err = conn.QueryRow(ctx, `SELECT current_setting('primary_conninfo') = '' AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver)`).Scan(&detached)
+	return detached, err
 }
 
 // Crash stops the server with pg_ctl stop -m immediate, as a crash would
