@@ -583,7 +583,7 @@ func TestFirstRequestSeesFreshData(t *testing.T) {
 func TestStreamKeepsPageLiveThenQuiet(t *testing.T) {
 	src := &fakeSource{}
 	o := Options{RunsEvery: 20 * time.Millisecond, MinRefresh: 50 * time.Millisecond}
-	_, srv := newPage(t, src, o)
+	p, srv := newPage(t, src, o)
 	ch, stop := events(t, srv.URL+"/status/events", "")
 	next(t, ch, "the first event", func(update) bool { return true })
 	src.mu.Lock()
@@ -602,7 +602,16 @@ func TestStreamKeepsPageLiveThenQuiet(t *testing.T) {
 		t.Errorf("a flood of 5000 announcements cost %d reads of the verdicts in %v (MinRefresh %v)", l1-l0, time.Since(start), o.MinRefresh)
 	}
 	stop()
-	time.Sleep(5 * o.RunsEvery) // the loop notices the stream is gone
+	// The stream is dropped once the server has seen the client go (its
+	// request's context ends), which a loaded machine may take longer
+	// for than any fixed sleep; then the loop's iteration begun while it
+	// was watched ends.
+	for deadline := time.Now().Add(10 * time.Second); p.watched(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the page still has the stream 10 s after its viewer left")
+		}
+	}
+	time.Sleep(5 * o.RunsEvery)
 	l2, s2 := src.calls()
 	src.move("t", utc("2026-10-02T00:00:00Z"))
 	settle(o)
