@@ -28,6 +28,7 @@ func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 		curve     []int
 		svgPath   string
 		curveFrom string
+		flush     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -59,6 +60,7 @@ timed from its exec to every run re-applied. The child is killed on every error 
   finalizer bench --curve 1000,10000,100000 --naive=false --svg docs/bench-curve.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.NoFlush = !flush
 			if err := cfg.Validate(); err != nil {
 				return usageError(err)
 			}
@@ -119,6 +121,7 @@ timed from its exec to every run re-applied. The child is killed on every error 
 	fs.BoolVar(&cfg.RestartOnly, "restart-only", false, "after tracking and the first verdicts go straight to the restart's recovery (skips ingest, latency, burst, feeders and idle), e.g. to measure recovery at 100,000 runs in a short run")
 	fs.BoolVar(&cfg.BurstOnly, "burst-only", false, "skip the raw delivery, and after tracking and the first verdicts run only the burst (skips ingest, latency, feeders, idle, the restart and the naive baseline), e.g. to iterate on the group commit")
 	fs.BoolVar(&cfg.LatencyOnly, "latency-only", false, "skip the raw delivery, and after tracking and the first verdicts run only the latency phase (skips ingest, burst, feeders, idle, the restart and the naive baseline), e.g. to measure the tail in rounds of short runs")
+	fs.BoolVar(&flush, "flush", true, "before each latency phase, do what the phases before it left for the database and the disk: VACUUM ANALYZE of the bench's tables, a CHECKPOINT of PostgreSQL and sync(2) (flush_s and flush_dirty_mib in the JSON); false measures the phase with autovacuum and the kernel's writeback of hundreds of MB at 100,000 runs free to fall in it")
 	fs.Int64Var(&cfg.StreamMaxBytes, "stream-max-bytes", 0, "bound of the JetStream stream the service makes, in bytes (0: the service's default, 1 GiB), e.g. to measure the stream at its bound against a larger one")
 	fs.IntVar(&cfg.Bursts, "bursts", 1, "bursts in the burst phase, each crossing the next boundary: the first one's time is the burst's, every one's is in burst_rounds_s")
 	fs.IntVar(&cfg.PerPeriod, "per-period", bench.DefaultPerPeriod, "progress events per run and (minute) period")

@@ -109,6 +109,12 @@ type Config struct {
 	// makes; 0 means listener.DefaultMaxBytes, as serve's default. To
 	// measure what the stream at its bound costs the event path.
 	StreamMaxBytes int64
+	// NoFlush skips the flush before every latency phase (VACUUM ANALYZE
+	// of the bench's tables, a CHECKPOINT and sync(2): see
+	// flushBeforeLatency), to measure the phase with
+	// what the phases before it wrote still dirty, as before the ninth
+	// pass of the latency tail.
+	NoFlush bool
 	// Bursts is how many bursts the burst phase runs, each crossing the
 	// next boundary (0: 1). The result's burst is the first one's; every
 	// one's is in BurstRounds.

@@ -205,33 +205,49 @@ func TestIdleOnly(t *testing.T) {
 }
 
 // TestLatencyOnly runs tracking, the first verdicts and the latency phase
-// alone: every crossing heard, one write per (table, period).
+// alone: every crossing heard, one write per (table, period). The phase
+// begins with the flush (VACUUM ANALYZE of the bench's tables, a
+// CHECKPOINT and sync(2)) unless NoFlush.
 func TestLatencyOnly(t *testing.T) {
-	var log strings.Builder
-	cfg := Config{
-		Runs:        50,
-		LatencyOnly: true,
-		Duration:    2 * time.Second,
-		Rate:        200,
-		PostgresURL: pgtest.URL(t),
-		WaitTimeout: time.Minute,
-		Log:         &log,
-		Logger:      warnings(t),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, cfg)
-	t.Log("\n" + log.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := res.Latency
-	if l.Events == 0 || l.Probes == 0 || l.Missing != 0 || l.WritesPerPeriod != 1 {
-		t.Errorf("latency phase: %d events, %d crossings heard, %d missing, %.2f writes per (table, period); want every crossing heard, 1.00", l.Events, l.Probes, l.Missing, l.WritesPerPeriod)
-	}
-	if len(res.RawRounds) != 0 || res.IngestEventsPerSec != 0 || len(res.Feeders) != 0 || res.BurstSeconds != 0 || res.RecoverySeconds != 0 || res.Naive != nil || res.Idle != nil {
-		t.Errorf("a phase besides the latency one ran: raw %v, ingest %.0f/s, feeders %v, burst %.3f s, recovery %.3f s, naive %v, idle %v",
-			res.RawRounds, res.IngestEventsPerSec, res.Feeders, res.BurstSeconds, res.RecoverySeconds, res.Naive, res.Idle)
+	for _, noFlush := range []bool{false, true} {
+		t.Run(map[bool]string{false: "flush", true: "no flush"}[noFlush], func(t *testing.T) {
+			var log strings.Builder
+			cfg := Config{
+				Runs:        50,
+				LatencyOnly: true,
+				Duration:    2 * time.Second,
+				Rate:        200,
+				PostgresURL: pgtest.URL(t),
+				WaitTimeout: time.Minute,
+				Log:         &log,
+				NoFlush:     noFlush,
+				Logger:      warnings(t),
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			res, err := Run(ctx, cfg)
+			t.Log("\n" + log.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := res.Latency
+			if l.Events == 0 || l.Probes == 0 || l.Missing != 0 || l.WritesPerPeriod != 1 {
+				t.Errorf("latency phase: %d events, %d crossings heard, %d missing, %.2f writes per (table, period); want every crossing heard, 1.00", l.Events, l.Probes, l.Missing, l.WritesPerPeriod)
+			}
+			if len(res.RawRounds) != 0 || res.IngestEventsPerSec != 0 || len(res.Feeders) != 0 || res.BurstSeconds != 0 || res.RecoverySeconds != 0 || res.Naive != nil || res.Idle != nil {
+				t.Errorf("a phase besides the latency one ran: raw %v, ingest %.0f/s, feeders %v, burst %.3f s, recovery %.3f s, naive %v, idle %v",
+					res.RawRounds, res.IngestEventsPerSec, res.Feeders, res.BurstSeconds, res.RecoverySeconds, res.Naive, res.Idle)
+			}
+			flushed := strings.Contains(log.String(), "before the latency phase: VACUUM ANALYZE of the bench's tables, a CHECKPOINT and sync(2)")
+			switch {
+			case noFlush && (flushed || l.FlushS != 0):
+				t.Errorf("NoFlush: the phase flushed (%.3f s)", l.FlushS)
+			case !noFlush && (!flushed || l.FlushS <= 0):
+				t.Errorf("the phase did not flush first (%.3f s)", l.FlushS)
+			case strings.Contains(log.String(), "may be left as they are"):
+				t.Errorf("the VACUUM or the CHECKPOINT failed")
+			}
+		})
 	}
 }
 

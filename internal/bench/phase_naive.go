@@ -48,6 +48,7 @@ func (r *runner) runNaive(ctx context.Context) error {
 	if nv.failed.Load() != 0 {
 		return fmt.Errorf("naive: %d events failed", nv.failed.Load())
 	}
+	r.flushBeforeLatency(ctx, &b.Latency)
 	if err := r.profile("naive-latency", func() error {
 		return r.latency(ctx, func() float64 { return float64(nv.writes.Load()) }, &b.Latency)
 	}); err != nil {

@@ -157,6 +157,7 @@ func (r *runner) burstPhase(ctx context.Context, svc underTest) error {
 // latencyPhase runs the service's latency phase under its profile.
 func (r *runner) latencyPhase(ctx context.Context, svc underTest) error {
 	r.rrLatency = r.rr
+	r.flushBeforeLatency(ctx, &r.res.Latency)
 	return r.profile("latency", func() error {
 		return r.latency(ctx, func() float64 { return svc.metric("finalizer_control_writes_total") }, &r.res.Latency)
 	})

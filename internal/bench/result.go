@@ -63,6 +63,12 @@ type Latency struct {
 	// from its /metrics at the phase's start and end.
 	ServiceAllocKiBPerEvent float64 `json:"service_alloc_kib_per_event,omitempty"`
 	ServiceGCCycles         int     `json:"service_gc_cycles,omitempty"`
+	// FlushS is how long the flush before the phase took (VACUUM
+	// ANALYZE of the bench's tables, a CHECKPOINT and sync(2); 0 with
+	// --flush=false) and FlushDirtyMiB the page
+	// cache's dirty data when it began (/proc/meminfo, Linux).
+	FlushS        float64 `json:"flush_s,omitempty"`
+	FlushDirtyMiB float64 `json:"flush_dirty_mib,omitempty"`
 }
 
 // Baseline is the naive consumer's figures, measured on the same messages.
