@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,12 +71,14 @@ func at(hh, mm int) time.Time {
 // proxy forwards TCP connections to a PostgreSQL server. Close breaks
 // every forwarded connection and refuses new ones: to the client, the
 // server is gone. Freeze silences the connections open now without closing
-// them, as a dropped network path would.
+// them, as a dropped network path would. Lag delays what every connection
+// forwards, as a slow server on a loaded machine would.
 type proxy struct {
 	l     net.Listener
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns []*pipe
+	lag   atomic.Int64 // nanoseconds each forwarded read waits
 }
 
 // pipe is one forwarded connection.
@@ -83,6 +86,7 @@ type pipe struct {
 	client, server net.Conn
 	frozen         chan struct{} // closed by freeze
 	freezeOnce     sync.Once
+	lag            *atomic.Int64 // the proxy's
 }
 
 func (p *pipe) freeze() { p.freezeOnce.Do(func() { close(p.frozen) }) }
@@ -102,6 +106,9 @@ func (p *pipe) forward(dst, src net.Conn) {
 		default:
 		}
 		if n > 0 {
+			if lag := time.Duration(p.lag.Load()); lag > 0 {
+				time.Sleep(lag)
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -133,7 +140,7 @@ func newProxy(t testing.TB, target string) *proxy {
 				_ = c.Close()
 				continue
 			}
-			pp := &pipe{client: c, server: s, frozen: make(chan struct{})}
+			pp := &pipe{client: c, server: s, frozen: make(chan struct{}), lag: &p.lag}
 			p.mu.Lock()
 			p.conns = append(p.conns, pp)
 			p.mu.Unlock()
@@ -156,6 +163,9 @@ func (p *proxy) Freeze() {
 		c.freeze()
 	}
 }
+
+// Lag delays by d each read every connection forwards from now on (0: none).
+func (p *proxy) Lag(d time.Duration) { p.lag.Store(int64(d)) }
 
 // Close stops accepting, breaks every connection and waits for the
 // forwarding goroutines; safe twice.

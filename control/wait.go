@@ -16,7 +16,8 @@ import (
 const (
 	// DefaultListenPing is how long the LISTEN connection may stay silent
 	// before it is pinged, so that a connection that died without a word
-	// (a failover, a dropped network path) is noticed and replaced.
+	// (a failover, a dropped network path) is noticed and replaced; the
+	// ping itself may take as long before the connection is given up.
 	DefaultListenPing = 30 * time.Second
 	// DefaultReconnectMin and DefaultReconnectMax bound the exponential
 	// delay between attempts to reconnect it.
@@ -83,9 +84,13 @@ type listener struct {
 	control string // the store's control table, "schema.name"
 	connect func(context.Context) (*pgx.Conn, error)
 	log     *zap.Logger
-	ping    time.Duration
-	minWait time.Duration
-	maxWait time.Duration
+	ping    time.Duration // silence before a ping
+	// pingWait bounds a ping's answer: apart from ping, so that a short
+	// interval (the tests') does not give up a live connection whose
+	// server is slow to answer on a loaded machine.
+	pingWait time.Duration
+	minWait  time.Duration
+	maxWait  time.Duration
 
 	closing chan struct{} // closed by close
 	done    chan struct{} // closed when the goroutine has returned
@@ -105,6 +110,7 @@ func newListener(controlTable string, connect func(context.Context) (*pgx.Conn, 
 		connect:  connect,
 		log:      log,
 		ping:     DefaultListenPing,
+		pingWait: DefaultListenPing,
 		minWait:  DefaultReconnectMin,
 		maxWait:  DefaultReconnectMax,
 		closing:  make(chan struct{}),
@@ -261,7 +267,7 @@ func (l *listener) session(ctx context.Context) (listened bool, err error) {
 			if err := nc.SetReadDeadline(time.Time{}); err != nil {
 				return true, err
 			}
-			pingCtx, cancel := context.WithTimeout(ctx, l.ping)
+			pingCtx, cancel := context.WithTimeout(ctx, l.pingWait)
 			err := conn.Ping(pingCtx)
 			cancel()
 			if err != nil {

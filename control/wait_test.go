@@ -245,7 +245,7 @@ func TestWaitSurvivesSilentListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.lis.connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) }
-	s.lis.ping = 50 * time.Millisecond
+	s.lis.ping, s.lis.pingWait = 50*time.Millisecond, 50*time.Millisecond
 
 	ch := goWait(t, context.Background(), s, "t", at(15, 0))
 	listening(t, s, 1)
@@ -440,6 +440,44 @@ func TestListenerKeepsALiveConnectionAcrossPings(t *testing.T) {
 	}
 	if got := s.lis.backendPID(); got != pid {
 		t.Errorf("LISTEN backend %d, was %d: a live connection was replaced", got, pid)
+	}
+}
+
+// TestListenerKeepsASlowConnection: a ping that takes longer than the
+// ping interval (a server slow to answer on a loaded machine) does not
+// give the live connection up: a ping's answer is bounded by pingWait,
+// not by the interval. Before, the tests' 40 ms interval was also the
+// ping's deadline, and TestListenerHearsBurstsAcrossDeadlines lost a
+// third of its moves to reconnects on a machine under disk load ("ping:
+// timeout").
+func TestListenerKeepsASlowConnection(t *testing.T) {
+	s, url := newStore(t, Options{})
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(t, u.Host)
+	u.Host = p.Addr()
+	cfg, err := pgx.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.lis.connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) }
+	s.lis.ping = 40 * time.Millisecond
+	seen, stop := watchAll(t, s)
+	defer stop()
+	eventually(t, "the first connect's re-read", func() bool { return len(seen()) == 1 })
+	pid := s.lis.backendPID()
+	p.Lag(100 * time.Millisecond) // a ping's round trip: 200 ms, five intervals
+	time.Sleep(time.Second)       // silent: pings
+	advance(t, s, "t", at(13, 0))
+	eventually(t, "the move", func() bool { return len(seen()) == 2 })
+	p.Lag(0)
+	if n := seen()[1]; n.Reconnected || n.Table != "t" || !n.FinalizedUntil.Equal(at(13, 0)) {
+		t.Errorf("after the slow pings: %+v, want the move of t to 13:00", n)
+	}
+	if got := s.lis.backendPID(); got != pid {
+		t.Errorf("LISTEN backend %d, was %d: a live connection was given up while its pings were slow", got, pid)
 	}
 }
 
