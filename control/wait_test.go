@@ -233,18 +233,7 @@ func TestWaitSurvivesTerminatedListener(t *testing.T) {
 // closing it (a dropped network path) and moves the verdict: the idle ping
 // must notice, and the re-check after reconnecting release the waiter.
 func TestWaitSurvivesSilentListener(t *testing.T) {
-	s, url := newStore(t, Options{})
-	u, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newProxy(t, u.Host)
-	u.Host = p.Addr()
-	cfg, err := pgx.ParseConfig(u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.lis.connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) }
+	s, p := listenViaProxy(t)
 	s.lis.ping, s.lis.pingWait = 50*time.Millisecond, 50*time.Millisecond
 
 	ch := goWait(t, context.Background(), s, "t", at(15, 0))
@@ -451,18 +440,7 @@ func TestListenerKeepsALiveConnectionAcrossPings(t *testing.T) {
 // third of its moves to reconnects on a machine under disk load ("ping:
 // timeout").
 func TestListenerKeepsASlowConnection(t *testing.T) {
-	s, url := newStore(t, Options{})
-	u, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newProxy(t, u.Host)
-	u.Host = p.Addr()
-	cfg, err := pgx.ParseConfig(u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.lis.connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) }
+	s, p := listenViaProxy(t)
 	s.lis.ping = 40 * time.Millisecond
 	seen, stop := watchAll(t, s)
 	defer stop()
@@ -530,4 +508,23 @@ func TestListenerHearsBurstsAcrossDeadlines(t *testing.T) {
 	if got := s.lis.backendPID(); got != pid {
 		t.Errorf("LISTEN backend %d, was %d: a live connection was replaced", got, pid)
 	}
+}
+
+// listenViaProxy returns a store whose LISTEN connection goes through a
+// proxy the test can freeze or slow, and the proxy.
+func listenViaProxy(t *testing.T) (*Store, *proxy) {
+	t.Helper()
+	s, url := newStore(t, Options{})
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(t, u.Host)
+	u.Host = p.Addr()
+	cfg, err := pgx.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.lis.connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) }
+	return s, p
 }

@@ -27,13 +27,33 @@ func warnings(t *testing.T) *zap.Logger {
 	return zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel))
 }
 
+// runBench runs the bench with cfg within timeout, its lines and the
+// service's warnings (unless cfg.Logger is set) in the test's log, and
+// fails the test at once on an error. It returns the result and the
+// bench's lines.
+func runBench(t *testing.T, cfg Config, timeout time.Duration) (*Result, string) {
+	t.Helper()
+	var log strings.Builder
+	cfg.Log = &log
+	if cfg.Logger == nil {
+		cfg.Logger = warnings(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	t.Log("\n" + log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, log.String()
+}
+
 // TestQuickBench runs every phase of the bench on a small configuration so
 // that the harness cannot rot. It asserts what must hold on any machine,
 // never a timing: every verdict reached, one control write per table and
 // period in steady state, one per event for the naive baseline, nothing
 // dropped, retried or failed.
 func TestQuickBench(t *testing.T) {
-	var log strings.Builder
 	prof := t.TempDir()
 	cfg := Config{
 		ProfileDir:   prof,
@@ -46,16 +66,8 @@ func TestQuickBench(t *testing.T) {
 		PostgresURL:  pgtest.URL(t),
 		Naive:        true,
 		WaitTimeout:  time.Minute,
-		Log:          &log,
-		Logger:       warnings(t),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, cfg)
-	t.Log("\n" + log.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, _ := runBench(t, cfg, 3*time.Minute)
 	var table strings.Builder
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
@@ -143,23 +155,14 @@ func TestQuickBench(t *testing.T) {
 // Bursts bursts, each committed in full with no retry, and no other
 // phase.
 func TestBurstOnly(t *testing.T) {
-	var log strings.Builder
 	cfg := Config{
 		Runs:        50,
 		BurstOnly:   true,
 		Bursts:      3,
 		PostgresURL: pgtest.URL(t),
 		WaitTimeout: time.Minute,
-		Log:         &log,
-		Logger:      warnings(t),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, cfg)
-	t.Log("\n" + log.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, _ := runBench(t, cfg, 2*time.Minute)
 	if len(res.BurstRounds) != 3 || res.BurstSeconds != res.BurstRounds[0] || res.FirstVerdictsSeconds <= 0 {
 		t.Errorf("bursts %v, burst %.3f s, first verdicts %.3f s: want 3 bursts, the first one's the burst", res.BurstRounds, res.BurstSeconds, res.FirstVerdictsSeconds)
 	}
@@ -175,7 +178,6 @@ func TestBurstOnly(t *testing.T) {
 // TestIdleOnly runs tracking, the first verdicts and the idle phase alone,
 // each window measured twice.
 func TestIdleOnly(t *testing.T) {
-	var log strings.Builder
 	cfg := Config{
 		Runs:        50,
 		IdleOnly:    true,
@@ -183,16 +185,8 @@ func TestIdleOnly(t *testing.T) {
 		IdleRounds:  2,
 		PostgresURL: pgtest.URL(t),
 		WaitTimeout: time.Minute,
-		Log:         &log,
-		Logger:      warnings(t),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, cfg)
-	t.Log("\n" + log.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, _ := runBench(t, cfg, 2*time.Minute)
 	i := res.Idle
 	if i == nil || i.Rounds != 2 || len(i.IdleEventsServiceRounds) != 2 || len(i.ServiceRounds) != 2 || len(i.GeneratorRounds) != 2 || len(i.IdleEventsGeneratorRounds) != 2 ||
 		i.IdleEventsSent == 0 || i.IdleEventsAccepted != int64(i.IdleEventsSent) || i.TotalCoreShare <= 0 {
@@ -211,7 +205,6 @@ func TestIdleOnly(t *testing.T) {
 func TestLatencyOnly(t *testing.T) {
 	for _, noFlush := range []bool{false, true} {
 		t.Run(map[bool]string{false: "flush", true: "no flush"}[noFlush], func(t *testing.T) {
-			var log strings.Builder
 			cfg := Config{
 				Runs:        50,
 				LatencyOnly: true,
@@ -219,17 +212,9 @@ func TestLatencyOnly(t *testing.T) {
 				Rate:        200,
 				PostgresURL: pgtest.URL(t),
 				WaitTimeout: time.Minute,
-				Log:         &log,
 				NoFlush:     noFlush,
-				Logger:      warnings(t),
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			res, err := Run(ctx, cfg)
-			t.Log("\n" + log.String())
-			if err != nil {
-				t.Fatal(err)
-			}
+			res, log := runBench(t, cfg, 2*time.Minute)
 			l := res.Latency
 			if l.Events == 0 || l.Probes == 0 || l.Missing != 0 || l.WritesPerPeriod != 1 {
 				t.Errorf("latency phase: %d events, %d crossings heard, %d missing, %.2f writes per (table, period); want every crossing heard, 1.00", l.Events, l.Probes, l.Missing, l.WritesPerPeriod)
@@ -238,13 +223,13 @@ func TestLatencyOnly(t *testing.T) {
 				t.Errorf("a phase besides the latency one ran: raw %v, ingest %.0f/s, feeders %v, burst %.3f s, recovery %.3f s, naive %v, idle %v",
 					res.RawRounds, res.IngestEventsPerSec, res.Feeders, res.BurstSeconds, res.RecoverySeconds, res.Naive, res.Idle)
 			}
-			flushed := strings.Contains(log.String(), "before the latency phase: VACUUM ANALYZE of the bench's tables, a CHECKPOINT and sync(2)")
+			flushed := strings.Contains(log, "before the latency phase: VACUUM ANALYZE of the bench's tables, a CHECKPOINT and sync(2)")
 			switch {
 			case noFlush && (flushed || l.FlushS != 0):
 				t.Errorf("NoFlush: the phase flushed (%.3f s)", l.FlushS)
 			case !noFlush && (!flushed || l.FlushS <= 0):
 				t.Errorf("the phase did not flush first (%.3f s)", l.FlushS)
-			case strings.Contains(log.String(), "may be left as they are"):
+			case strings.Contains(log, "may be left as they are"):
 				t.Errorf("the VACUUM or the CHECKPOINT failed")
 			}
 		})

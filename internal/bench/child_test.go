@@ -38,7 +38,6 @@ func TestServiceProcess(t *testing.T) {
 // failed; and of the process: its resident set and CPU read from /proc,
 // its exit code 0 on SIGTERM at both stops (the restart's and the end's).
 func testServiceProcessBench(t *testing.T, bin string) {
-	var log strings.Builder
 	cfg := Config{
 		Runs:           60,
 		IngestPerRun:   10,
@@ -50,7 +49,6 @@ func testServiceProcessBench(t *testing.T, bin string) {
 		WaitTimeout:    time.Minute,
 		ServiceProcess: true,
 		ServiceBinary:  bin,
-		Log:            &log,
 	}
 	// The PostgreSQL URL's password reaches the child through its config
 	// file only (0600): never its argv or environment, which other users
@@ -74,13 +72,7 @@ func testServiceProcessBench(t *testing.T, bin string) {
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, cfg)
-	t.Log("\n" + log.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, log := runBench(t, cfg, 3*time.Minute)
 	var table strings.Builder
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
@@ -129,7 +121,7 @@ func testServiceProcessBench(t *testing.T, bin string) {
 		t.Errorf("service.log: %d bytes, %v", len(svcLog), err)
 	}
 	if password != "" {
-		for what, text := range map[string]string{"the bench's output": log.String(), "the JSON": string(res.JSON()), "service.log": string(svcLog)} {
+		for what, text := range map[string]string{"the bench's output": log, "the JSON": string(res.JSON()), "service.log": string(svcLog)} {
 			if strings.Contains(text, password) {
 				t.Errorf("the PostgreSQL password in %s", what)
 			}
