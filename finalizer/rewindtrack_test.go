@@ -322,29 +322,21 @@ func TestJoinSaysALastProgressFromBeforeARewindWasNotApplied(t *testing.T) {
 // which the retry's delay runs on, never moves here), and nothing counts
 // as retried.
 func TestAnAdvanceHeldForAReReadGoesOnWhenTheReadEnds(t *testing.T) {
-	r := newRig(t)
-	if err := r.reg.Recover(context.Background(), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	r.track(t, runA, "t_a")
-	r.publishApplied(t, runA, "t_a", "2026-09-28T14:10:00", r.clock.Now(), "2026-09-28T14:00:00Z")
-
+	r := newRigAt16(t)
 	gate := make(chan struct{})
 	r.store.mu.Lock()
 	r.store.rewindGate = gate
 	r.store.mu.Unlock()
 	r.reg.RereadRewinds()
-	ev := cdcProgress(runA, "2026-09-28T15:10:00")
-	ev.Timestamp = r.clock.Now()
-	r.bus.Publish(ev)
+	r.bus.Publish(progressAt(queryA, runA, 7, r.clock.Now(), "2026-09-28T17:10:00"))
 	eventually(t, "the advance held for the read", func() bool {
 		return r.logs.FilterMessageSnippet("advance held until the tables' rewinds are read again").Len() >= 1
 	})
-	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T14:00:00Z")) {
-		t.Fatalf("verdict %s while the rewinds are read again, want it held at 14:00", got)
+	if got := r.store.Verdict("t_a"); !got.Equal(utc("2026-09-28T16:00:00Z")) {
+		t.Fatalf("verdict %s while the rewinds are read again, want it held at 16:00", got)
 	}
 	close(gate)
-	eventually(t, "t_a at 15:00 once the read ended", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T15:00:00Z")) })
+	eventually(t, "t_a at 17:00 once the read ended", func() bool { return r.store.Verdict("t_a").Equal(utc("2026-09-28T17:00:00Z")) })
 	if n := testutil.ToFloat64(r.m.Retries); n != 0 {
 		t.Errorf("%v retries counted; a hold for the read is not one", n)
 	}
