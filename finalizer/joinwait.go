@@ -280,9 +280,7 @@ func (r *Registry) endJoinWait(w *joinWait) {
 			r.wg.Add(1)
 			go func() {
 				defer r.wg.Done()
-				for _, fn := range held {
-					fn()
-				}
+				held.call()
 			}()
 		}
 		return
@@ -311,22 +309,17 @@ func (r *Registry) afterJoins(table string, fn func()) (stop func() bool) {
 		return func() bool { return false }
 	}
 	if r.joinHolds == nil {
-		r.joinHolds = map[string]map[*byte]func(){}
+		r.joinHolds = map[string]waiters{}
 	}
 	held := r.joinHolds[table]
-	if held == nil {
-		held = map[*byte]func(){}
-		r.joinHolds[table] = held
-	}
-	key := new(byte)
-	held[key] = fn
+	key := held.add(fn)
+	r.joinHolds[table] = held
 	r.mu.Unlock()
 	return func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		held := r.joinHolds[table]
-		_, ok := held[key]
-		delete(held, key)
+		ok := held.remove(key)
 		if ok && len(held) == 0 {
 			delete(r.joinHolds, table)
 		}
@@ -334,17 +327,12 @@ func (r *Registry) afterJoins(table string, fn func()) (stop func() bool) {
 	}
 }
 
-// takeJoinHolds takes every afterJoins callback still waiting, for Close
-// to call (off r.mu). r.mu held.
-func (r *Registry) takeJoinHolds() []func() {
-	var fns []func()
-	for _, held := range r.joinHolds {
-		for _, fn := range held {
-			fns = append(fns, fn)
-		}
-	}
+// takeJoinHolds takes every afterJoins callback still waiting, by table,
+// for Close to call (off r.mu). r.mu held.
+func (r *Registry) takeJoinHolds() map[string]waiters {
+	held := r.joinHolds
 	r.joinHolds = nil
-	return fns
+	return held
 }
 
 // kickJoins wakes joinLoop. Never blocks.

@@ -733,7 +733,35 @@ func (r *Registry) wakeRereadWaiters() {
 	ws := r.rereadWaiters
 	r.rereadWaiters = nil
 	r.rereadMu.Unlock()
-	for _, fn := range ws {
+	ws.call()
+}
+
+// waiters are the callbacks of trackers holding an advance until a
+// condition of the registry's ends (afterRereads, afterJoins), by the key
+// add gave each. Whoever takes the set out of the registry calls each
+// once, off the lock that guards it.
+type waiters map[*byte]func()
+
+// add registers fn in *w (made at first use) and returns its key.
+func (w *waiters) add(fn func()) *byte {
+	if *w == nil {
+		*w = waiters{}
+	}
+	k := new(byte)
+	(*w)[k] = fn
+	return k
+}
+
+// remove forgets k's callback and reports whether it was still waiting.
+func (w waiters) remove(k *byte) bool {
+	_, ok := w[k]
+	delete(w, k)
+	return ok
+}
+
+// call calls every callback of w.
+func (w waiters) call() {
+	for _, fn := range w {
 		fn()
 	}
 }
@@ -758,18 +786,12 @@ func (r *Registry) afterRereads(fn func()) (stop func() bool) {
 		fn()
 		return func() bool { return false }
 	}
-	if r.rereadWaiters == nil {
-		r.rereadWaiters = map[*byte]func(){}
-	}
-	key := new(byte)
-	r.rereadWaiters[key] = fn
+	key := r.rereadWaiters.add(fn)
 	r.rereadMu.Unlock()
 	return func() bool {
 		r.rereadMu.Lock()
 		defer r.rereadMu.Unlock()
-		_, ok := r.rereadWaiters[key]
-		delete(r.rereadWaiters, key)
-		return ok
+		return r.rereadWaiters.remove(key)
 	}
 }
 
@@ -938,7 +960,7 @@ type Registry struct {
 	// rereadWaiters are the afterRereads callbacks to call when a read
 	// completes; closedForRereads is set when rereadLoop ended. Both
 	// under rereadMu.
-	rereadWaiters    map[*byte]func()
+	rereadWaiters    waiters
 	closedForRereads bool
 	stop             chan struct{}
 	every            time.Duration // janitor interval
@@ -995,7 +1017,7 @@ type Registry struct {
 	joining map[string][]*joinWait
 	// joinHolds are the afterJoins callbacks of each table's trackers
 	// holding an advance for its joins; under mu.
-	joinHolds map[string]map[*byte]func()
+	joinHolds map[string]waiters
 	// waitingJoins counts the tables of joining, read without r.mu by
 	// joinPending.
 	waitingJoins atomic.Int32
@@ -1986,8 +2008,8 @@ func (r *Registry) Close(ctx context.Context) error {
 	}
 	// The trackers holding an advance for a join step again: stopped,
 	// they leave it (the table stays pending through the shutdown).
-	for _, fn := range held {
-		fn()
+	for _, w := range held {
+		w.call()
 	}
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
