@@ -219,21 +219,30 @@ func (x *rowIndex) get(k feederKey) *batchRow {
 	return nil
 }
 
-func (x *rowIndex) find(k feederKey) int {
-	if x.index == nil && len(x.rows) > movesScan {
-		x.index = make(map[feederKey]int, cap(x.rows))
-		for i := range x.rows {
-			x.index[x.rows[i].k] = i
+func (x *rowIndex) find(k feederKey) int { return lookup(x.rows, &x.index, (*keyedRow).key, k) }
+
+func (r *keyedRow) key() feederKey { return r.k }
+
+// lookup returns the position in rows of the element whose key is k, -1
+// when none: by a scan while rows are at most movesScan, through *index
+// past that, made (from rows, at their capacity) at the first such
+// lookup. The caller adds to *index what it appends to rows once it is
+// made. rowIndex and moves look their rows up through it.
+func lookup[K comparable, E any](rows []E, index *map[K]int, key func(*E) K, k K) int {
+	if *index == nil && len(rows) > movesScan {
+		*index = make(map[K]int, cap(rows))
+		for i := range rows {
+			(*index)[key(&rows[i])] = i
 		}
 	}
-	if x.index != nil {
-		if i, ok := x.index[k]; ok {
+	if *index != nil {
+		if i, ok := (*index)[k]; ok {
 			return i
 		}
 		return -1
 	}
-	for i := range x.rows {
-		if x.rows[i].k == k {
+	for i := range rows {
+		if key(&rows[i]) == k {
 			return i
 		}
 	}
@@ -476,26 +485,9 @@ func (m *moves) get(table string) *move {
 }
 
 // find returns the index of table's row, -1 when none.
-func (m *moves) find(table string) int {
-	if m.index == nil && len(m.rows) > movesScan {
-		m.index = make(map[string]int, cap(m.rows))
-		for i := range m.rows {
-			m.index[m.rows[i].v.Table] = i
-		}
-	}
-	if m.index != nil {
-		if i, ok := m.index[table]; ok {
-			return i
-		}
-		return -1
-	}
-	for i := range m.rows {
-		if m.rows[i].v.Table == table {
-			return i
-		}
-	}
-	return -1
-}
+func (m *moves) find(table string) int { return lookup(m.rows, &m.index, (*move).table, table) }
+
+func (m *move) table() string { return m.v.Table }
 
 // set records v's table's row, replacing one already recorded.
 func (m *moves) set(v Verdict, moved, solo bool) {
