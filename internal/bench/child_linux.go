@@ -19,21 +19,32 @@ func childProcAttr() *syscall.SysProcAttr {
 
 // procRSS returns pid's VmRSS from /proc/<pid>/status, 0 when unknown.
 func procRSS(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	b, _ := procKiB("/proc/"+strconv.Itoa(pid)+"/status", "VmRSS:")
+	return b
+}
+
+// procKiB returns, in bytes, the value of the line of the /proc file path
+// that begins with key ("VmRSS:", "Dirty:"; the line says "123456 kB");
+// ok is false when the file or the line cannot be read.
+func procKiB(path, key string) (bytes uint64, ok bool) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest) // "123456 kB"
+		if rest, found := strings.CutPrefix(line, key); found {
+			f := strings.Fields(rest)
 			if len(f) == 0 {
-				return 0
+				return 0, false
 			}
-			kb, _ := strconv.ParseUint(f[0], 10, 64)
-			return kb * 1024
+			kb, err := strconv.ParseUint(f[0], 10, 64)
+			if err != nil {
+				return 0, false
+			}
+			return kb << 10, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // clockTicks is the unit of /proc/<pid>/stat's times (USER_HZ, 100 on
