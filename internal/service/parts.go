@@ -386,13 +386,15 @@ func (s *Service) watchReconnects(ctx context.Context) error {
 		// tables' rewinds again, so that no tracker started after such a
 		// rewind applies a progress from before it (ADR 0019).
 		registry.RereadRewinds()
-		if n.Reconnected && connects.Load() == 0 {
-			close(listening)
+		if !n.Reconnected {
+			// An announcement that could not be read (anyone may NOTIFY
+			// on the channel): no reconnect, no re-assert.
+			return
 		}
-		if !n.Reconnected || connects.Add(1) == 1 {
-			// An announcement that could not be read (anyone may NOTIFY on
-			// the channel), or the first connect: no reconnect, no
+		if connects.Add(1) == 1 {
+			// The first connect: the start waits for it (below); no
 			// re-assert.
+			close(listening)
 			return
 		}
 		if owner != nil {
