@@ -47,8 +47,21 @@ func TestARefusedAdvanceEndsTheFailingState(t *testing.T) {
 func TestAFailedAdvanceHeldByARewindEndsTheFailingState(t *testing.T) {
 	r := failedAdvance(t)
 	r.store.rewind("t_a", utc("2026-09-28T14:00:00Z"), r.clock.Now()) // not heard
+	// The re-read waits behind the gate until the re-assert's step has
+	// held its advance for it: without it the read could end between
+	// the step's judging (the rewind not known) and its sending (no read
+	// pending), and the control table's guard, not the tracker, would
+	// drop the progress (TestARefusedAdvanceEndsTheFailingState).
+	gate := make(chan struct{})
+	r.store.mu.Lock()
+	r.store.rewindGate = gate
+	r.store.mu.Unlock()
 	r.reg.RereadRewinds()
 	r.reg.Reassert()
+	eventually(t, "the advance held for the re-read", func() bool {
+		return r.logs.FilterMessageSnippet("advance held until the tables' rewinds are read again").Len() >= 1
+	})
+	close(gate)
 	eventually(t, "the failed progress held", func() bool {
 		r.clock.Advance(time.Second)
 		return r.logs.FilterMessageSnippet("posted before the table's last rewind").Len() >= 1
