@@ -127,6 +127,18 @@ func (r *joinRace) started(q, run, name string) {
 			Timestamp: utc("2026-09-28T11:00:00Z")}})
 }
 
+// busyJoinTried waits until the start of query q's run has tried its join
+// and waits for it (its table's first wait, with the try's error): the
+// start's try runs on the registry's goroutines, which a loaded machine
+// may not have run yet after any fixed sleep.
+func (r *joinRace) busyJoinTried(t *testing.T, q string) {
+	t.Helper()
+	eventually(t, "the busy join tried, the run waiting", func() bool {
+		w := r.reg.JoinWaits()
+		return len(w) >= 1 && w[0].QueryID == q && w[0].LastError != ""
+	})
+}
+
 // recoverNameless holds discovery as a restart's recovery does and
 // recovers the known feeder's run and runB, listed without a name; it
 // returns the hold's release (again at the end of the test).
@@ -189,7 +201,7 @@ func testAdvancesWaitForAFailedJoin(t *testing.T, joinErr error) {
 		return slices.ContainsFunc(reg.Status(), func(s finalizer.TrackerStatus) bool { return s.RunID == runA }) &&
 			!slices.Contains(store.events(), "join "+queryB)
 	})
-	time.Sleep(50 * time.Millisecond) // the busy join tried, the run waiting
+	r.busyJoinTried(t, queryB)
 	r.started(queryC, runC, "late")
 	n := len(store.events())
 	r.live("2026-09-28T13:05:00")
@@ -247,7 +259,7 @@ func TestCloseSendsNoAdvanceHeldForAJoin(t *testing.T) {
 	reg, store := r.reg, r.store
 	r.liveAdvanced(t, "the known feeder advanced")
 	r.started(joinRaceQueryB, runB, "backfill")
-	time.Sleep(50 * time.Millisecond) // the busy join tried, the run waiting
+	r.busyJoinTried(t, joinRaceQueryB)
 	r.live("2026-09-28T13:05:00")
 	time.Sleep(50 * time.Millisecond) // the held advance tried
 	n := len(store.events())
@@ -285,7 +297,7 @@ func TestRetireWaitsForABusyJoinOfTheTable(t *testing.T) {
 	reg, store := r.reg, r.store
 	r.liveAdvanced(t, "the known feeder advanced")
 	r.started(joinRaceQueryB, runB, "backfill")
-	time.Sleep(50 * time.Millisecond) // the busy join tried, the run waiting
+	r.busyJoinTried(t, joinRaceQueryB)
 	n := len(store.events())
 	reg.Discovered(listener.Run{QueryID: queryA, RunID: runA, Name: "live", Kind: progress.KindTerminated, Event: terminated(runA)})
 	eventually(t, "the retirement refused", func() bool {
