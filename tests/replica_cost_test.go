@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,13 +189,33 @@ tables:
 	for _, x := range rs {
 		waitVerdict(t, url, "cost."+x.name, final)
 	}
-	time.Sleep(200 * time.Millisecond) // the slower replicas' last reads
 	c := replicaCost{replicas: n, mode: mode, events: nRuns * batches, periods: nRuns * 3}
-	for _, p := range procs {
-		c.advances = append(c.advances, metric(t, p.httpURL, "finalizer_advance_seconds_count"))
-		c.groups = append(c.groups, metric(t, p.httpURL, "finalizer_advance_batch_size_count"))
-		c.held = append(c.held, metric(t, p.httpURL, "finalizer_ownership_advances_held_total"))
-		c.heldWritten = append(c.heldWritten, metric(t, p.httpURL, "finalizer_ownership_held_written_total"))
+	// The replicas that do not own the tables take the last events in
+	// after the owner's verdicts: their counters are read once they stand
+	// still (the same twice, 200 ms apart), not after a fixed 200 ms. A
+	// replica still taking them in counts a held advance (held) before
+	// its statement's time (advances), each read on its own, and its
+	// counters would disagree.
+	read := func() (advances, groups, held, heldWritten []float64) {
+		for _, p := range procs {
+			advances = append(advances, metric(t, p.httpURL, "finalizer_advance_seconds_count"))
+			groups = append(groups, metric(t, p.httpURL, "finalizer_advance_batch_size_count"))
+			held = append(held, metric(t, p.httpURL, "finalizer_ownership_advances_held_total"))
+			heldWritten = append(heldWritten, metric(t, p.httpURL, "finalizer_ownership_held_written_total"))
+		}
+		return
+	}
+	c.advances, c.groups, c.held, c.heldWritten = read()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		time.Sleep(200 * time.Millisecond)
+		a, g, h, w := read()
+		if slices.Equal(a, c.advances) && slices.Equal(g, c.groups) && slices.Equal(h, c.held) && slices.Equal(w, c.heldWritten) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d replicas (ownership %s): their counters still moved 30 s after the last verdict", n, mode)
+		}
+		c.advances, c.groups, c.held, c.heldWritten = a, g, h, w
 	}
 	for _, p := range procs {
 		p.stop() // a backend flushes its statistics when it exits
