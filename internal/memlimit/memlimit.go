@@ -52,8 +52,8 @@ const (
 	// latency tail (sixth pass)"; ADR 0022, addendum 9); at 100,000 runs
 	// half the live heap is the larger, as before. 128 MiB (with GOGC=400,
 	// so that GOGC's own goal does not bind first) halved the marks at
-	// 10,000 runs but moved the p99 within the rounds' noise (0.93 and
-	// 0.95) for 25% more resident memory per run: not taken (BENCHMARKS.md,
+	// 10,000 runs but moved the p99 within the rounds' noise (0.93-0.95)
+	// for 13-25% more resident memory per run: not taken (BENCHMARKS.md,
 	// "The latency tail at 10,000 runs, by hop").
 	DefaultMinHeadroom = 64 << 20
 	// DefaultPerRun is the least live heap assumed per tracked run, so
