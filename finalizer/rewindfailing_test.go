@@ -52,11 +52,7 @@ func TestAFailedAdvanceHeldByARewindEndsTheFailingState(t *testing.T) {
 	// the step's judging (the rewind not known) and its sending (no read
 	// pending), and the control table's guard, not the tracker, would
 	// drop the progress (TestARefusedAdvanceEndsTheFailingState).
-	gate := make(chan struct{})
-	r.store.mu.Lock()
-	r.store.rewindGate = gate
-	r.store.mu.Unlock()
-	r.reg.RereadRewinds()
+	gate := r.gatedReread()
 	r.reg.Reassert()
 	eventually(t, "the advance held for the re-read", func() bool {
 		return r.logs.FilterMessageSnippet("advance held until the tables' rewinds are read again").Len() >= 1

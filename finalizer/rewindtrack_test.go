@@ -323,11 +323,7 @@ func TestJoinSaysALastProgressFromBeforeARewindWasNotApplied(t *testing.T) {
 // as retried.
 func TestAnAdvanceHeldForAReReadGoesOnWhenTheReadEnds(t *testing.T) {
 	r := newRigAt16(t)
-	gate := make(chan struct{})
-	r.store.mu.Lock()
-	r.store.rewindGate = gate
-	r.store.mu.Unlock()
-	r.reg.RereadRewinds()
+	gate := r.gatedReread()
 	r.bus.Publish(progressAt(queryA, runA, 7, r.clock.Now(), "2026-09-28T17:10:00"))
 	eventually(t, "the advance held for the read", func() bool {
 		return r.logs.FilterMessageSnippet("advance held until the tables' rewinds are read again").Len() >= 1
@@ -340,6 +336,18 @@ func TestAnAdvanceHeldForAReReadGoesOnWhenTheReadEnds(t *testing.T) {
 	if n := testutil.ToFloat64(r.m.Retries); n != 0 {
 		t.Errorf("%v retries counted; a hold for the read is not one", n)
 	}
+}
+
+// gatedReread asks the registry to re-read the rewinds (RereadRewinds)
+// with every read of them held behind the returned gate: a send lets one
+// read complete, closing it lets every read through.
+func (r *rig) gatedReread() chan struct{} {
+	gate := make(chan struct{})
+	r.store.mu.Lock()
+	r.store.rewindGate = gate
+	r.store.mu.Unlock()
+	r.reg.RereadRewinds()
+	return gate
 }
 
 // heldForReRead tracks n runs into tables of their own, has a re-read of
@@ -356,11 +364,7 @@ func heldForReRead(t *testing.T, n int) (*rig, chan struct{}, func() int) {
 		runs[i] = fmt.Sprintf("11111111-2222-4333-8444-%012d", i+1)
 		r.track(t, runs[i], fmt.Sprintf("t_%03d", i))
 	}
-	gate := make(chan struct{})
-	r.store.mu.Lock()
-	r.store.rewindGate = gate
-	r.store.mu.Unlock()
-	r.reg.RereadRewinds()
+	gate := r.gatedReread()
 	for _, run := range runs {
 		ev := cdcProgress(run, "2026-09-28T15:10:00")
 		ev.Timestamp = r.clock.Now()
