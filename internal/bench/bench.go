@@ -115,6 +115,12 @@ type Config struct {
 	// what the phases before it wrote still dirty, as before the ninth
 	// pass of the latency tail.
 	NoFlush bool
+	// CommitProbeRate is how many lone commits a second the commit probe
+	// makes beside every latency phase (0: DefaultCommitProbeRate), to
+	// measure PostgreSQL's and the disk's commit in the phase's window
+	// (commitProbe); NoCommitProbe turns it off.
+	CommitProbeRate float64
+	NoCommitProbe   bool
 	// Bursts is how many bursts the burst phase runs, each crossing the
 	// next boundary (0: 1). The result's burst is the first one's; every
 	// one's is in BurstRounds.
@@ -209,6 +215,9 @@ func (c Config) withDefaults() Config {
 	if c.Duration <= 0 {
 		c.Duration = DefaultDuration
 	}
+	if c.CommitProbeRate <= 0 {
+		c.CommitProbeRate = DefaultCommitProbeRate
+	}
 	if c.PerPeriod <= 0 {
 		c.PerPeriod = DefaultPerPeriod
 	}
@@ -259,6 +268,9 @@ func (c Config) Validate() error {
 	case "", "nats", "marker":
 	default:
 		return fmt.Errorf("actions %q: want nats or marker", c.Actions)
+	}
+	if c.CommitProbeRate < 0 || c.CommitProbeRate > 1000 {
+		return fmt.Errorf("commit-probe-rate %g: want 0 (none) to 1000 commits a second", c.CommitProbeRate)
 	}
 	if c.PerPeriod == 1 {
 		return errors.New("per-period must be at least 2: every event would cross a period")

@@ -201,7 +201,8 @@ func TestIdleOnly(t *testing.T) {
 // TestLatencyOnly runs tracking, the first verdicts and the latency phase
 // alone: every crossing heard, one write per (table, period). The phase
 // begins with the flush (VACUUM ANALYZE of the bench's tables, a
-// CHECKPOINT and sync(2)) unless NoFlush.
+// CHECKPOINT and sync(2)) unless NoFlush, and has the commit probe beside
+// it unless NoCommitProbe (the second run turns both off).
 func TestLatencyOnly(t *testing.T) {
 	for _, noFlush := range []bool{false, true} {
 		t.Run(map[bool]string{false: "flush", true: "no flush"}[noFlush], func(t *testing.T) {
@@ -213,6 +214,8 @@ func TestLatencyOnly(t *testing.T) {
 				PostgresURL: pgtest.URL(t),
 				WaitTimeout: time.Minute,
 				NoFlush:     noFlush,
+
+				NoCommitProbe: noFlush,
 			}
 			res, log := runBench(t, cfg, 2*time.Minute)
 			l := res.Latency
@@ -231,6 +234,16 @@ func TestLatencyOnly(t *testing.T) {
 				t.Errorf("the phase did not flush first (%.3f s)", l.FlushS)
 			case strings.Contains(log, "may be left as they are"):
 				t.Errorf("the VACUUM or the CHECKPOINT failed")
+			}
+			// 50 commits a second for 2 s: about 100, each timed, the
+			// crossings' p99 set beside theirs.
+			probed := strings.Contains(log, "latency: a lone commit beside it")
+			switch {
+			case noFlush && (probed || l.CommitProbes != 0):
+				t.Errorf("NoCommitProbe: %d commits probed", l.CommitProbes)
+			case !noFlush && (!probed || l.CommitProbes < 50 || l.CommitP50Ms <= 0 || l.CommitP99Ms < l.CommitP50Ms || l.CommitMaxMs < l.CommitP99Ms || l.P99OverCommitP99 <= 0):
+				t.Errorf("commit probe: %d commits, p50 %.3f, p99 %.3f, max %.3f ms, ratio %.2f; want about 100, measured and ordered",
+					l.CommitProbes, l.CommitP50Ms, l.CommitP99Ms, l.CommitMaxMs, l.P99OverCommitP99)
 			}
 		})
 	}
@@ -255,6 +268,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative idle rounds", Config{IdleRounds: -1}, false},
 		{"latency only", Config{LatencyOnly: true}, true},
 		{"latency and burst only", Config{LatencyOnly: true, BurstOnly: true}, false},
+		{"negative commit probe rate", Config{CommitProbeRate: -1}, false},
+		{"commit probe rate too high", Config{CommitProbeRate: 5000}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.cfg.Validate(); (err == nil) != tc.ok {

@@ -32,6 +32,15 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 			watch.finish()
 		}
 	}()
+	probeRate := r.cfg.CommitProbeRate
+	if r.cfg.NoCommitProbe {
+		probeRate = 0
+	}
+	probe, err := r.startCommitProbe(ctx, probeRate)
+	if err != nil {
+		return err
+	}
+	defer func() { _, _ = probe.finish() }()
 	for {
 		elapsed := time.Since(start)
 		if elapsed >= r.cfg.Duration {
@@ -59,6 +68,10 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	}
 	if err := r.pub.Flush(); err != nil {
 		return err
+	}
+	commits, probeErr := probe.finish()
+	if probeErr != nil {
+		return fmt.Errorf("commit probe: %w", probeErr)
 	}
 	if _, err := r.waitVerdicts(ctx, "latency", touched); err != nil {
 		return err
@@ -105,12 +118,21 @@ func (r *runner) latency(ctx context.Context, writes func() float64, out *Latenc
 	_, out.P99MsInMarks, _ = quantiles(in)
 	_, out.P99MsOutsideMarks, _ = quantiles(outside)
 	out.WritesPerPeriod = (r.settle(ctx, writes) - writes0) / float64(max(crossings, 1))
+	out.CommitProbes = len(commits)
+	out.CommitP50Ms, out.CommitP99Ms, out.CommitMaxMs = quantiles(commits)
+	if out.CommitP99Ms > 0 {
+		out.P99OverCommitP99 = out.P99Ms / out.CommitP99Ms
+	}
 	r.say("latency at %.0f events/s for %s: %d crossings, p50 %.2f ms, p99 %.2f ms, max %.2f ms, %.2f writes per (table, period); "+
 		"%d collections (%.2f s of marking CPU), %.1f KiB allocated per event, scheduling latency p99 %.2f ms, p99.9 %.2f ms; "+
 		"%d marks over %.2f s of the phase, %d crossings met one (p99 %.2f ms), p99 of the others %.2f ms",
 		r.cfg.Rate, r.cfg.Duration, out.Probes, out.P50Ms, out.P99Ms, out.MaxMs, out.WritesPerPeriod,
 		out.GCCycles, out.GCMarkCPUS, out.AllocKiBPerEvent, out.SchedP99Ms, out.SchedP999Ms,
 		out.GCMarks, out.GCMarkingS, out.ProbesInMarks, out.P99MsInMarks, out.P99MsOutsideMarks)
+	if out.CommitProbes > 0 {
+		r.say("latency: a lone commit beside it (%d at %.0f/s, one row and a NOTIFY): p50 %.2f ms, p99 %.2f ms, max %.2f ms; the crossings' p99 is %.2f times its p99",
+			out.CommitProbes, probeRate, out.CommitP50Ms, out.CommitP99Ms, out.CommitMaxMs, out.P99OverCommitP99)
+	}
 	return nil
 }
 

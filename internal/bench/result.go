@@ -69,6 +69,17 @@ type Latency struct {
 	// cache's dirty data when it began (/proc/meminfo, Linux).
 	FlushS        float64 `json:"flush_s,omitempty"`
 	FlushDirtyMiB float64 `json:"flush_dirty_mib,omitempty"`
+	// The commit probe's (commitProbe): how many lone commits of the
+	// control table's shape it made in the phase, on a connection of
+	// its own, and their p50, p99 and max from sending the statement to
+	// its result; P99OverCommitP99 is the crossings' p99 over the
+	// probe's, both measured in the same window. None with
+	// --commit-probe-rate 0.
+	CommitProbes     int     `json:"commit_probes,omitempty"`
+	CommitP50Ms      float64 `json:"commit_p50_ms,omitempty"`
+	CommitP99Ms      float64 `json:"commit_p99_ms,omitempty"`
+	CommitMaxMs      float64 `json:"commit_max_ms,omitempty"`
+	P99OverCommitP99 float64 `json:"p99_over_commit_p99,omitempty"`
 }
 
 // Baseline is the naive consumer's figures, measured on the same messages.
