@@ -49,6 +49,7 @@ var measures = []measure{
 	{"latency at the latency phase's rate", "ms", []series{
 		{"p99", func(r *Result) float64 { return r.Latency.P99Ms }},
 		{"p50", func(r *Result) float64 { return r.Latency.P50Ms }},
+		{"lone commit p99", func(r *Result) float64 { return r.Latency.CommitP99Ms }},
 	}},
 	{"burst: N tables cross a period", "ms per 1,000 tables", []series{
 		{"committed", func(r *Result) float64 { return perRun(r.BurstSeconds*1e6, r) }},
