@@ -22,13 +22,14 @@ import (
 
 func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 	var (
-		cfg       bench.Config
-		logLevel  string
-		jsonOnly  bool
-		curve     []int
-		svgPath   string
-		curveFrom string
-		flush     bool
+		cfg        bench.Config
+		logLevel   string
+		jsonOnly   bool
+		curve      []int
+		svgPath    string
+		curveFrom  string
+		flush      bool
+		burstFloor bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -62,6 +63,7 @@ timed from its exec to every run re-applied. The child is killed on every error 
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.NoFlush = !flush
 			cfg.NoCommitProbe = cfg.CommitProbeRate == 0
+			cfg.NoBurstFloor = !burstFloor
 			if err := cfg.Validate(); err != nil {
 				return usageError(err)
 			}
@@ -124,6 +126,7 @@ timed from its exec to every run re-applied. The child is killed on every error 
 	fs.BoolVar(&cfg.LatencyOnly, "latency-only", false, "skip the raw delivery, and after tracking and the first verdicts run only the latency phase (skips ingest, burst, feeders, idle, the restart and the naive baseline), e.g. to measure the tail in rounds of short runs")
 	fs.BoolVar(&flush, "flush", true, "before each latency phase, do what the phases before it left for the database and the disk: VACUUM ANALYZE of the bench's tables, a CHECKPOINT of PostgreSQL and sync(2) (flush_s and flush_dirty_mib in the JSON); false measures the phase with autovacuum and the kernel's writeback of hundreds of MB at 100,000 runs free to fall in it")
 	fs.Float64Var(&cfg.CommitProbeRate, "commit-probe-rate", bench.DefaultCommitProbeRate, "lone commits a second, one row and a NOTIFY on a connection of their own, made beside each latency phase to measure what PostgreSQL and the disk give any commit in the same window (commit_p99_ms and p99_over_commit_p99 in the JSON); 0 makes none")
+	fs.BoolVar(&burstFloor, "burst-floor", true, "after the burst phase, apply the burst's advances again with the store alone (the same rows, in the group commit's groups and committers, on a control table of its own, nothing else running) and report that time as the floor PostgreSQL sets under the burst (burst_floor_s and burst_over_floor in the JSON)")
 	fs.Int64Var(&cfg.StreamMaxBytes, "stream-max-bytes", 0, "bound of the JetStream stream the service makes, in bytes (0: the service's default, 1 GiB), e.g. to measure the stream at its bound against a larger one")
 	fs.IntVar(&cfg.Bursts, "bursts", 1, "bursts in the burst phase, each crossing the next boundary: the first one's time is the burst's, every one's is in burst_rounds_s")
 	fs.IntVar(&cfg.PerPeriod, "per-period", bench.DefaultPerPeriod, "progress events per run and (minute) period")

@@ -121,6 +121,9 @@ type Config struct {
 	// (commitProbe); NoCommitProbe turns it off.
 	CommitProbeRate float64
 	NoCommitProbe   bool
+	// NoBurstFloor skips the burst's floor after the burst phase (the
+	// burst's advances applied by the store alone: burstFloor).
+	NoBurstFloor bool
 	// Bursts is how many bursts the burst phase runs, each crossing the
 	// next boundary (0: 1). The result's burst is the first one's; every
 	// one's is in BurstRounds.

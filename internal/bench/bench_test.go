@@ -153,16 +153,22 @@ func TestQuickBench(t *testing.T) {
 
 // TestBurstOnly runs the bench with BurstOnly: the first verdicts, then
 // Bursts bursts, each committed in full with no retry, and no other
-// phase.
+// phase; then the burst's floor, in groups of the service's size (7
+// here, so that both committers carry several).
 func TestBurstOnly(t *testing.T) {
 	cfg := Config{
 		Runs:        50,
 		BurstOnly:   true,
 		Bursts:      3,
+		MaxBatch:    7,
 		PostgresURL: pgtest.URL(t),
 		WaitTimeout: time.Minute,
 	}
-	res, _ := runBench(t, cfg, 2*time.Minute)
+	res, log := runBench(t, cfg, 2*time.Minute)
+	if res.BurstFloorSeconds <= 0 || res.BurstOverFloor <= 0 || res.BurstFloorGoCPUUsPerRow <= 0 ||
+		!strings.Contains(log, "burst floor: the store alone applied the burst's 50 advances (groups of 7, 2 in flight") {
+		t.Errorf("burst floor %.3f s, burst / floor %.2f, %.1f µs per row: want it measured, in groups of 7", res.BurstFloorSeconds, res.BurstOverFloor, res.BurstFloorGoCPUUsPerRow)
+	}
 	if len(res.BurstRounds) != 3 || res.BurstSeconds != res.BurstRounds[0] || res.FirstVerdictsSeconds <= 0 {
 		t.Errorf("bursts %v, burst %.3f s, first verdicts %.3f s: want 3 bursts, the first one's the burst", res.BurstRounds, res.BurstSeconds, res.FirstVerdictsSeconds)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/listener"
 )
 
@@ -139,7 +140,7 @@ func (r *runner) inProcessMemory(before memSample, stopPeak func() uint64) error
 // profile: the first one's time is the result's burst, every one's is in
 // BurstRounds.
 func (r *runner) burstPhase(ctx context.Context, svc underTest) error {
-	return r.profile("burst", func() error {
+	if err := r.profile("burst", func() error {
 		for range r.cfg.Bursts {
 			took, err := r.burst(ctx, acceptedSince(svc))
 			if err != nil {
@@ -150,6 +151,26 @@ func (r *runner) burstPhase(ctx context.Context, svc underTest) error {
 			}
 			r.res.BurstRounds = append(r.res.BurstRounds, took)
 		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if r.cfg.NoBurstFloor {
+		return nil
+	}
+	return r.profile("burst-floor", func() error {
+		floor, cpu, err := r.burstFloor(ctx)
+		if err != nil {
+			return err
+		}
+		r.res.BurstFloorSeconds, r.res.BurstFloorGoCPUUsPerRow = floor, cpu
+		r.res.BurstOverFloor = div(r.res.BurstSeconds, floor)
+		raw := ""
+		if r.res.RawEventsPerSec > 0 {
+			raw = fmt.Sprintf("; NATS alone delivers %d messages of this size in %.3f s (the raw phase's rate)", len(r.sims), float64(len(r.sims))/r.res.RawEventsPerSec)
+		}
+		r.say("burst floor: the store alone applied the burst's %d advances (groups of %d, %d in flight, a control table of its own) in %.3f s, %.1f µs of this process's CPU per row; the service's burst took %.2f times that%s",
+			len(r.sims), r.groupSize(), finalizer.DefaultCommitters, floor, cpu, r.res.BurstOverFloor, raw)
 		return nil
 	})
 }

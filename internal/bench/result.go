@@ -140,6 +140,14 @@ type Result struct {
 	// BurstRounds is every burst of the phase (Config.Bursts); the first
 	// one's is BurstSeconds.
 	BurstRounds []float64 `json:"burst_rounds_s,omitempty"`
+	// BurstFloorSeconds is the burst's floor (burstFloor): the same
+	// advances applied by the store alone, in the group commit's groups,
+	// on a control table of its own; BurstOverFloor is BurstSeconds over
+	// it, and BurstFloorGoCPUUsPerRow the Go CPU of this process per row
+	// meanwhile (PostgreSQL's not in it). None with --burst-floor=false.
+	BurstFloorSeconds       float64 `json:"burst_floor_s,omitempty"`
+	BurstOverFloor          float64 `json:"burst_over_floor,omitempty"`
+	BurstFloorGoCPUUsPerRow float64 `json:"burst_floor_go_cpu_us_per_row,omitempty"`
 	// Feeders is the cost of tables of one and of several feeders on the
 	// control table (ADR 0015).
 	Feeders []Feeders `json:"feeders,omitempty"`
@@ -260,6 +268,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		naive(func(b *Baseline) string { return fmt.Sprintf("%.2f", b.Latency.WritesPerPeriod) }), "1.00")
 	row(fmt.Sprintf("burst: %d tables committed (s)", r.Runs), fmt.Sprintf("%.3f", r.BurstSeconds),
 		naive(func(b *Baseline) string { return fmt.Sprintf("%.3f", b.BurstSeconds) }), "< 1")
+	if r.BurstFloorSeconds > 0 {
+		row("  its floor: the same advances by the store alone (s); burst / floor", fmt.Sprintf("%.3f; %.2f", r.BurstFloorSeconds, r.BurstOverFloor), "", "")
+	}
 	for _, f := range r.Feeders {
 		row(fmt.Sprintf("%d feeder(s) per table: advances / settles", f.FeedersPerTable),
 			fmt.Sprintf("%.2f / %.2f", f.AdvancesPerPeriod, f.SettlesPerPeriod), "", fmt.Sprintf("<= %d / -", f.FeedersPerTable))
