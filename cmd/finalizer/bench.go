@@ -42,6 +42,13 @@ progress to its committed verdict (heard through LISTEN/NOTIFY), control writes 
 (table, period), the top-of-period burst, memory per tracked run, restart recovery, and
 the same figures for a naive baseline (one upsert per event). See BENCHMARKS.md.
 
+Two floors are measured in the same run, so that a figure can be read as a ratio to
+what the parts underneath give on this machine: the commit probe (lone commits of the
+control table's shape, one row and a NOTIFY, timed beside the latency phase:
+commit_p99_ms, p99_over_commit_p99) and the burst's floor (the burst's own advances
+applied again by the store alone, in the group commit's groups, on a control table of
+its own: burst_floor_s, burst_over_floor).
+
 Without --postgres-url it starts a throwaway PostgreSQL cluster from the local
 installation and removes it afterwards; with one, it works in a schema of its own
 (bench_<tag>) that it drops at the end.
