@@ -293,7 +293,7 @@ func (c Config) Validate() error {
 		return errors.New("burst-only, restart-only, idle-only and latency-only: choose one")
 	}
 	if c.IdleOnly && c.Idle <= 0 {
-		return errors.New("idle-only needs the idle windows' length (idle)")
+		return errors.New("idle-only needs the idle windows' length: give --idle, e.g. --idle 10s")
 	}
 	if c.IdleRounds < 0 {
 		return errors.New("idle-rounds must not be negative")

@@ -38,8 +38,12 @@ func (r *runner) flushBeforeLatency(ctx context.Context, out *Latency) {
 	if dirty >= 0 {
 		out.FlushDirtyMiB = float64(dirty) / (1 << 20)
 	}
-	r.say("before the latency phase: VACUUM ANALYZE of the bench's tables, a CHECKPOINT and sync(2) in %s (%.0f MiB of the page cache was dirty; -1: not known on this system)",
-		time.Since(start).Round(time.Millisecond), float64(dirty)/(1<<20))
+	was := "the page cache's dirty data not known on this system"
+	if dirty >= 0 {
+		was = fmt.Sprintf("%.0f MiB of the page cache was dirty", float64(dirty)/(1<<20))
+	}
+	r.say("before the latency phase: VACUUM ANALYZE of the bench's tables, a CHECKPOINT and sync(2) in %s (%s)",
+		time.Since(start).Round(time.Millisecond), was)
 }
 
 // vacuumAndCheckpoint runs VACUUM ANALYZE on every table of the bench's schema,

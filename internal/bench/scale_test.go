@@ -81,9 +81,16 @@ func (countingCore) Sync() error { return nil }
 func TestScaleRuns(t *testing.T) {
 	n := scaleRuns(t)
 	// About 150 runs tracked per second on a loaded 2-core machine: the
-	// bound grows with N (run it with -timeout above it).
-	ctx, cancel := context.WithTimeout(context.Background(), max(15*time.Minute, time.Duration(n)*30*time.Millisecond))
+	// bound grows with N, and ends 30 s before go test's -timeout when
+	// that comes first, so that the failure says what was not done
+	// instead of go test's panic.
+	bound := max(15*time.Minute, time.Duration(n)*30*time.Millisecond)
+	if d, ok := t.Deadline(); ok {
+		bound = min(bound, time.Until(d)-30*time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
+	began := time.Now()
 	work := t.TempDir()
 	srv, err := embeddednats.Start(embeddednats.Options{Port: embeddednats.RandomPort, StoreDir: filepath.Join(work, "nats")})
 	if err != nil {
@@ -204,8 +211,18 @@ func TestScaleRuns(t *testing.T) {
 	})
 	landed := time.Since(publishedAt)
 	rss := residentBytes()
+	perRun := (float64(rss) - float64(rss0)) / float64(n) / 1024
 	t.Logf("%d runs: all tracked %s after the start, all %d verdicts %s after the first publication; RSS %.1f KiB per run (no forced GC)",
-		n, trackedIn.Round(time.Millisecond), n, landed.Round(time.Millisecond), (float64(rss)-float64(rss0))/float64(n)/1024)
+		n, trackedIn.Round(time.Millisecond), n, landed.Round(time.Millisecond), perRun)
+	// The bench measures issue 12's target (RSS < 8 KiB per run at
+	// 100,000: 7.0-7.9 there); this bound is looser, for a shared
+	// machine, and still catches a regression such as a goroutine per
+	// run (its 8 KiB stack alone). Below 100,000 runs the process's
+	// fixed cost (the memory limit's floor) dominates and nothing is
+	// asserted.
+	if n >= 100_000 && perRun > 12 {
+		t.Errorf("RSS %.1f KiB per run at %d runs: want under 12 (the bench's figure is 7.0-7.9)", perRun, n)
+	}
 
 	var other int64
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM scale.table_finalization WHERE finalized_until <> $1`, want).Scan(&other); err != nil {
@@ -220,11 +237,18 @@ func TestScaleRuns(t *testing.T) {
 	if sc := svc.metric("finalizer_nats_slow_consumer_total"); sc != 0 {
 		t.Errorf("%v slow-consumer events", sc)
 	}
-	// Proportionate logs: a few lines per kind and 10 s (ADR 0022), not
-	// one per run or per verdict (which made two per run).
-	t.Logf("log lines: %d info, %d warn, %d error", info.Load(), warn.Load(), errs.Load())
-	if i := info.Load(); i > int64(n)/10+100 {
-		t.Errorf("%d INFO lines for %d runs: the log holds a line per run or per verdict", i, n)
+	// Proportionate logs: at most ten lines per kind and 10 s (ADR 0022)
+	// and a line saying how many were held back, not one per run or per
+	// verdict (which made two per run). The bound follows the test's
+	// length, not N: sampledKinds is more than the kinds of INFO line a
+	// run's tracking and verdicts log, and 100 lines cover the start and
+	// the stop. A line per 10 runs (1,000 at the CI's 10,000 runs)
+	// exceeds it.
+	const sampledKinds = 6
+	tens := int64(time.Since(began)/(10*time.Second)) + 1
+	t.Logf("log lines: %d info, %d warn, %d error in %s", info.Load(), warn.Load(), errs.Load(), time.Since(began).Round(time.Second))
+	if i, most := info.Load(), 100+11*sampledKinds*tens; i > most {
+		t.Errorf("%d INFO lines for %d runs in %s (at most %d): the log holds a line per run or per verdict", i, n, time.Since(began).Round(time.Second), most)
 	}
 	if e := errs.Load(); e != 0 {
 		t.Errorf("%d ERROR lines", e)
