@@ -155,17 +155,15 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 		return "", usageError(err)
 	}
 	runs, waits, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
-	for _, w := range waits {
-		if w.Table == table {
-			return w.HeldBy(), nil // a join holds it first, as status says
-		}
+	known := runs
+	if runsErr != nil || c.httpURL == "" {
+		known = nil
 	}
-	if len(feeders) > 0 {
-		known := runs
-		if runsErr != nil || c.httpURL == "" {
-			known = nil
-		}
-		return toTableStatus(control.Verdict{Table: table}, time.Now().UTC(), known, feeders).HeldBy, nil
+	// What holds it, with its runs' held reasons: a join first, as status
+	// says, then the feeders and the runs the service holds.
+	why := holdWhy(control.Verdict{Table: table}, feeders, known, joinWaitsByTable(waits))
+	if len(feeders) > 0 || serviceWrites(nil, waits, table) {
+		return why, nil
 	}
 	tracks, err := s.Tracks(ctx)
 	if err != nil {
@@ -173,16 +171,16 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 	}
 	for _, t := range tracks {
 		if t.Table == table {
-			return "", nil
+			return why, nil
 		}
 	}
 	for _, r := range c.rules {
 		if ruleCouldWrite(r, table) {
-			return "", nil
+			return why, nil
 		}
 	}
 	if serviceWrites(runs, waits, table) {
-		return "", nil
+		return why, nil
 	}
 	msg := fmt.Sprintf("unknown table %q: it has no verdict, and no explicit track", table)
 	if c.configFile != "" {
@@ -200,6 +198,33 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 	msg += suggestTable(ctx, s, table)
 	msg += hint
 	return "", &exitError{code: exitMissing, err: errors.New(msg)}
+}
+
+// holdWhy says why table v (its row, or only its name before its first
+// verdict) is not final, from its feeders, the service's runs (nil: not
+// known) and join waits (by table): tableStatus.why, the text of is-final,
+// wait and GET /v1/tables/{table}/final; "" when nothing known holds it.
+func holdWhy(v control.Verdict, feeders []control.Feeder, runs []finalizer.TrackerStatus, waits map[string][]finalizer.JoinWait) string {
+	st := []tableStatus{toTableStatus(v, time.Now().UTC(), runs, feeders)}
+	attachJoinWaits(st, waits)
+	return st[0].why()
+}
+
+// whyNotFinal is holdWhy for table read by the commands: its feeders from
+// s, the runs and join waits from the service's HTTP API (none when it is
+// not reachable or --http-url is ""). "" when nothing could be read, or
+// nothing known holds it: the answer is "not final" without a reason then,
+// never an error (exit codes stay what they were).
+func whyNotFinal(ctx context.Context, s *control.Store, c clientConfig, v control.Verdict, httpToken string) string {
+	feeders, err := s.Feeders(ctx, v.Table)
+	if err != nil {
+		return ""
+	}
+	runs, waits, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
+	if runsErr != nil || c.httpURL == "" {
+		runs = nil
+	}
+	return holdWhy(v, feeders, runs, joinWaitsByTable(waits))
 }
 
 // missingHint is the end of knownTable's error for each command: is-final

@@ -265,15 +265,38 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		v, err := store.Get(r.Context(), table)
 		switch {
 		case errors.Is(err, control.ErrNotFound):
+			v = control.Verdict{Table: table}
 		case err != nil:
 			httpError(w, err)
 			return
 		default:
 			setFinal(resp, v, end)
 		}
+		if resp["final"] == false {
+			// Why not, as is-final and wait say it: what holds the
+			// table and the runs the service holds, with their reasons.
+			if why := serviceWhy(r.Context(), store, registry, v); why != "" {
+				resp["why"] = why
+			}
+		}
 		writeJSON(w, http.StatusOK, resp)
 	})
 	return mux
+}
+
+// serviceWhy is holdWhy for table v as the service knows it: its feeders
+// from PostgreSQL, its runs and join waits from the registry. "" when its
+// feeders cannot be read (the answer is then "not final" alone, as before).
+func serviceWhy(ctx context.Context, store *control.Store, registry *finalizer.Registry, v control.Verdict) string {
+	fs, err := store.Feeders(ctx, v.Table)
+	if err != nil {
+		return ""
+	}
+	var waits map[string][]finalizer.JoinWait
+	if ws := registry.JoinWaitsOf(v.Table); ws != nil {
+		waits = map[string][]finalizer.JoinWait{v.Table: ws}
+	}
+	return holdWhy(v, fs, registry.Status(), waits)
 }
 
 // setFinal sets the answer of GET /v1/tables/{table}/final from the

@@ -74,28 +74,30 @@ Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection erro
 			v, err := s.Get(cmd.Context(), table)
 			switch {
 			case errors.Is(err, control.ErrNotFound):
-				held := ""
-				if !allowMissing {
-					if held, err = knownTable(cmd.Context(), s, c, table, httpToken, missingHint["is-final"]); err != nil {
-						return err
-					}
+				var held string
+				if allowMissing {
+					held = whyNotFinal(cmd.Context(), s, c, control.Verdict{Table: table}, httpToken)
+				} else if held, err = knownTable(cmd.Context(), s, c, table, httpToken, missingHint["is-final"]); err != nil {
+					return err
 				}
-				if held != "" {
-					held = " (" + held + ")"
-				}
-				fmt.Fprintf(stdout, "%s: no verdict yet%s; period ending %s is not final\n", field(table), held, end.Format(time.RFC3339Nano))
+				fmt.Fprintf(stdout, "%s: no verdict yet%s; period ending %s is not final\n", field(table), inParens(held), end.Format(time.RFC3339Nano))
 				return negative("")
 			case err != nil:
 				return usageError(err)
 			case v.FinalizedUntil.IsZero():
 				// A row without a verdict (NULL finalized_until: its
 				// feeders have not all reported): not the zero time.
-				fmt.Fprintf(stdout, "%s: no verdict yet; period ending %s is not final\n", field(table), end.Format(time.RFC3339Nano))
+				held := whyNotFinal(cmd.Context(), s, c, v, httpToken)
+				fmt.Fprintf(stdout, "%s: no verdict yet%s; period ending %s is not final\n", field(table), inParens(held), end.Format(time.RFC3339Nano))
 				return negative("")
 			}
 			if !v.Reaches(end) {
-				fmt.Fprintf(stdout, "%s: period ending %s is not final (final until %s)\n", field(table),
-					end.Format(time.RFC3339Nano), v.FinalizedUntil.UTC().Format(time.RFC3339Nano))
+				held := whyNotFinal(cmd.Context(), s, c, v, httpToken)
+				if held != "" {
+					held = "; " + held
+				}
+				fmt.Fprintf(stdout, "%s: period ending %s is not final (final until %s%s)\n", field(table),
+					end.Format(time.RFC3339Nano), v.FinalizedUntil.UTC().Format(time.RFC3339Nano), held)
 				return negative("")
 			}
 			fmt.Fprintf(stdout, "%s: period ending %s is final\n", field(table), end.Format(time.RFC3339Nano))
@@ -181,7 +183,15 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 			if err != nil {
 				switch {
 				case errors.Is(err, context.DeadlineExceeded):
-					return negative("%s: not final until %s within %s", table, ts.Format(time.RFC3339Nano), timeout)
+					// Why, asked after the deadline, within a few seconds
+					// of its own: a time-out that says only "not final"
+					// left the user to find the held run in status.
+					wctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), whyTimeout)
+					defer cancel()
+					v, _ := s.Get(wctx, table) // a missing row: the name alone
+					v.Table = table
+					return negative("%s: not final until %s within %s%s", table, ts.Format(time.RFC3339Nano), timeout,
+						inParens(whyNotFinal(wctx, s, c, v, httpToken)))
 				case errors.Is(err, context.Canceled):
 					return negative("%s: interrupted", table)
 				case errors.Is(ctx.Err(), context.DeadlineExceeded):
@@ -203,6 +213,18 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 	addMissingFlags(fs, &allowMissing, &httpURL, &httpToken)
 	addPostgresClientFlags(fs)
 	return cmd
+}
+
+// whyTimeout bounds how long wait, timed out, asks why the table is not
+// final (its feeders from PostgreSQL, the runs from the service).
+const whyTimeout = 5 * time.Second
+
+// inParens is " (why)", or "" for no why.
+func inParens(why string) string {
+	if why == "" {
+		return ""
+	}
+	return " (" + why + ")"
 }
 
 // addMissingFlags adds --allow-missing and the HTTP API flags is-final and
@@ -421,6 +443,99 @@ func heldBy(f control.Feeder, state string, rewound bool) string {
 		s += ": its run's progress is held as before the table's rewind (the run's held says why)"
 	}
 	return s
+}
+
+// runWhy is what status shows of run r's trouble in its LAST ERROR column:
+// its last failed advance's error, else the guard that holds its progress
+// ("held by no_time: ...", the service's own Held, ADR 0012), else "".
+func runWhy(r finalizer.TrackerStatus) string {
+	switch {
+	case r.LastError != "":
+		return r.LastError
+	case r.Held != "":
+		return "held by " + r.Held
+	}
+	return ""
+}
+
+// Bounds of why: the held runs it names, and the runes of each run's
+// reason (the service's text; a longer one is cut, status has it whole).
+const (
+	whyRuns      = 3
+	whyReasonLen = 400
+)
+
+// why says why table ts is not final, for the gating answers (is-final,
+// wait, GET /v1/tables/{table}/final): what holds it (HeldBy, with the
+// holding feeder's state) and, for each run of a holding feeder (or of
+// the table, when no active feeder row is there) that the service holds
+// or whose advances fail, the service's own reason, as status shows it
+// ("run 1a2b3c4d (orders): held by no_time: ..."). "held by orders: no
+// verdict of its own yet (reporting)" alone read as healthy while the
+// run's every progress lacked the time its rule reads. At most whyRuns
+// runs are named, then how many more; "" when nothing is known to hold it
+// (runs unknown, or every run fine and no feeder holding it).
+func (ts tableStatus) why() string {
+	var parts []string
+	if ts.HeldBy != "" {
+		parts = append(parts, ts.HeldBy)
+	}
+	holding := holdingFeeders(ts.Feeders)
+	retired := map[string]bool{}
+	for _, f := range ts.Feeders {
+		if !f.RetiredAt.IsZero() {
+			retired[f.Feeder] = true
+		}
+	}
+	var held []string
+	for _, r := range ts.Runs {
+		w := runWhy(r)
+		if w == "" || retired[r.QueryID] || (holding != nil && !holding[r.QueryID]) {
+			continue
+		}
+		name := r.QueryName
+		if name == "" {
+			name = short(r.QueryID)
+		}
+		if rs := []rune(w); len(rs) > whyReasonLen {
+			w = string(rs[:whyReasonLen]) + "…"
+		}
+		held = append(held, fmt.Sprintf("run %s (%s): %s", short(r.RunID), name, w))
+	}
+	if len(held) > whyRuns {
+		more := len(held) - whyRuns
+		held = append(held[:whyRuns], fmt.Sprintf("%d more held run(s): finalizer status --table %s", more, ts.Table))
+	}
+	return field(strings.Join(append(parts, held...), "; "))
+}
+
+// holdingFeeders are the query ids of the active feeders that hold a
+// table (feeders: its tableStatus's): those with no verdict of their own,
+// else those at the lowest watermark; nil when it has no active feeder
+// (a solo query's runs write it without a feeder row).
+func holdingFeeders(feeders []feederStatus) map[string]bool {
+	var active []feederStatus
+	for _, f := range feeders {
+		if f.RetiredAt.IsZero() {
+			active = append(active, f)
+		}
+	}
+	if len(active) == 0 {
+		return nil
+	}
+	low := active[0].FinalizedUntil
+	for _, f := range active {
+		if f.FinalizedUntil.Before(low) {
+			low = f.FinalizedUntil // the zero time first: no verdict of its own
+		}
+	}
+	holding := map[string]bool{}
+	for _, f := range active {
+		if f.FinalizedUntil.Equal(low) {
+			holding[f.Feeder] = true
+		}
+	}
+	return holding
 }
 
 // heldAsBeforeRewind is how a run's held starts when its progress, or
@@ -842,10 +957,7 @@ func printStatus(w io.Writer, tables []tableStatus, runs []finalizer.TrackerStat
 			// The verdict this run wrote last came from a quiet source (ADR 0014).
 			state = "running, quiet (" + r.Quiet.Signal + ")"
 		}
-		last := r.LastError
-		if last == "" && r.Held != "" {
-			last = "held by " + r.Held // the guard that keeps the verdict where it is (ADR 0012)
-		}
+		last := runWhy(r) // the guard that keeps the verdict where it is (ADR 0012)
 		heard := r.LastEvent.UTC().Format(time.RFC3339)
 		if r.NotHeard {
 			// A restart read its events from the stream: nothing
