@@ -21,7 +21,7 @@ import (
 // hour ahead); the reason was only in status's runs. Every gating answer —
 // is-final's line, wait's time-out, GET /v1/tables/{t}/final — carries the
 // service's own held reason now, before the first verdict and after it, and
-// the exit codes stay 1.
+// the exit codes stay 1. wait says it on stderr while it waits too.
 func TestGatesSayWhyATableIsNotFinal(t *testing.T) {
 	pgURL := pgtest.URL(t)
 	s := startServe(t, serveOpts{pgURL: pgURL, config: `
@@ -79,8 +79,9 @@ tables:
 		}
 		t.Logf("is-final: %s", out)
 		code, out, errOut = cli(t, nil, append([]string{"wait", "--table", c.table, "--until", end, "--timeout", "2s"}, flags...)...)
-		if code != 1 || !strings.Contains(errOut, "within 2s (") || !strings.Contains(errOut, c.want) || !strings.Contains(errOut, c.run[:8]) {
-			t.Errorf("wait %s: exit %d, stdout %q, stderr %q; want 1 with %q", c.table, code, out, errOut, c.want)
+		if code != 1 || !strings.Contains(errOut, "within 2s (") || !strings.Contains(errOut, c.want) || !strings.Contains(errOut, c.run[:8]) ||
+			!strings.Contains(errOut, "finalizer: still waiting for "+c.table+" to reach "+end+": ") {
+			t.Errorf("wait %s: exit %d, stdout %q, stderr %q; want 1 with %q, noted while waiting and at the time-out", c.table, code, out, errOut, c.want)
 		}
 		t.Logf("wait: %s", errOut)
 		for _, q := range []string{"", "&wait=100ms"} {

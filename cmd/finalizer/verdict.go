@@ -179,7 +179,9 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 			// look at the table after the LISTEN connection's reconnect
 			// may meet a pooled connection to the server that went) is
 			// waited out, as the HTTP long poll does.
+			stopNotes := noteWhyWhileWaiting(ctx, cmd.ErrOrStderr(), s, c, table, ts, httpToken, whyFirst, whyEvery)
 			v, err := waitThroughOutages(ctx, s, table, ts)
+			stopNotes()
 			if err != nil {
 				switch {
 				case errors.Is(err, context.DeadlineExceeded):
@@ -213,6 +215,60 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 	addMissingFlags(fs, &allowMissing, &httpURL, &httpToken)
 	addPostgresClientFlags(fs)
 	return cmd
+}
+
+// How soon, and then how often, wait asks why the table it waits for is
+// not final: the first note comes after whyFirst (a table final at once
+// costs no question), then one whenever the answer changed, asked every
+// whyEvery (one GET /v1/runs a minute, as a status would).
+const (
+	whyFirst = time.Second
+	whyEvery = time.Minute
+)
+
+// noteWhyWhileWaiting says on w, while wait waits for table to reach
+// until, why it is not final yet (whyNotFinal: what holds it and the runs
+// the service holds, with their reasons), first after first, then each
+// time the answer changed, asked every every; nothing while nothing is
+// known to hold it. A two-hour wait on a run whose every progress is held
+// told nothing until its time-out. stop ends the notes and returns once
+// the goroutine that writes them has ended: nothing is written after it.
+func noteWhyWhileWaiting(ctx context.Context, w io.Writer, s *control.Store, c clientConfig, table string, until time.Time, token string,
+	first, every time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(first)
+		defer t.Stop()
+		last := ""
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			v, err := s.Get(ctx, table)
+			switch {
+			case err == nil && v.Reaches(until):
+				return // final: the wait itself answers
+			case err != nil && !errors.Is(err, control.ErrNotFound):
+				// PostgreSQL unavailable: the wait waits it out; ask
+				// again later.
+			default:
+				v.Table = table
+				if why := whyNotFinal(ctx, s, c, v, token); why != "" && why != last && ctx.Err() == nil {
+					fmt.Fprintf(w, "finalizer: still waiting for %s to reach %s: %s\n", field(table), until.Format(time.RFC3339Nano), why)
+					last = why
+				}
+			}
+			t.Reset(every)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // whyTimeout bounds how long wait, timed out, asks why the table is not
