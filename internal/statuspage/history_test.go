@@ -141,6 +141,19 @@ func TestHoldsBackWithFeeders(t *testing.T) {
 	if state, why := holdsBack(v, runs, []control.Feeder{expected}); state != TableHeld || !strings.Contains(why, "region-ap, which has not reported yet") {
 		t.Errorf("expected feeder: %s %q", state, why)
 	}
+	// A feeder with no verdict of its own whose run reports, every
+	// progress held: its run's reason, not "not reported yet" (outside
+	// review: the gating answers said "(reporting)", which read healthy).
+	joined := control.Feeder{Table: "silver.all", Feeder: "q-ap", QueryName: "region-ap"}
+	held := newRunRow(finalizer.TrackerStatus{RunID: "r-ap", QueryID: "q-ap", Table: "silver.all",
+		Held: `no_time: source 0: pointer "/commit_ts" finds nothing in endOffset`})
+	if state, why := holdsBack(v, append(runs, held), []control.Feeder{eu, joined}); state != TableHeld ||
+		why != `held by feeder region-ap, which has no verdict of its own yet: run r-ap's newest progress gives no verdict: no_time: source 0: pointer "/commit_ts" finds nothing in endOffset` {
+		t.Errorf("joined feeder, its run held: %s %q", state, why)
+	}
+	if state, why := holdsBack(v, runs, []control.Feeder{eu, joined}); state != TableHeld || !strings.Contains(why, "region-ap, which has not reported yet") {
+		t.Errorf("joined feeder, no run: %s %q", state, why)
+	}
 }
 
 func TestFmtLagAndBar(t *testing.T) {

@@ -138,14 +138,19 @@ func holdsBack(v control.Verdict, runs []runRow, feeders []control.Feeder) (stat
 	// its runs say why.
 	if f, ok := slowest(feeders); ok {
 		name := f.Name()
-		if f.FinalizedUntil.IsZero() {
-			return TableHeld, fmt.Sprintf("held by feeder %s, which has not reported yet", name)
-		}
 		var own []runRow
 		for _, r := range runs {
 			if r.QueryID == f.Feeder {
 				own = append(own, r)
 			}
+		}
+		if f.FinalizedUntil.IsZero() {
+			// Its run reports but is held, failing or stale: say why,
+			// not "not reported yet", as is-final and wait do.
+			if state, why = holdsBack(control.Verdict{Table: v.Table}, own, nil); state == TableHeld || state == TableFailing || state == TableStale {
+				return state, fmt.Sprintf("held by feeder %s, which has no verdict of its own yet: %s", name, why)
+			}
+			return TableHeld, fmt.Sprintf("held by feeder %s, which has not reported yet", name)
 		}
 		state, why = holdsBack(control.Verdict{Table: v.Table, FinalizedUntil: f.FinalizedUntil}, own, nil)
 		return state, fmt.Sprintf("held by feeder %s at %s: %s", name, fmtVerdict(f.FinalizedUntil), why)
