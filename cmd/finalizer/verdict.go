@@ -52,6 +52,14 @@ the running service. When
 nothing could (a misspelled name), is-final exits 3 and names the table;
 --allow-missing makes that exit 1 too.
 
+A table that is not final (no verdict yet, or one short of TS) gets the reason on its
+line when one is known: what holds it (a feeder, a join) and, for each run of a
+holding feeder that the service holds (no usable time in its progress, a time in the
+future, ...) or whose advances fail, the service's own reason, as status shows it:
+"held by orders: no verdict of its own yet (reporting); run 1a2b3c4d (orders): held by
+no_time: ...". At most 3 runs are named, then how many more. The runs are read from
+--http-url; without the service, the feeders alone.
+
 Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection error,
 3 unknown table.`,
 		Example: `  finalizer is-final --table bronze.orders --period-end 2026-09-28T15:00:00Z && run_the_batch_job`,
@@ -131,6 +139,12 @@ could (a misspelled name), wait exits 3 at once instead of waiting out its timeo
 
 A PostgreSQL outage once the wait began (a restart, a failover to a promoted standby)
 is waited out: the wait goes on when the database is back, within --timeout.
+
+While it waits, wait says on stderr why the table is not final yet, as is-final's
+line does (what holds it, and the service's reason for each run of a holding feeder
+it holds: "finalizer: still waiting for T to reach TS: ..."), after 1 s and then
+whenever that changed (asked every minute); nothing while nothing is known to hold it.
+A time-out says it too.
 
 Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`,
 		Example: `  finalizer wait --table bronze.orders --until 2026-09-28T15:00:00Z --timeout 2h`,
