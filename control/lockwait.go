@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // DefaultLockWait is how long a statement of an advance waits for a lock
@@ -28,6 +29,15 @@ const DefaultLockWait = time.Second
 // last ("suppressed"); every failed advance or join still carries its own
 // error, and the retries' metrics count each.
 const busyWarnEvery = 30 * time.Second
+
+// ReportHeldLogs says, one line per class (lograte.HeldMsg), the busy
+// warnings the store held back in an interval that has ended with no later
+// warning of their class going out to count them: a lone burst of locked
+// advances would otherwise never say how many it held back. The store has
+// no loop of its own: its owner calls it periodically (the service every
+// lograte.ReportEvery); a class has at most one line per interval, its
+// own or this one (ADR 0022, addendum of 2026-12-06).
+func (s *Store) ReportHeldLogs() { s.warn.Report(s.log, "control_store") }
 
 // ErrBusy is the error of an advance whose table another session keeps
 // locked (its row in the control table or the feeders table, or its
@@ -153,7 +163,7 @@ func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, ca
 	case lockTimedOut(err):
 		// A lock on a whole table holds every advance: fail the group
 		// now (each is retried) rather than wait a lock wait per half.
-		if ok, n := s.warn.Allow("advance-table-locked"); ok {
+		if ok, n := s.warn.Allow(zapcore.WarnLevel, "advance-table-locked"); ok {
 			s.log.Warn("another session holds the control table (or its feeders table) locked as a whole; no advance can be applied until it lets go",
 				zap.Int("feeders", len(order)), zap.String("lock_wait", s.lockWait), zap.Error(err), zap.Int("suppressed", n))
 		}
@@ -171,7 +181,7 @@ func (s *Store) isolateBusy(ctx context.Context, b *batch, order []feederKey, ca
 		b.rows.get(k).failed = fmt.Errorf("advance %s: %w (waited more than lock_timeout %s; an open transaction holding its row? see pg_stat_activity, state 'idle in transaction'): %w",
 			k.table, ErrBusy, s.lockWait, cause)
 	})
-	if ok, n := s.warn.Allow("advance-busy"); ok {
+	if ok, n := s.warn.Allow(zapcore.WarnLevel, "advance-busy"); ok {
 		s.log.Warn("another session holds tables of the control table locked; the group commit applies the other tables without them and their advances are retried (see pg_stat_activity for the session, state 'idle in transaction')",
 			zap.Int("busy_tables", len(busy)), zap.Strings("tables", named), zap.Int("others", len(rest)),
 			zap.String("lock_wait", s.lockWait), zap.Int("suppressed", n))
@@ -200,7 +210,7 @@ func (s *Store) isolateBusyJoins(ctx context.Context, order []feederKey, names m
 		}
 		return true
 	case lockTimedOut(err):
-		if ok, n := s.warn.Allow("join-table-locked"); ok {
+		if ok, n := s.warn.Allow(zapcore.WarnLevel, "join-table-locked"); ok {
 			s.log.Warn("another session holds the control table (or its feeders table) locked as a whole; no feeder can join until it lets go",
 				zap.Int("joins", len(order)), zap.String("lock_wait", s.lockWait), zap.Error(err), zap.Int("suppressed", n))
 		}
@@ -218,7 +228,7 @@ func (s *Store) isolateBusyJoins(ctx context.Context, order []feederKey, names m
 		out[k] = JoinedResult{Err: fmt.Errorf("join feeder %s of %s: %w (waited more than lock_timeout %s; an open transaction holding its row? see pg_stat_activity, state 'idle in transaction'): %w",
 			k.feeder, k.table, ErrBusy, s.lockWait, cause)}
 	})
-	if ok, n := s.warn.Allow("join-busy"); ok {
+	if ok, n := s.warn.Allow(zapcore.WarnLevel, "join-busy"); ok {
 		s.log.Warn("another session holds tables of the control table locked; the feeders of the other tables join without them and theirs are retried (see pg_stat_activity for the session, state 'idle in transaction')",
 			zap.Int("busy_tables", len(busy)), zap.Strings("tables", named), zap.Int("others", len(rest)),
 			zap.String("lock_wait", s.lockWait), zap.Int("suppressed", n))

@@ -226,7 +226,7 @@ func (r *Registry) Discovered(run listener.Run) {
 	if len(r.pending) >= r.maxPending {
 		r.cfg.Metrics.Refused.WithLabelValues(RefusedBusy).Inc()
 		r.missedRun(run.RunID)
-		if ok, n := r.refuseLog.Allow(RefusedBusy); ok {
+		if ok, n := r.refuseLog.Allow(zapcore.WarnLevel, RefusedBusy); ok {
 			r.log.Warn("too many discovered runs wait for a decision; this one is found again by a rescan of the stream once they are decided, or by its next event",
 				zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID), zap.Int("waiting", len(r.pending)),
 				zap.Int("suppressed", n))
@@ -568,7 +568,7 @@ func (r *Registry) consider(ctx context.Context, runID string, async func(table 
 		case ok:
 			// A silent "not yet" must say why: the name is one case or
 			// separator away from a rule's query.
-			if allow, n := r.refuseLog.Allow("near-miss/" + near.Query); allow {
+			if allow, n := r.refuseLog.Allow(zapcore.WarnLevel, "near-miss/"+near.Query); allow {
 				r.log.Warn("run not tracked: its query name matches no rule, but differs from a rule's query only in case or separators (- _ . / and space); fix the name or the rule",
 					zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID), zap.String("name", name),
 					zap.String("rule_query", near.Query), zap.String("rule_table", near.Table), zap.Int("suppressed", n))
@@ -608,7 +608,7 @@ func (r *Registry) consider(ctx context.Context, runID string, async func(table 
 	if capped > 0 {
 		// Counted by register. Not remembered as refused: once trackers
 		// finish, the run's next event tracks it.
-		if ok, n := r.refuseLog.Allow(RefusedRunCap); ok {
+		if ok, n := r.refuseLog.Allow(zapcore.WarnLevel, RefusedRunCap); ok {
 			r.log.Warn("run not tracked: the cap of tracked runs is reached (tracking.max_trackers)",
 				zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID),
 				zap.Int("max_trackers", r.cfg.MaxTrackers), zap.Int("suppressed", n))
@@ -647,7 +647,7 @@ func (r *Registry) refuse(reason string, run listener.Run, err error) {
 		r.ignored.put(run.RunID, JoinResult{})
 	}
 	r.mu.Unlock()
-	if ok, n := r.refuseLog.Allow(reason); ok {
+	if ok, n := r.refuseLog.Allow(zapcore.WarnLevel, reason); ok {
 		r.log.Warn("run refused; its events are dropped", zap.String("reason", reason),
 			zap.String("query_id", run.QueryID), zap.String("run_id", run.RunID), zap.Error(err),
 			zap.Int("suppressed", n))

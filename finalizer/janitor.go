@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/finalizer-dev/finalizer/internal/lograte"
 )
 
 // janitorLoop marks stale runs and stops trackers of runs silent for
@@ -18,11 +20,26 @@ func (r *Registry) janitorLoop() {
 		timer.Start(r.every)
 		select {
 		case <-r.stop:
+			r.reportHeld()
 			return
 		case <-timer.C():
 		}
 		r.sweep()
+		r.reportHeld()
 	}
+}
+
+// reportHeld says, one line per class (lograte.HeldMsg), the log lines
+// the registry's limiters held back in an interval that has ended with no
+// later line of their class going out to count them: a lone burst of
+// refusals (2,000 runs refused, one WARN line in the interval) would
+// otherwise never say how many it held back. The janitor calls it after
+// each sweep and once when it stops; a class has at most one line per
+// interval, its own or this one (ADR 0022, addendum of 2026-12-06).
+func (r *Registry) reportHeld() {
+	r.refuseLog.Report(r.log, "registry")
+	r.markWaits.every.Report(r.log, "stream_state")
+	lograte.LogHeld(r.log, "sampled", sampleEvery, r.sampler.flush())
 }
 
 // sweep counts the stale trackers and stops the expired ones, then prunes

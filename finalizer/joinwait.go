@@ -11,6 +11,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/finalizer-dev/finalizer/control"
 )
@@ -482,7 +483,7 @@ func (r *Registry) joinTry(w *joinWait) {
 	r.mu.Unlock()
 	switch {
 	case err == nil && !stopped && retried:
-		if ok, n := r.refuseLog.Allow("join-wait-done"); ok {
+		if ok, n := r.refuseLog.Allow(zapcore.InfoLevel, "join-wait-done"); ok {
 			r.log.Info("the query joined the table's feeders after waiting; the table moves again, and its run is tracked",
 				zap.String("table", w.req.Table), zap.String("query_id", w.req.QueryID), zap.String("run_id", w.req.RunID),
 				zap.Duration("waited", now.Sub(w.since).Round(time.Millisecond)), zap.Int("suppressed", n))
@@ -560,7 +561,7 @@ func (r *Registry) warnJoinWait(req Request, err error, waiting, next time.Durat
 	if errors.Is(err, control.ErrBusy) {
 		kind, msg = "join-wait/busy", fmt.Sprintf("another session holds the table locked in the control database (an open transaction: a reader's SELECT ... FOR SHARE, an operator's UPDATE); %s, and the table does not move meanwhile (its other feeders' advances wait for the join; runs of other tables are tracked as usual); find the session in pg_stat_activity (state 'idle in transaction') and end it", who)
 	}
-	if ok, n := r.refuseLog.Allow(kind); ok {
+	if ok, n := r.refuseLog.Allow(zapcore.WarnLevel, kind); ok {
 		r.log.Warn(msg, zap.String("table", req.Table), zap.String("query_id", req.QueryID), zap.String("query_name", req.QueryName),
 			zap.String("run_id", req.RunID), zap.Duration("waiting", waiting.Round(time.Second)), zap.Duration("retry_in", next),
 			zap.Int("suppressed", n), zap.Error(err))

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/finalizer-dev/finalizer/internal/lograte"
 )
@@ -80,7 +81,7 @@ func (r *Registry) markReadFailed(table string, at time.Time, attempt int, in ti
 		return
 	}
 	r.log.Debug(line, fields...)
-	if ok, suppressed := w.every.Allow("stream_state"); ok {
+	if ok, suppressed := w.every.Allow(zapcore.WarnLevel, "stream_state"); ok {
 		r.log.Warn("could not read the event stream's state after hearing rewinds, still retrying; the tables' failures after their first are logged at debug level",
 			zap.Int("tables_waiting", waiting), zap.Int("suppressed", suppressed), zap.Duration("every", markWaitEvery), zap.Error(err))
 	}

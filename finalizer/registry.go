@@ -2060,7 +2060,7 @@ func (r *Registry) logSampled(lvl zapcore.Level, class, msg string, fields ...za
 // when the line, sampled down to DEBUG, is not written), with how many
 // lines of its class were held back since the last one let through.
 func (r *Registry) checkSampled(lvl zapcore.Level, class, msg string) (*zapcore.CheckedEntry, int) {
-	ok, n := r.sampler.allow(class)
+	ok, n := r.sampler.allow(lvl, class)
 	if !ok {
 		lvl, n = zapcore.DebugLevel, 0
 	}

@@ -3,6 +3,10 @@ package finalizer
 import (
 	"sync"
 	"time"
+
+	"go.uber.org/zap/zapcore"
+
+	"github.com/finalizer-dev/finalizer/internal/lograte"
 )
 
 // Defaults of the log sampler.
@@ -17,8 +21,8 @@ const (
 
 // logSampler rate-limits log lines by class: up to burst lines per
 // interval go through, the next one after the interval says how many did
-// not. Safe for concurrent use; one is shared by a registry and its
-// trackers.
+// not; when none comes, the registry's janitor says it (flush). Safe for
+// concurrent use; one is shared by a registry and its trackers.
 type logSampler struct {
 	now   func() time.Time
 	every time.Duration
@@ -29,18 +33,20 @@ type logSampler struct {
 }
 
 type sampleClass struct {
-	start      time.Time // of the current interval
-	n          int       // lines let through in it
-	suppressed int       // lines held back since the last one let through
+	start      time.Time     // of the current interval
+	n          int           // lines let through in it
+	suppressed int           // lines held back since the last one let through
+	level      zapcore.Level // of the lines held back (the last one's)
 }
 
 func newLogSampler(now func() time.Time, every time.Duration, burst int) *logSampler {
 	return &logSampler{now: now, every: every, burst: burst, classes: make(map[string]*sampleClass)}
 }
 
-// allow reports whether a line of class goes out at its level, and how
-// many of its class were held back since the last one that did.
-func (s *logSampler) allow(class string) (ok bool, suppressed int) {
+// allow reports whether a line of class goes out at its level lvl, and
+// how many of its class were held back since the last one that did (or
+// since the flush that said them).
+func (s *logSampler) allow(lvl zapcore.Level, class string) (ok bool, suppressed int) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -54,10 +60,31 @@ func (s *logSampler) allow(class string) (ok bool, suppressed int) {
 	}
 	if c.n >= s.burst {
 		c.suppressed++
+		c.level = lvl
 		return false, 0
 	}
 	c.n++
 	n := c.suppressed
 	c.suppressed = 0
 	return true, n
+}
+
+// flush returns each class whose interval has ended with lines held back
+// and no line of the class let through since to say so, and resets its
+// count. The line its caller logs for the class (lograte.LogHeld) counts
+// as the first of a new interval's burst, so it comes at most once per
+// interval and the class still has at most burst lines in it.
+func (s *logSampler) flush() []lograte.Held {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var held []lograte.Held
+	for class, c := range s.classes {
+		if c.suppressed == 0 || now.Sub(c.start) < s.every {
+			continue
+		}
+		held = append(held, lograte.Held{Class: class, Level: c.level, Suppressed: c.suppressed})
+		c.start, c.n, c.suppressed = now, 1, 0
+	}
+	return held
 }

@@ -1713,7 +1713,7 @@ func (t *Tracker) sample(lvl zapcore.Level, class string) (zapcore.Level, int) {
 	if t.cfg.sampler == nil {
 		return lvl, 0
 	}
-	ok, n := t.cfg.sampler.allow(class)
+	ok, n := t.cfg.sampler.allow(lvl, class)
 	if !ok {
 		return zapcore.DebugLevel, 0
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/finalizer-dev/finalizer/internal/lograte"
 	"github.com/finalizer-dev/finalizer/internal/redact"
@@ -469,7 +470,7 @@ func Dial(ctx context.Context, o Options) (*Listener, error) {
 				}
 				return
 			}
-			if ok, n := l.warn.Allow("nats-error"); ok {
+			if ok, n := l.warn.Allow(zapcore.WarnLevel, "nats-error"); ok {
 				l.log.Warn("nats asynchronous error", zap.String("subject", subj),
 					zap.Error(err), zap.Int("suppressed", n))
 			}
@@ -551,7 +552,7 @@ func checkURLs(list string) error {
 // rescanLoop runs). It also retries the catch-ups that failed (the stream
 // had no leader, JetStream did not answer in time), with a delay from
 // DefaultRetryMin doubling to DefaultRetryMax, until each succeeds or its
-// subscription ends.
+// subscription ends, and says the warnings held back (reportHeld).
 func (l *Listener) maintain() {
 	defer l.wg.Done()
 	delay := DefaultRetryMin
@@ -562,10 +563,15 @@ func (l *Listener) maintain() {
 		defer t.Stop()
 		check = t.C
 	}
+	held := time.NewTicker(lograte.ReportEvery)
+	defer held.Stop()
 	for {
 		select {
 		case <-l.ctx.Done():
+			l.reportHeld()
 			return
+		case <-held.C:
+			l.reportHeld()
 		case <-check:
 			l.checkStream()
 		case <-l.streamKick:
@@ -589,6 +595,13 @@ func (l *Listener) maintain() {
 	}
 }
 
+// reportHeld says, one line per class (lograte.HeldMsg), the warnings
+// the listener held back in an interval that has ended with no later
+// warning of their class going out to count them (a lone burst of dropped
+// events). maintain calls it every lograte.ReportEvery and once when it
+// stops (ADR 0022, addendum of 2026-12-06).
+func (l *Listener) reportHeld() { l.warn.Report(l.log, "listener") }
+
 // pendingCatchUps returns how many catch-ups wait for a retry.
 func (l *Listener) pendingCatchUps() int {
 	l.mu.Lock()
@@ -607,7 +620,7 @@ func (l *Listener) catchUpLater(s *RunSubscription, err error) {
 	if !live {
 		return
 	}
-	if ok, n := l.warn.Allow("catch-up"); ok {
+	if ok, n := l.warn.Allow(zapcore.WarnLevel, "catch-up"); ok {
 		l.log.Warn("catch-up from the stream failed; retrying", zap.String("query_id", s.queryID),
 			zap.String("run_id", s.runID), zap.Error(err), zap.Int("suppressed", n))
 	}

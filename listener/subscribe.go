@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/finalizer-dev/finalizer/internal/mapcap"
 	"github.com/finalizer-dev/finalizer/progress"
@@ -542,7 +543,7 @@ func (l *Listener) drop(es eventSubject, subject, outcome string, err error) {
 		l.log.Debug("event ignored", zap.String("subject", subject), zap.Error(err))
 		return
 	}
-	if ok, n := l.warn.Allow(outcome + "/" + es.kindToken); ok {
+	if ok, n := l.warn.Allow(zapcore.WarnLevel, outcome+"/"+es.kindToken); ok {
 		l.log.Warn("event dropped",
 			zap.String("outcome", outcome),
 			zap.String("kind", es.kindToken),

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
@@ -30,6 +31,9 @@ const maxLongPoll = 5 * time.Minute
 func newHTTPHandler(svc *service.Service) http.Handler {
 	store, registry, log := svc.Store(), svc.Registry(), svc.Logger()
 	edgeLog := lograte.New(time.Now, edgeLogEvery)
+	// The handler has no loop: the service says the lines it held back
+	// when no later line of their class goes out.
+	svc.ReportHeld(func() { edgeLog.Report(log, "http") })
 	httpError := func(w http.ResponseWriter, err error) { writeHTTPError(w, err, log, edgeLog) }
 	// table reads a table name from the path and answers 400 with a plain
 	// reason when the control table could not hold it (a NUL, bytes that
@@ -64,7 +68,7 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		for part, err := range map[string]error{"postgres": pg, "nats": nats, "stream": stream} {
 			if err != nil {
 				checks[part], code = "down", http.StatusServiceUnavailable
-				if ok, n := edgeLog.Allow("readyz/" + part); ok {
+				if ok, n := edgeLog.Allow(zapcore.WarnLevel, "readyz/"+part); ok {
 					log.Warn("not ready", zap.String("part", part), zap.Error(err), zap.Int("suppressed", n))
 				}
 			}
@@ -414,12 +418,12 @@ func writeHTTPError(w http.ResponseWriter, err error, log *zap.Logger, limit *lo
 	case errors.Is(err, control.ErrInvalidTable):
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid table name"})
 	case errors.Is(err, control.ErrUnavailable):
-		if ok, n := limit.Allow("unavailable"); ok {
+		if ok, n := limit.Allow(zapcore.WarnLevel, "unavailable"); ok {
 			log.Warn("http request failed: postgresql unavailable", zap.Error(err), zap.Int("suppressed", n))
 		}
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "postgresql unavailable"})
 	default:
-		if ok, n := limit.Allow("internal"); ok {
+		if ok, n := limit.Allow(zapcore.ErrorLevel, "internal"); ok {
 			log.Error("http request failed", zap.Error(err), zap.Int("suppressed", n))
 		}
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error (see the service's log)"})

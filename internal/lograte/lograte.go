@@ -1,11 +1,23 @@
 // Package lograte holds back repeated log lines: at most one line per class
 // in each interval, with the count of those held back since the last one.
+//
+// The count rides on the next line of the class that goes out; when none
+// comes (a lone burst), the owner of a periodic loop calls Report (or
+// Flush) so that the count is still said, in one line per class at most
+// once per interval (ADR 0022, addendum of 2026-12-06).
 package lograte
 
 import (
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
+
+// HeldMsg is the message of the line that says how many lines of a class
+// were held back when no later line of the class went out to say it.
+const HeldMsg = "log lines held back"
 
 // Limiter lets at most one line per class through every interval and
 // counts the ones it held back. It is safe for concurrent use. Classes are
@@ -22,6 +34,7 @@ type Limiter struct {
 type class struct {
 	last       time.Time
 	suppressed int
+	level      zapcore.Level // of the lines held back
 }
 
 // New returns a Limiter that lets one line per class through every
@@ -33,22 +46,76 @@ func New(now func() time.Time, every time.Duration) *Limiter {
 	return &Limiter{now: now, every: every, classes: make(map[string]*class)}
 }
 
-// Allow reports whether a line of class may be logged now and, if so, how
-// many of that class were held back since the last one logged.
-func (w *Limiter) Allow(c string) (ok bool, suppressed int) {
+// Every returns the Limiter's interval.
+func (w *Limiter) Every() time.Duration { return w.every }
+
+// Allow reports whether a line of class, to be logged at lvl, may be
+// logged now and, if so, how many of that class were held back since the
+// last one logged (or since the last Flush that said them). The level is
+// what Flush reports the held-back lines at.
+func (w *Limiter) Allow(lvl zapcore.Level, c string) (ok bool, suppressed int) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	cl := w.classes[c]
 	if cl == nil {
-		w.classes[c] = &class{last: now}
+		w.classes[c] = &class{last: now, level: lvl}
 		return true, 0
 	}
 	if now.Sub(cl.last) < w.every {
 		cl.suppressed++
+		cl.level = lvl
 		return false, 0
 	}
 	n := cl.suppressed
 	cl.last, cl.suppressed = now, 0
 	return true, n
+}
+
+// Held is a class of lines held back whose interval ended with no line of
+// the class let through to say so (Limiter.Flush).
+type Held struct {
+	Class      string
+	Level      zapcore.Level // of the lines held back (the last one's)
+	Suppressed int
+}
+
+// Flush returns each class whose interval has ended with lines held back
+// since the last one let through, and resets its count: the line its
+// caller logs for the class (Report) counts as the class's line of a new
+// interval, so a class has at most one line per interval, whether a line
+// of its own or Flush's. It returns nil when no class has lines to say.
+// Classes come in no particular order.
+func (w *Limiter) Flush() []Held {
+	now := w.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var held []Held
+	for c, cl := range w.classes {
+		if cl.suppressed == 0 || now.Sub(cl.last) < w.every {
+			continue
+		}
+		held = append(held, Held{Class: c, Level: cl.level, Suppressed: cl.suppressed})
+		cl.last, cl.suppressed = now, 0
+	}
+	return held
+}
+
+// Report logs what Flush returns on log (LogHeld): one line per class
+// whose held-back lines no later line of the class said, with kind naming
+// the limiter.
+func (w *Limiter) Report(log *zap.Logger, kind string) {
+	LogHeld(log, kind, w.every, w.Flush())
+}
+
+// LogHeld logs one line (HeldMsg) per class of held, at the level of the
+// class's held-back lines, with kind (which limiter), the class, how many
+// were held back (suppressed) and the limiter's interval.
+func LogHeld(log *zap.Logger, kind string, every time.Duration, held []Held) {
+	for _, h := range held {
+		if ce := log.Check(h.Level, HeldMsg); ce != nil {
+			ce.Write(zap.String("kind", kind), zap.String("class", h.Class),
+				zap.Int("suppressed", h.Suppressed), zap.Duration("interval", every))
+		}
+	}
 }

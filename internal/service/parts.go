@@ -23,6 +23,7 @@ import (
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/lograte"
 	"github.com/finalizer-dev/finalizer/internal/memlimit"
 	"github.com/finalizer-dev/finalizer/internal/ownership"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
@@ -188,6 +189,14 @@ func (s *Service) openStore(ctx context.Context) error {
 	}
 	s.store = store
 	s.started("control store", func(context.Context) { store.Close() })
+	// The store's busy warnings, and the HTTP handler's (ReportHeld), have
+	// no loop of their own to say the lines they held back when no later
+	// line of the class comes: this one does, until the service stops
+	// (before the store closes).
+	held := lograte.StartLoop(lograte.ReportEvery)
+	held.Add(store.ReportHeldLogs)
+	s.held = held
+	s.started("held log lines", func(context.Context) { held.Stop() })
 	if err := s.prepareSchema(ctx); err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/finalizer-dev/finalizer/finalizer"
 	"github.com/finalizer-dev/finalizer/internal/actions"
 	"github.com/finalizer-dev/finalizer/internal/embeddednats"
+	"github.com/finalizer-dev/finalizer/internal/lograte"
 	"github.com/finalizer-dev/finalizer/internal/memlimit"
 	"github.com/finalizer-dev/finalizer/internal/ownership"
 	"github.com/finalizer-dev/finalizer/internal/pgcluster"
@@ -205,6 +206,10 @@ type Service struct {
 	outbox     *control.Outbox
 	dispatcher *actions.Dispatcher
 	httpAddr   string
+	// held calls the reports of the limiters whose owner has no periodic
+	// loop (the store's, the HTTP handler's: ReportHeld); started with
+	// the store.
+	held *lograte.Loop
 	httpLn     net.Listener // bound by reserveListeners until serveHTTP serves it
 	timings    Timings
 
@@ -362,6 +367,17 @@ func (s *Service) HTTPAddr() string { return s.httpAddr }
 
 // Timings returns how long the start took.
 func (s *Service) Timings() Timings { return s.timings }
+
+// ReportHeld has the service call report every lograte.ReportEvery until
+// it stops, and once as it stops: for a rate-limited log of a part
+// without a periodic loop of its own (the HTTP handler's), to say the
+// lines it held back when no later line of their class goes out
+// (lograte.Limiter.Report). Before the store is open it does nothing.
+func (s *Service) ReportHeld(report func()) {
+	if s.held != nil {
+		s.held.Add(report)
+	}
+}
 
 // Logger returns the service's logger.
 func (s *Service) Logger() *zap.Logger { return s.log }
