@@ -206,12 +206,12 @@ type Service struct {
 	outbox     *control.Outbox
 	dispatcher *actions.Dispatcher
 	httpAddr   string
+	httpLn     net.Listener // bound by reserveListeners until serveHTTP serves it
+	timings    Timings
 	// held calls the reports of the limiters whose owner has no periodic
 	// loop (the store's, the HTTP handler's: ReportHeld); started with
 	// the store.
 	held *lograte.Loop
-	httpLn     net.Listener // bound by reserveListeners until serveHTTP serves it
-	timings    Timings
 
 	actors      []actor // started, in start order
 	startFailed bool    // Start failed: its Stop undoes what a first start made

@@ -1,0 +1,82 @@
+package finalizer
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+
+	"github.com/finalizer-dev/finalizer/internal/lograte"
+)
+
+// samplerClock is a fake clock for a logSampler.
+type samplerClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *samplerClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *samplerClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// TestSamplerFlushSaysALoneBurst: a burst of a class over the sampler's
+// burst, with no later line of the class, is said by flush once its
+// interval has ended (the count, at the held lines' level), once; the
+// flush's line is the first of a new interval's burst; a class whose next
+// line said its count, or still in its interval, is not flushed.
+func TestSamplerFlushSaysALoneBurst(t *testing.T) {
+	c := &samplerClock{now: time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)}
+	s := newLogSampler(c.Now, 10*time.Second, 3)
+	for i := range 500 {
+		if ok, _ := s.allow(zapcore.WarnLevel, "no-time"); ok != (i < 3) {
+			t.Fatalf("line %d: let through %v", i, ok)
+		}
+	}
+	for range 5 {
+		s.allow(zapcore.InfoLevel, "said")
+	}
+	if held := s.flush(); held != nil {
+		t.Fatalf("flushed within the interval: %v", held)
+	}
+	c.Advance(10 * time.Second)
+	if ok, n := s.allow(zapcore.InfoLevel, "said"); !ok || n != 2 {
+		t.Fatalf("the next line of a class: %v %d, want let through with 2", ok, n)
+	}
+	held := s.flush()
+	if len(held) != 1 || held[0] != (lograte.Held{Class: "no-time", Level: zapcore.WarnLevel, Suppressed: 497}) {
+		t.Fatalf("flush = %v, want no-time, WARN, 497", held)
+	}
+	if held := s.flush(); held != nil {
+		t.Fatalf("flushed twice: %v", held)
+	}
+	// The flush's line took one of the new interval's three.
+	for i := range 3 {
+		if ok, _ := s.allow(zapcore.WarnLevel, "no-time"); ok != (i < 2) {
+			t.Fatalf("line %d after the flush: let through %v", i, ok)
+		}
+	}
+	c.Advance(10 * time.Second)
+	if held := s.flush(); len(held) != 1 || held[0].Suppressed != 1 {
+		t.Fatalf("flush = %v, want the one held since", held)
+	}
+}
+
+// TestSamplerAllowDoesNotAllocate: the hot path stays free of
+// allocations.
+func TestSamplerAllowDoesNotAllocate(t *testing.T) {
+	c := &samplerClock{now: time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)}
+	s := newLogSampler(c.Now, 10*time.Second, 3)
+	s.allow(zapcore.InfoLevel, "x")
+	if n := testing.AllocsPerRun(1000, func() { s.allow(zapcore.InfoLevel, "x") }); n != 0 {
+		t.Errorf("allow: %v allocations", n)
+	}
+}
