@@ -49,7 +49,9 @@ const (
 	// rule tracks a run; a run of a query with a longer name is refused
 	// (RefusedQueryName).
 	MaxQueryNameLen = 1024
-	// refuseLogEvery is how often a refusal is logged, at most, per reason.
+	// refuseLogEvery is how often a refusal is logged, at most, per
+	// reason; the count of those held back rides on the next one, or is
+	// said by the janitor when none comes (reportHeld).
 	refuseLogEvery = 10 * time.Second
 	// sampleLogEvery is how often a line of one kind that every run logs
 	// (tracking run, verdict moved, run terminated, ...) is logged at its

@@ -79,7 +79,8 @@ type TrackerConfig struct {
 	// guard holding a run, an advance failing) across the trackers that
 	// share it: the first few of a kind in an interval are logged at their
 	// level, the others at DEBUG, and the next one logged says how many
-	// were. nil logs each at its level.
+	// were (or, when none comes, the registry's janitor: reportHeld). nil
+	// logs each at its level.
 	sampler        *logSampler
 	Metrics        *Metrics      // nil = unregistered collectors
 	RetryDelay     time.Duration // 0 = DefaultRetryDelay

@@ -53,7 +53,9 @@ const (
 	// of its request, so the service's answer still arrives in time.
 	DefaultJoinMargin = 5 * time.Second
 	// DefaultWarnEvery is the minimum interval between two warnings about
-	// dropped messages of one class (outcome and kind).
+	// dropped messages of one class (outcome and kind); the count of
+	// those held back rides on the next one, or is said by maintain when
+	// none comes (reportHeld).
 	DefaultWarnEvery = 10 * time.Second
 	// DefaultPendingMsgs and DefaultPendingBytes are the pending limits of
 	// the API subscriptions: generous, because a callback never waits on I/O.
