@@ -36,8 +36,10 @@ const busyWarnEvery = 30 * time.Second
 // advances would otherwise never say how many it held back. The store has
 // no loop of its own: its owner calls it periodically (the service every
 // lograte.ReportEvery); a class has at most one line per interval, its
-// own or this one (ADR 0022, addendum of 2026-12-06).
-func (s *Store) ReportHeldLogs() { s.warn.Report(s.log, "control_store") }
+// own or this one (ADR 0022, addendum of 2026-12-06). With all (the
+// owner's last call, at its stop) every class with warnings held back is
+// said, its interval ended or not.
+func (s *Store) ReportHeldLogs(all bool) { s.warn.Report(s.log, "control_store", all) }
 
 // ErrBusy is the error of an advance whose table another session keeps
 // locked (its row in the control table or the feeders table, or its

@@ -20,12 +20,12 @@ func (r *Registry) janitorLoop() {
 		timer.Start(r.every)
 		select {
 		case <-r.stop:
-			r.reportHeld()
+			r.reportHeld(true)
 			return
 		case <-timer.C():
 		}
 		r.sweep()
-		r.reportHeld()
+		r.reportHeld(false)
 	}
 }
 
@@ -36,10 +36,13 @@ func (r *Registry) janitorLoop() {
 // otherwise never say how many it held back. The janitor calls it after
 // each sweep and once when it stops; a class has at most one line per
 // interval, its own or this one (ADR 0022, addendum of 2026-12-06).
-func (r *Registry) reportHeld() {
-	r.refuseLog.Report(r.log, "registry")
-	r.markWaits.every.Report(r.log, "stream_state")
-	lograte.LogHeld(r.log, "sampled", sampleEvery, r.sampler.flush())
+//
+// With all (the janitor's stop) it says every class with lines held back,
+// its interval ended or not: a burst cut off by the stop is said too.
+func (r *Registry) reportHeld(all bool) {
+	r.refuseLog.Report(r.log, "registry", all)
+	r.markWaits.every.Report(r.log, "stream_state", all)
+	lograte.LogHeld(r.log, "sampled", sampleEvery, r.sampler.flush(all))
 }
 
 // sweep counts the stale trackers and stops the expired ones, then prunes

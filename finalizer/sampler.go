@@ -74,13 +74,15 @@ func (s *logSampler) allow(lvl zapcore.Level, class string) (ok bool, suppressed
 // count. The line its caller logs for the class (lograte.LogHeld) counts
 // as the first of a new interval's burst, so it comes at most once per
 // interval and the class still has at most burst lines in it.
-func (s *logSampler) flush() []lograte.Held {
+// With all (at the janitor's stop) it returns every class with lines
+// held back, its interval ended or not.
+func (s *logSampler) flush(all bool) []lograte.Held {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var held []lograte.Held
 	for class, c := range s.classes {
-		if c.suppressed == 0 || now.Sub(c.start) < s.every {
+		if c.suppressed == 0 || (!all && now.Sub(c.start) < s.every) {
 			continue
 		}
 		held = append(held, lograte.Held{Class: class, Level: c.level, Suppressed: c.suppressed})

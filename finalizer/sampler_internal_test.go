@@ -44,18 +44,18 @@ func TestSamplerFlushSaysALoneBurst(t *testing.T) {
 	for range 5 {
 		s.allow(zapcore.InfoLevel, "said")
 	}
-	if held := s.flush(); held != nil {
+	if held := s.flush(false); held != nil {
 		t.Fatalf("flushed within the interval: %v", held)
 	}
 	c.Advance(10 * time.Second)
 	if ok, n := s.allow(zapcore.InfoLevel, "said"); !ok || n != 2 {
 		t.Fatalf("the next line of a class: %v %d, want let through with 2", ok, n)
 	}
-	held := s.flush()
+	held := s.flush(false)
 	if len(held) != 1 || held[0] != (lograte.Held{Class: "no-time", Level: zapcore.WarnLevel, Suppressed: 497}) {
 		t.Fatalf("flush = %v, want no-time, WARN, 497", held)
 	}
-	if held := s.flush(); held != nil {
+	if held := s.flush(false); held != nil {
 		t.Fatalf("flushed twice: %v", held)
 	}
 	// The flush's line took one of the new interval's three.
@@ -65,8 +65,18 @@ func TestSamplerFlushSaysALoneBurst(t *testing.T) {
 		}
 	}
 	c.Advance(10 * time.Second)
-	if held := s.flush(); len(held) != 1 || held[0].Suppressed != 1 {
+	if held := s.flush(false); len(held) != 1 || held[0].Suppressed != 1 {
 		t.Fatalf("flush = %v, want the one held since", held)
+	}
+	// At the janitor's stop (all), a burst within its interval is said.
+	for range 5 {
+		s.allow(zapcore.WarnLevel, "cut")
+	}
+	if held := s.flush(false); held != nil {
+		t.Fatalf("flushed within the interval: %v", held)
+	}
+	if held := s.flush(true); len(held) != 1 || held[0] != (lograte.Held{Class: "cut", Level: zapcore.WarnLevel, Suppressed: 2}) {
+		t.Fatalf("flush(all) = %v, want cut, WARN, 2", held)
 	}
 }
 

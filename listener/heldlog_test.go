@@ -35,15 +35,15 @@ func TestDroppedBurstCountIsSaid(t *testing.T) {
 	if n := logs.FilterMessage("event dropped").Len(); n != 1 {
 		t.Fatalf("%d drop lines, want 1", n)
 	}
-	l.reportHeld()
+	l.reportHeld(false)
 	if n := logs.FilterMessage(lograte.HeldMsg).Len(); n != 0 {
 		t.Fatalf("%d held lines within the interval", n)
 	}
 	mu.Lock()
 	now = now.Add(DefaultWarnEvery)
 	mu.Unlock()
-	l.reportHeld()
-	l.reportHeld()
+	l.reportHeld(false)
+	l.reportHeld(false)
 	held := logs.FilterMessage(lograte.HeldMsg).All()
 	if len(held) != 1 {
 		t.Fatalf("%d held lines, want 1", len(held))

@@ -570,10 +570,10 @@ func (l *Listener) maintain() {
 	for {
 		select {
 		case <-l.ctx.Done():
-			l.reportHeld()
+			l.reportHeld(true)
 			return
 		case <-held.C:
-			l.reportHeld()
+			l.reportHeld(false)
 		case <-check:
 			l.checkStream()
 		case <-l.streamKick:
@@ -601,8 +601,9 @@ func (l *Listener) maintain() {
 // the listener held back in an interval that has ended with no later
 // warning of their class going out to count them (a lone burst of dropped
 // events). maintain calls it every lograte.ReportEvery and once when it
-// stops (ADR 0022, addendum of 2026-12-06).
-func (l *Listener) reportHeld() { l.warn.Report(l.log, "listener") }
+// stops, with all: then every class with warnings held back is said, its
+// interval ended or not (ADR 0022, addendum of 2026-12-06).
+func (l *Listener) reportHeld(all bool) { l.warn.Report(l.log, "listener", all) }
 
 // pendingCatchUps returns how many catch-ups wait for a retry.
 func (l *Listener) pendingCatchUps() int {

@@ -33,7 +33,7 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 	edgeLog := lograte.New(time.Now, edgeLogEvery)
 	// The handler has no loop: the service says the lines it held back
 	// when no later line of their class goes out.
-	svc.ReportHeld(func() { edgeLog.Report(log, "http") })
+	svc.ReportHeld(func(final bool) { edgeLog.Report(log, "http", final) })
 	httpError := func(w http.ResponseWriter, err error) { writeHTTPError(w, err, log, edgeLog) }
 	// table reads a table name from the path and answers 400 with a plain
 	// reason when the control table could not hold it (a NUL, bytes that

@@ -85,14 +85,16 @@ type Held struct {
 // caller logs for the class (Report) counts as the class's line of a new
 // interval, so a class has at most one line per interval, whether a line
 // of its own or Flush's. It returns nil when no class has lines to say.
-// Classes come in no particular order.
-func (w *Limiter) Flush() []Held {
+// Classes come in no particular order. With all (the last round, at a
+// stop) it returns every class with lines held back, its interval ended
+// or not: nothing comes after it to say them.
+func (w *Limiter) Flush(all bool) []Held {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var held []Held
 	for c, cl := range w.classes {
-		if cl.suppressed == 0 || now.Sub(cl.last) < w.every {
+		if cl.suppressed == 0 || (!all && now.Sub(cl.last) < w.every) {
 			continue
 		}
 		held = append(held, Held{Class: c, Level: cl.level, Suppressed: cl.suppressed})
@@ -103,9 +105,9 @@ func (w *Limiter) Flush() []Held {
 
 // Report logs what Flush returns on log (LogHeld): one line per class
 // whose held-back lines no later line of the class said, with kind naming
-// the limiter.
-func (w *Limiter) Report(log *zap.Logger, kind string) {
-	LogHeld(log, kind, w.every, w.Flush())
+// the limiter; all as Flush's.
+func (w *Limiter) Report(log *zap.Logger, kind string, all bool) {
+	LogHeld(log, kind, w.every, w.Flush(all))
 }
 
 // LogHeld logs one line (HeldMsg) per class of held, at the level of the

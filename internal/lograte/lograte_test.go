@@ -50,18 +50,18 @@ func TestFlushSaysALoneBurst(t *testing.T) {
 	}
 	w.Allow(zapcore.ErrorLevel, "said")
 	w.Allow(zapcore.ErrorLevel, "said")
-	if held := w.Flush(); held != nil {
+	if held := w.Flush(false); held != nil {
 		t.Fatalf("flushed within the interval: %v", held)
 	}
 	c.Advance(10 * time.Second)
 	if ok, n := w.Allow(zapcore.ErrorLevel, "said"); !ok || n != 1 {
 		t.Fatalf("the next line of a class: %v %d, want let through with 1", ok, n)
 	}
-	held := w.Flush()
+	held := w.Flush(false)
 	if len(held) != 1 || held[0] != (Held{Class: "refused", Level: zapcore.WarnLevel, Suppressed: 1999}) {
 		t.Fatalf("Flush = %v, want refused, WARN, 1999", held)
 	}
-	if held := w.Flush(); held != nil {
+	if held := w.Flush(false); held != nil {
 		t.Fatalf("flushed twice: %v", held)
 	}
 	// The flush's line is the class's line of a new interval.
@@ -69,11 +69,11 @@ func TestFlushSaysALoneBurst(t *testing.T) {
 		t.Fatal("a line let through in the interval the flush's line opened")
 	}
 	c.Advance(9 * time.Second)
-	if held := w.Flush(); held != nil {
+	if held := w.Flush(false); held != nil {
 		t.Fatalf("flushed before the interval ended: %v", held)
 	}
 	c.Advance(time.Second)
-	if held := w.Flush(); len(held) != 1 || held[0].Suppressed != 1 {
+	if held := w.Flush(false); len(held) != 1 || held[0].Suppressed != 1 {
 		t.Fatalf("Flush = %v, want the one held since", held)
 	}
 	c.Advance(time.Hour)
@@ -95,8 +95,8 @@ func TestReportLogsOneLinePerClass(t *testing.T) {
 	}
 	core, logs := observer.New(zapcore.InfoLevel)
 	c.Advance(30 * time.Second)
-	w.Report(zap.New(core), "test")
-	w.Report(zap.New(core), "test")
+	w.Report(zap.New(core), "test", false)
+	w.Report(zap.New(core), "test", false)
 	if logs.Len() != 2 {
 		t.Fatalf("%d lines, want 2: %v", logs.Len(), logs.All())
 	}
@@ -129,7 +129,7 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 func TestLoopReportsAndStops(t *testing.T) {
 	calls := make(chan struct{}, 100)
 	l := StartLoop(time.Millisecond)
-	l.Add(func() { calls <- struct{}{} })
+	l.Add(func(bool) { calls <- struct{}{} })
 	for range 3 {
 		select {
 		case <-calls:
@@ -154,10 +154,27 @@ func TestLoopReportsAndStops(t *testing.T) {
 	w.Allow(zapcore.WarnLevel, "lone")
 	core, logs := observer.New(zapcore.InfoLevel)
 	l = StartLoop(time.Hour)
-	l.Add(func() { w.Report(zap.New(core), "loop") })
+	l.Add(func(final bool) { w.Report(zap.New(core), "loop", final) })
 	c.Advance(10 * time.Second)
 	l.Stop()
 	if got := logs.FilterMessage(HeldMsg).Len(); got != 1 {
 		t.Fatalf("%d held lines after Stop, want 1", got)
+	}
+
+	// A burst cut off by the stop, its interval not ended: the last
+	// round says it all the same, once.
+	w.Allow(zapcore.ErrorLevel, "cut")
+	w.Allow(zapcore.ErrorLevel, "cut")
+	w.Allow(zapcore.ErrorLevel, "cut")
+	core, logs = observer.New(zapcore.InfoLevel)
+	l = StartLoop(time.Hour)
+	l.Add(func(final bool) { w.Report(zap.New(core), "loop", final) })
+	l.Stop()
+	held := logs.FilterMessage(HeldMsg).All()
+	if len(held) != 1 || held[0].Level != zapcore.ErrorLevel || held[0].ContextMap()["suppressed"] != int64(2) || held[0].ContextMap()["class"] != "cut" {
+		t.Fatalf("held lines after a stop within the interval: %v, want one ERROR line of class cut with 2", held)
+	}
+	if again := w.Flush(true); again != nil {
+		t.Fatalf("said twice: %v", again)
 	}
 }

@@ -15,7 +15,7 @@ const ReportEvery = 10 * time.Second
 // its starter's: Stop ends it and waits for it.
 type Loop struct {
 	mu      sync.Mutex
-	reports []func()
+	reports []func(final bool)
 
 	stop chan struct{}
 	done chan struct{}
@@ -34,7 +34,7 @@ func StartLoop(every time.Duration) *Loop {
 }
 
 // Add has the Loop call report from its next round on.
-func (l *Loop) Add(report func()) {
+func (l *Loop) Add(report func(final bool)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reports = append(l.reports, report)
@@ -54,20 +54,22 @@ func (l *Loop) run(every time.Duration) {
 	for {
 		select {
 		case <-l.stop:
-			l.round()
+			l.round(true)
 			return
 		case <-t.C:
-			l.round()
+			l.round(false)
 		}
 	}
 }
 
-// round calls every report once.
-func (l *Loop) round() {
+// round calls every report once; final is true for the last round, at
+// the stop, when a report says every class with lines held back (its
+// interval ended or not: nothing comes after it).
+func (l *Loop) round(final bool) {
 	l.mu.Lock()
-	reports := append([]func(){}, l.reports...)
+	reports := append([]func(bool){}, l.reports...)
 	l.mu.Unlock()
 	for _, r := range reports {
-		r()
+		r(final)
 	}
 }

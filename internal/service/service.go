@@ -372,8 +372,10 @@ func (s *Service) Timings() Timings { return s.timings }
 // it stops, and once as it stops: for a rate-limited log of a part
 // without a periodic loop of its own (the HTTP handler's), to say the
 // lines it held back when no later line of their class goes out
-// (lograte.Limiter.Report). Before the store is open it does nothing.
-func (s *Service) ReportHeld(report func()) {
+// (lograte.Limiter.Report). final is true in the last call, as it stops:
+// then report says every class with lines held back, its interval ended
+// or not. Before the store is open it does nothing.
+func (s *Service) ReportHeld(report func(final bool)) {
 	if s.held != nil {
 		s.held.Add(report)
 	}
