@@ -37,6 +37,7 @@ type sampleClass struct {
 	n          int           // lines let through in it
 	suppressed int           // lines held back since the last one let through
 	level      zapcore.Level // of the lines held back (the last one's)
+	seen       time.Time     // of the last line held back
 }
 
 func newLogSampler(now func() time.Time, every time.Duration, burst int) *logSampler {
@@ -60,7 +61,7 @@ func (s *logSampler) allow(lvl zapcore.Level, class string) (ok bool, suppressed
 	}
 	if c.n >= s.burst {
 		c.suppressed++
-		c.level = lvl
+		c.level, c.seen = lvl, now
 		return false, 0
 	}
 	c.n++
@@ -70,7 +71,9 @@ func (s *logSampler) allow(lvl zapcore.Level, class string) (ok bool, suppressed
 }
 
 // flush returns each class whose interval has ended with lines held back
-// and no line of the class let through since to say so, and resets its
+// and no line of the class let through since to say so, and none held
+// back for an interval since (a kind that goes on logging has its next
+// line say the count, with the run the summary lacks), and resets its
 // count. The line its caller logs for the class (lograte.LogHeld) counts
 // as the first of a new interval's burst, so it comes at most once per
 // interval and the class still has at most burst lines in it.
@@ -82,7 +85,7 @@ func (s *logSampler) flush(all bool) []lograte.Held {
 	defer s.mu.Unlock()
 	var held []lograte.Held
 	for class, c := range s.classes {
-		if c.suppressed == 0 || (!all && now.Sub(c.start) < s.every) {
+		if c.suppressed == 0 || (!all && (now.Sub(c.start) < s.every || now.Sub(c.seen) < s.every)) {
 			continue
 		}
 		held = append(held, lograte.Held{Class: class, Level: c.level, Suppressed: c.suppressed})

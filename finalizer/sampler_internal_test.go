@@ -90,3 +90,28 @@ func TestSamplerAllowDoesNotAllocate(t *testing.T) {
 		t.Errorf("allow: %v allocations", n)
 	}
 }
+
+// TestSamplerFlushLeavesAGoingKindToItsNextLine: a kind that keeps
+// logging past its burst is not summarised while it goes on; its next
+// interval's first line says the count. Quiet for an interval, the rest
+// is flushed.
+func TestSamplerFlushLeavesAGoingKindToItsNextLine(t *testing.T) {
+	c := &samplerClock{now: time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)}
+	s := newLogSampler(c.Now, 10*time.Second, 3)
+	for i := range 25 {
+		ok, n := s.allow(zapcore.InfoLevel, "tracking")
+		if i == 10 || i == 20 {
+			if !ok || n != 7 {
+				t.Errorf("first line of the interval at %d s: %v with %d, want let through with 7", i, ok, n)
+			}
+		}
+		if held := s.flush(false); held != nil {
+			t.Fatalf("at %d s, the kind logging on: flush = %v, want nothing", i, held)
+		}
+		c.Advance(time.Second)
+	}
+	c.Advance(10 * time.Second)
+	if held := s.flush(false); len(held) != 1 || held[0].Suppressed != 2 {
+		t.Fatalf("quiet for an interval: flush = %v, want the 2 held since", held)
+	}
+}

@@ -33,6 +33,7 @@ type Limiter struct {
 
 type class struct {
 	last       time.Time
+	seen       time.Time // of the last line held back
 	suppressed int
 	level      zapcore.Level // of the lines held back
 }
@@ -64,7 +65,7 @@ func (w *Limiter) Allow(lvl zapcore.Level, c string) (ok bool, suppressed int) {
 	}
 	if now.Sub(cl.last) < w.every {
 		cl.suppressed++
-		cl.level = lvl
+		cl.level, cl.seen = lvl, now
 		return false, 0
 	}
 	n := cl.suppressed
@@ -81,7 +82,11 @@ type Held struct {
 }
 
 // Flush returns each class whose interval has ended with lines held back
-// since the last one let through, and resets its count: the line its
+// since the last one let through, and none held back for an interval
+// since (a burst that goes on has its next line, due within the
+// interval, say the count with the subject and error the summary lacks;
+// a review found a sparse burst's summaries taking every interval's line
+// from it), and resets its count: the line its
 // caller logs for the class (Report) counts as the class's line of a new
 // interval, so a class has at most one line per interval, whether a line
 // of its own or Flush's. It returns nil when no class has lines to say.
@@ -94,7 +99,7 @@ func (w *Limiter) Flush(all bool) []Held {
 	defer w.mu.Unlock()
 	var held []Held
 	for c, cl := range w.classes {
-		if cl.suppressed == 0 || (!all && now.Sub(cl.last) < w.every) {
+		if cl.suppressed == 0 || (!all && (now.Sub(cl.last) < w.every || now.Sub(cl.seen) < w.every)) {
 			continue
 		}
 		held = append(held, Held{Class: c, Level: cl.level, Suppressed: cl.suppressed})

@@ -178,3 +178,33 @@ func TestLoopReportsAndStops(t *testing.T) {
 		t.Fatalf("said twice: %v", again)
 	}
 }
+
+// TestFlushLeavesAGoingBurstToItsNextLine: a sparse burst that goes on
+// (a line a second, interval 10 s) is not summarised by Flush while its
+// lines keep coming: its next line, due within the interval, says the
+// count with the subject and error a summary lacks. Once it has been
+// quiet for an interval, Flush says what is left.
+func TestFlushLeavesAGoingBurstToItsNextLine(t *testing.T) {
+	c := &clock{now: time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)}
+	w := New(c.Now, 10*time.Second)
+	let := 0
+	for i := range 25 {
+		if ok, n := w.Allow(zapcore.WarnLevel, "sparse"); ok {
+			let++
+			if i > 0 && n != 9 {
+				t.Errorf("line at %d s carries %d, want the 9 held since the last", i, n)
+			}
+		}
+		if held := w.Flush(false); held != nil {
+			t.Fatalf("at %d s, the burst going on: Flush = %v, want nothing", i, held)
+		}
+		c.Advance(time.Second)
+	}
+	if let != 3 {
+		t.Errorf("%d lines let through in 25 s, want 3 (0, 10, 20 s)", let)
+	}
+	c.Advance(10 * time.Second)
+	if held := w.Flush(false); len(held) != 1 || held[0].Suppressed != 4 {
+		t.Fatalf("quiet for an interval: Flush = %v, want the 4 held since the line at 20 s", held)
+	}
+}
