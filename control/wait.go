@@ -102,7 +102,21 @@ type listener struct {
 	closed   bool
 	pid      uint32 // backend pid of the current LISTEN connection, 0 when none
 	cancel   context.CancelFunc
+
+	// Owned by run's goroutine: since when the connection has been down
+	// (zero while up), how many tries failed since, and when the last
+	// warning went out (listenWarnEvery).
+	downSince time.Time
+	tries     int
+	warned    time.Time
 }
+
+// listenWarnEvery bounds the "LISTEN connection lost" warnings: through
+// an outage the reconnect is tried every few seconds, and a line per try
+// (12 a minute) said nothing the first had not; the next line says how
+// many tries failed and for how long, and the connection's return is
+// said once, at INFO.
+const listenWarnEvery = time.Minute
 
 func newListener(controlTable string, connect func(context.Context) (*pgx.Conn, error), log *zap.Logger) *listener {
 	return &listener{
@@ -197,7 +211,16 @@ func (l *listener) run(ctx context.Context) {
 		if listened {
 			delay = l.minWait
 		}
-		l.log.Warn("LISTEN connection lost; reconnecting", zap.Error(err), zap.Duration("in", delay))
+		now := time.Now()
+		if l.downSince.IsZero() {
+			l.downSince, l.tries = now, 0
+		}
+		l.tries++
+		if l.tries == 1 || now.Sub(l.warned) >= listenWarnEvery {
+			l.log.Warn("LISTEN connection lost; reconnecting", zap.Error(err), zap.Duration("in", delay),
+				zap.Int("failed_tries", l.tries), zap.Duration("down_for", now.Sub(l.downSince).Round(time.Millisecond)))
+			l.warned = now
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -229,6 +252,10 @@ func (l *listener) session(ctx context.Context) (listened bool, err error) {
 	// looks at the table again. The pid is set under the same lock, so
 	// that a Watch sees the connection up or is told of it, once.
 	l.wakeAll(true, conn.PgConn().PID())
+	if !l.downSince.IsZero() {
+		l.log.Info("LISTEN connection back", zap.Duration("down_for", time.Since(l.downSince).Round(time.Millisecond)), zap.Int("failed_tries", l.tries))
+		l.downSince, l.tries = time.Time{}, 0
+	}
 	// The wait for notifications is bounded by the connection's read
 	// deadline (the ping interval after the last message heard) and ended
 	// by ctx through that deadline: a context per notification (a timer,
