@@ -101,4 +101,16 @@ tables:
 	if code != 1 || strings.Contains(out, "no_time") || !strings.Contains(out, "no verdict yet (held by load-notime-1: no verdict of its own yet (unknown))") {
 		t.Errorf("is-final without the service: exit %d, stdout %q", code, out)
 	}
+	// The service not answering: the why says so (the URL redacted),
+	// and the answer is still "not final" (1); an --http-url no request
+	// can be made to is a usage error (2).
+	code, out, errOut := cli(t, nil, "is-final", "--table", "load.load-notime-1", "--period-end", end, "--postgres-url", pgURL, "--http-url", "http://u:Hunter2SecretPw@127.0.0.1:1")
+	if code != 1 || strings.Contains(out+errOut, "Hunter2SecretPw") ||
+		!strings.Contains(out, "(held by load-notime-1: no verdict of its own yet (unknown); the runs' reasons are not known: the service at http://u:xxxxx@127.0.0.1:1 did not answer (connection refused))") {
+		t.Errorf("is-final with the service unreachable: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = cli(t, nil, "is-final", "--table", "load.load-notime-1", "--period-end", end, "--postgres-url", pgURL, "--http-url", "not a url")
+	if code != 2 || out != "" || !strings.Contains(errOut, "is not an http:// or https:// URL") {
+		t.Errorf("is-final --http-url 'not a url': exit %d, stdout %q, stderr %q; want 2", code, out, errOut)
+	}
 }

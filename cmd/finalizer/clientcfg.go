@@ -5,17 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/pflag"
 
 	"github.com/finalizer-dev/finalizer/control"
 	"github.com/finalizer-dev/finalizer/finalizer"
+	"github.com/finalizer-dev/finalizer/internal/redact"
 	"github.com/finalizer-dev/finalizer/internal/service"
 )
 
@@ -68,8 +72,14 @@ func resolveClient(fs *pflag.FlagSet) (clientConfig, error) {
 	}
 	if f := fs.Lookup("http-url"); f != nil {
 		c.httpURL = f.Value.String()
+		from := "--http-url"
 		if !f.Changed && file != "" {
-			c.httpURL = listenURL(cfg.HTTP.Listen)
+			c.httpURL, from = listenURL(cfg.HTTP.Listen), "http.listen of "+file
+		}
+		// A URL no request can be made to is a usage error (exit 2), not
+		// a service that "did not answer".
+		if u, err := url.Parse(c.httpURL); c.httpURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			return clientConfig{}, fmt.Errorf("%s %q is not an http:// or https:// URL with a host (\"\" skips the service)", from, redact.URLs(c.httpURL))
 		}
 	}
 	return c, nil
@@ -161,7 +171,7 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 	}
 	// What holds it, with its runs' held reasons: a join first, as status
 	// says, then the feeders and the runs the service holds.
-	why := holdWhy(control.Verdict{Table: table}, feeders, known, joinWaitsByTable(waits))
+	why := withRunsUnknown(holdWhy(control.Verdict{Table: table}, feeders, known, joinWaitsByTable(waits)), c.httpURL, runsErr)
 	if len(feeders) > 0 || serviceWrites(nil, waits, table) {
 		return why, nil
 	}
@@ -205,9 +215,90 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 // known) and join waits (by table): tableStatus.why, the text of is-final,
 // wait and GET /v1/tables/{table}/final; "" when nothing known holds it.
 func holdWhy(v control.Verdict, feeders []control.Feeder, runs []finalizer.TrackerStatus, waits map[string][]finalizer.JoinWait) string {
+	// The names it says are capped (whyName), on copies: five runs of a
+	// query named with a thousand control characters made a 24 KB line.
+	feeders = slices.Clone(feeders)
+	for i, f := range feeders {
+		feeders[i].QueryName = whyName(f.Name())
+	}
+	runs = slices.Clone(runs)
+	for i, r := range runs {
+		if r.QueryName != "" {
+			runs[i].QueryName = whyName(r.QueryName)
+		} else if len(r.QueryID) > whyNameLen {
+			runs[i].QueryName = whyName(r.QueryID)
+		}
+	}
+	if ws := waits[v.Table]; len(ws) > 0 {
+		ws = slices.Clone(ws)
+		for i, w := range ws {
+			if w.QueryName != "" {
+				ws[i].QueryName = whyName(w.QueryName)
+			} else if len(w.QueryID) > whyNameLen {
+				ws[i].QueryName = whyName(w.QueryID)
+			}
+			ws[i].LastError = capRunes(field(w.LastError), whyReasonLen)
+		}
+		waits = map[string][]finalizer.JoinWait{v.Table: ws}
+	}
 	st := []tableStatus{toTableStatus(v, time.Now().UTC(), runs, feeders)}
 	attachJoinWaits(st, waits)
 	return st[0].why()
+}
+
+// whyNameLen bounds a query's name as the why says it, in runes once its
+// control characters are escaped (status says it whole).
+const whyNameLen = 100
+
+// whyName is a query's name as the why says it: escaped (field), then cut
+// to whyNameLen runes, with an ellipsis. field leaves it as it is, so the
+// why's own escaping does not grow it again.
+func whyName(name string) string {
+	return capRunes(field(name), whyNameLen)
+}
+
+// capRunes is s cut to n runes, with an ellipsis when it was longer.
+func capRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
+}
+
+// runsUnknown is what the why adds when the service's runs could not be
+// read from base (err, fetchRuns's, already redacted): without it, "no
+// verdict of its own yet (unknown)" read as if the service held nothing.
+func runsUnknown(base string, err error) string {
+	kind, answered := errKind(err)
+	if answered {
+		return fmt.Sprintf("the runs' reasons are not known: the service at %s answered %s", redact.URLs(base), kind)
+	}
+	return fmt.Sprintf("the runs' reasons are not known: the service at %s did not answer (%s)", redact.URLs(base), kind)
+}
+
+// errKind is the short kind of a client's error, as the why and wait's
+// notes say it: "connection refused", "timed out", "no such host", a
+// status the service answered (answered true), else the error's last
+// part, escaped and capped. err is already redacted.
+func errKind(err error) (kind string, answered bool) {
+	var st *statusError
+	var dns *net.DNSError
+	var ne net.Error
+	switch {
+	case errors.As(err, &st):
+		return field(st.status), true
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused", false
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timed out", false
+	case errors.As(err, &dns):
+		return "no such host", false
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return capRunes(field(msg), whyNameLen), false
 }
 
 // whyNotFinal is holdWhy for table read by the commands: its feeders from
@@ -224,7 +315,19 @@ func whyNotFinal(ctx context.Context, s *control.Store, c clientConfig, v contro
 	if runsErr != nil || c.httpURL == "" {
 		runs = nil
 	}
-	return holdWhy(v, feeders, runs, joinWaitsByTable(waits))
+	return withRunsUnknown(holdWhy(v, feeders, runs, joinWaitsByTable(waits)), c.httpURL, runsErr)
+}
+
+// withRunsUnknown is why, and then runsUnknown when runsErr says the
+// service's runs could not be read.
+func withRunsUnknown(why, base string, runsErr error) string {
+	if runsErr == nil || base == "" {
+		return why
+	}
+	if why != "" {
+		why += "; "
+	}
+	return why + runsUnknown(base, runsErr)
 }
 
 // missingHint is the end of knownTable's error for each command: is-final

@@ -57,8 +57,10 @@ line when one is known: what holds it (a feeder, a join) and, for each run of a
 holding feeder that the service holds (no usable time in its progress, a time in the
 future, ...) or whose advances fail, the service's own reason, as status shows it:
 "held by orders: no verdict of its own yet (reporting); run 1a2b3c4d (orders): held by
-no_time: ...". At most 3 runs are named, then how many more. The runs are read from
---http-url; without the service, the feeders alone.
+no_time: ...". At most 3 runs are named, then how many more (a name is cut at 100
+characters, a reason at 400). The runs are read from --http-url; without the service,
+the feeders alone, and when it does not answer the line says so. An --http-url that
+is not an http:// or https:// URL is a usage error (2).
 
 Exit codes: 0 final, 1 not final (or no verdict yet), 2 usage or connection error,
 3 unknown table.`,
@@ -144,7 +146,9 @@ While it waits, wait says on stderr why the table is not final yet, as is-final'
 line does (what holds it, and the service's reason for each run of a holding feeder
 it holds: "finalizer: still waiting for T to reach TS: ..."), after 1 s and then
 whenever that changed (asked every minute); nothing while nothing is known to hold it.
-A time-out says it too.
+While PostgreSQL does not answer it says so once (with the error's kind), and again
+when it answers. A time-out says it too: during an outage, the reason known before it,
+and that PostgreSQL did not answer at the end.
 
 Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`,
 		Example: `  finalizer wait --table bronze.orders --until 2026-09-28T15:00:00Z --timeout 2h`,
@@ -193,26 +197,23 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 			// look at the table after the LISTEN connection's reconnect
 			// may meet a pooled connection to the server that went) is
 			// waited out, as the HTTP long poll does.
-			stopNotes := noteWhyWhileWaiting(ctx, cmd.ErrOrStderr(), s, c, table, ts, httpToken, whyFirst, whyEvery)
+			stopNotes := noteWhyWhileWaiting(ctx, cmd.ErrOrStderr(), s, c, table, ts, httpToken, whyFirst, whyEvery, pgEvery)
 			v, err := waitThroughOutages(ctx, s, table, ts)
-			stopNotes()
+			noted := stopNotes()
 			if err != nil {
 				switch {
-				case errors.Is(err, context.DeadlineExceeded):
+				case errors.Is(err, context.DeadlineExceeded), errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout > 0:
+					// Timed out (also during an outage it waited out).
 					// Why, asked after the deadline, within a few seconds
 					// of its own: a time-out that says only "not final"
 					// left the user to find the held run in status.
-					wctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), whyTimeout)
-					defer cancel()
-					v, _ := s.Get(wctx, table) // a missing row: the name alone
-					v.Table = table
+					if !errors.Is(err, context.DeadlineExceeded) && noted.pgErr == nil {
+						noted.pgErr = err // ended in an outage the notes did not see yet
+					}
 					return negative("%s: not final until %s within %s%s", table, ts.Format(time.RFC3339Nano), timeout,
-						inParens(whyNotFinal(wctx, s, c, v, httpToken)))
+						inParens(timedOutWhy(cmd.Context(), s, c, table, httpToken, noted)))
 				case errors.Is(err, context.Canceled):
 					return negative("%s: interrupted", table)
-				case errors.Is(ctx.Err(), context.DeadlineExceeded):
-					// Ended while PostgreSQL was unavailable.
-					return negative("%s: not final until %s within %s (PostgreSQL unavailable: %v)", table, ts.Format(time.RFC3339Nano), timeout, err)
 				case ctx.Err() != nil:
 					return negative("%s: interrupted (PostgreSQL unavailable: %v)", table, err)
 				}
@@ -234,55 +235,139 @@ Exit codes: 0 final, 1 timed out, 2 usage or connection error, 3 unknown table.`
 // How soon, and then how often, wait asks why the table it waits for is
 // not final: the first note comes after whyFirst (a table final at once
 // costs no question), then one whenever the answer changed, asked every
-// whyEvery (one GET /v1/runs a minute, as a status would).
+// whyEvery (one GET /v1/runs a minute, as a status would). Whether
+// PostgreSQL answers is looked at every pgEvery (the table's row, by its
+// key): an outage it waits out is said while it lasts, not only at the
+// time-out.
 const (
 	whyFirst = time.Second
 	whyEvery = time.Minute
+	pgEvery  = 2 * time.Second
 )
+
+// waitNoted is what wait's notes knew when the wait ended: the last why
+// asked while PostgreSQL answered, and PostgreSQL's error at the last look
+// (nil: it answered).
+type waitNoted struct {
+	why   string
+	pgErr error
+}
 
 // noteWhyWhileWaiting says on w, while wait waits for table to reach
 // until, why it is not final yet (whyNotFinal: what holds it and the runs
-// the service holds, with their reasons), first after first, then each
-// time the answer changed, asked every every; nothing while nothing is
-// known to hold it. A two-hour wait on a run whose every progress is held
-// told nothing until its time-out. stop ends the notes and returns once
-// the goroutine that writes them has ended: nothing is written after it.
+// the service holds, with their reasons, or that the service did not
+// answer), first after first, then each time the answer changed, asked
+// every every; nothing while nothing is known to hold it. It looks at
+// the table every check: when PostgreSQL does not answer it says so once
+// (with the error's kind, again when that changes), and when it answers
+// again. A two-hour wait on a run whose every progress is held told
+// nothing until its time-out, and an outage nothing at all. stop ends the
+// notes and returns, once the goroutine that writes them has ended
+// (nothing is written after it), what they knew.
 func noteWhyWhileWaiting(ctx context.Context, w io.Writer, s *control.Store, c clientConfig, table string, until time.Time, token string,
-	first, every time.Duration) (stop func()) {
+	first, every, check time.Duration) (stop func() waitNoted) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	var st waitNoted
+	note := func(format string, a ...any) {
+		fmt.Fprintf(w, "finalizer: still waiting for %s to reach %s: %s\n", field(table), until.Format(time.RFC3339Nano), fmt.Sprintf(format, a...))
+	}
 	go func() {
 		defer close(done)
 		t := time.NewTimer(first)
 		defer t.Stop()
-		last := ""
+		var noted, pgKind string
+		var nextWhy time.Time
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			v, err := s.Get(ctx, table)
+			v, why, err := lookWhileWaiting(ctx, s, c, table, until, token, time.Now().Before(nextWhy))
+			if ctx.Err() != nil {
+				return
+			}
 			switch {
 			case err == nil && v.Reaches(until):
 				return // final: the wait itself answers
 			case err != nil && !errors.Is(err, control.ErrNotFound):
-				// PostgreSQL unavailable: the wait waits it out; ask
-				// again later.
+				// PostgreSQL unavailable: the wait waits it out.
+				kind, _ := errKind(redact.Error(err, c.postgresURL))
+				if st.pgErr == nil || kind != pgKind {
+					note("PostgreSQL does not answer (%s); the wait goes on when it does", kind)
+				}
+				st.pgErr, pgKind = err, kind
 			default:
-				v.Table = table
-				if why := whyNotFinal(ctx, s, c, v, token); why != "" && why != last && ctx.Err() == nil {
-					fmt.Fprintf(w, "finalizer: still waiting for %s to reach %s: %s\n", field(table), until.Format(time.RFC3339Nano), why)
-					last = why
+				if st.pgErr != nil {
+					note("PostgreSQL answers again")
+					st.pgErr = nil
+					if time.Now().Before(nextWhy) { // ask why again now
+						nextWhy = time.Time{}
+						t.Reset(0)
+						continue
+					}
+				}
+				if time.Now().Before(nextWhy) {
+					break
+				}
+				st.why, nextWhy = why, time.Now().Add(every)
+				if why != "" && why != noted {
+					note("%s", why)
+					noted = why
 				}
 			}
-			t.Reset(every)
+			t.Reset(check)
 		}
 	}()
-	return func() {
+	return func() waitNoted {
 		cancel()
 		<-done
+		return st
 	}
+}
+
+// lookWhileWaiting is one look of wait's notes at table, within
+// whyTimeout: its row and, unless skipWhy or the row could not be read or
+// reaches its time, why it is not final (whyNotFinal).
+func lookWhileWaiting(ctx context.Context, s *control.Store, c clientConfig, table string, until time.Time, token string, skipWhy bool) (control.Verdict, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, whyTimeout)
+	defer cancel()
+	v, err := s.Get(ctx, table)
+	if (err != nil && !errors.Is(err, control.ErrNotFound)) || skipWhy || (err == nil && v.Reaches(until)) {
+		return v, "", err
+	}
+	v.Table = table
+	return v, whyNotFinal(ctx, s, c, v, token), err
+}
+
+// timedOutWhy is why a timed-out wait's line says table is not final:
+// asked again, within whyTimeout, when PostgreSQL answered at the notes'
+// last look; else (or when it does not answer now) the last why the notes
+// knew, and that PostgreSQL did not answer at the end, with its error's
+// kind.
+func timedOutWhy(ctx context.Context, s *control.Store, c clientConfig, table, token string, noted waitNoted) string {
+	why, pgErr := noted.why, noted.pgErr
+	if pgErr == nil {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), whyTimeout)
+		defer cancel()
+		v, err := s.Get(wctx, table)
+		switch {
+		case err == nil || errors.Is(err, control.ErrNotFound): // a missing row: the name alone
+			v.Table = table
+			why = whyNotFinal(wctx, s, c, v, token)
+		default:
+			pgErr = err
+		}
+	}
+	if pgErr == nil {
+		return why
+	}
+	kind, _ := errKind(redact.Error(pgErr, c.postgresURL))
+	if why != "" {
+		why += "; "
+	}
+	return why + "PostgreSQL did not answer at the end (" + kind + ")"
 }
 
 // whyTimeout bounds how long wait, timed out, asks why the table is not
@@ -567,9 +652,7 @@ func (ts tableStatus) why() string {
 		if name == "" {
 			name = short(r.QueryID)
 		}
-		if rs := []rune(w); len(rs) > whyReasonLen {
-			w = string(rs[:whyReasonLen]) + "…"
-		}
+		w = capRunes(field(w), whyReasonLen) // escaped first: an escape is 6 runes
 		held = append(held, fmt.Sprintf("run %s (%s): %s", short(r.RunID), name, w))
 	}
 	if len(held) > whyRuns {
@@ -900,6 +983,14 @@ const (
 	maxAnswer  = 8 << 20
 )
 
+// statusError is getRuns's error when the service answered a status other
+// than 200 OK ("service at URL answered 401 Unauthorized").
+type statusError struct{ shown, status string }
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("service at %s answered %s", e.shown, e.status)
+}
+
 // getRuns is fetchRuns before its error is redacted.
 func getRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, []finalizer.JoinWait, error) {
 	runs := []finalizer.TrackerStatus{}
@@ -924,7 +1015,7 @@ func getRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus
 		}
 		if resp.StatusCode != http.StatusOK {
 			resp.Body.Close()
-			return runs, waits, fmt.Errorf("service at %s answered %s", shown, resp.Status)
+			return runs, waits, &statusError{shown: shown, status: resp.Status}
 		}
 		var doc struct {
 			Runs      []finalizer.TrackerStatus `json:"runs"`
