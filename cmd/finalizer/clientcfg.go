@@ -223,20 +223,12 @@ func holdWhy(v control.Verdict, feeders []control.Feeder, runs []finalizer.Track
 	}
 	runs = slices.Clone(runs)
 	for i, r := range runs {
-		if r.QueryName != "" {
-			runs[i].QueryName = whyName(r.QueryName)
-		} else if len(r.QueryID) > whyNameLen {
-			runs[i].QueryName = whyName(r.QueryID)
-		}
+		runs[i].QueryName = whyQuery(r.QueryName, r.QueryID)
 	}
 	if ws := waits[v.Table]; len(ws) > 0 {
 		ws = slices.Clone(ws)
 		for i, w := range ws {
-			if w.QueryName != "" {
-				ws[i].QueryName = whyName(w.QueryName)
-			} else if len(w.QueryID) > whyNameLen {
-				ws[i].QueryName = whyName(w.QueryID)
-			}
+			ws[i].QueryName = whyQuery(w.QueryName, w.QueryID)
 			ws[i].LastError = capRunes(field(w.LastError), whyReasonLen)
 		}
 		waits = map[string][]finalizer.JoinWait{v.Table: ws}
@@ -244,6 +236,20 @@ func holdWhy(v control.Verdict, feeders []control.Feeder, runs []finalizer.Track
 	st := []tableStatus{toTableStatus(v, time.Now().UTC(), runs, feeders)}
 	attachJoinWaits(st, waits)
 	return st[0].why()
+}
+
+// whyQuery is the name the why gives a query: its name, capped (whyName);
+// without one, its id capped when longer than whyNameLen (the why then
+// says it in place of the id's short form); else "" (the id's short form
+// is said).
+func whyQuery(name, id string) string {
+	switch {
+	case name != "":
+		return whyName(name)
+	case len(id) > whyNameLen:
+		return whyName(id)
+	}
+	return ""
 }
 
 // whyNameLen bounds a query's name as the why says it, in runes once its
