@@ -1891,6 +1891,41 @@ func (r *Registry) Status() []TrackerStatus {
 	return out
 }
 
+// StatusOf returns Status's entries for table alone: its live trackers'
+// statuses, sorted by run, and a run that ended held before its rewind.
+// It reads the status of the table's trackers only, so that an answer
+// about one table (GET /v1/tables/{table}/final's why, asked at every
+// "not final") costs a walk of the registry's pointers, not a status of
+// every tracker (0.4 s of CPU and tens of MB at 100,000 runs).
+func (r *Registry) StatusOf(table string) []TrackerStatus {
+	now := r.cfg.Clock.Now()
+	r.mu.RLock()
+	var mine []*entry
+	for k, e := range r.trackers {
+		if k.table == table {
+			mine = append(mine, e)
+		}
+	}
+	r.mu.RUnlock()
+	seen := make([]seenTracker, 0, len(mine))
+	for _, e := range mine {
+		if e.ready.closed() && e.t != nil {
+			seen = append(seen, r.seen(e, now))
+		}
+	}
+	sortSeen(seen)
+	out := make([]TrackerStatus, len(seen))
+	for i, x := range seen {
+		out[i] = x.status
+	}
+	for _, h := range r.heldDoneStatus(seen) {
+		if h.Table == table {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
 // seenTracker is one tracker and its status at one moment.
 type seenTracker struct {
 	e      *entry

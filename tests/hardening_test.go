@@ -194,6 +194,25 @@ func TestListingsArePaged(t *testing.T) {
 	if code, _ := httpGet(t, s.httpURL+"/v1/runs?limit=x", ""); code != 400 {
 		t.Errorf("limit=x: %d", code)
 	}
+	// ?table= lists that table's runs alone (is-final's and wait's why
+	// read no other tracker's status), and nothing for a table no run
+	// writes.
+	for table, want := range map[string]int{"page.t3": 1, "page.none": 0} {
+		var doc struct {
+			Runs []struct {
+				Table string `json:"table"`
+			} `json:"runs"`
+			JoinWaits []any `json:"join_waits"`
+		}
+		if code := getJSON(t, s.httpURL+"/v1/runs?table="+url.QueryEscape(table), &doc); code != 200 || len(doc.Runs) != want || doc.JoinWaits == nil {
+			t.Errorf("/v1/runs?table=%s: %d, %+v; want %d run(s) and the join waits' list", table, code, doc, want)
+		}
+		for _, r := range doc.Runs {
+			if r.Table != table {
+				t.Errorf("/v1/runs?table=%s lists a run of %s", table, r.Table)
+			}
+		}
+	}
 	code, out, e := cli(t, nil, "status", "--postgres-url", pgURL, "--http-url", s.httpURL)
 	if code != 0 || strings.Count(out, q[:8]) < 5 {
 		t.Errorf("status: %d %s %s", code, out, e)

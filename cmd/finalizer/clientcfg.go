@@ -164,7 +164,7 @@ func knownTable(ctx context.Context, s *control.Store, c clientConfig, table, ht
 	if err != nil {
 		return "", usageError(err)
 	}
-	runs, waits, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
+	runs, waits, runsErr := fetchRunsOf(ctx, c.httpURL, httpToken, table)
 	known := runs
 	if runsErr != nil || c.httpURL == "" {
 		known = nil
@@ -317,7 +317,7 @@ func whyNotFinal(ctx context.Context, s *control.Store, c clientConfig, v contro
 	if err != nil {
 		return ""
 	}
-	runs, waits, runsErr := fetchRuns(ctx, c.httpURL, httpToken)
+	runs, waits, runsErr := fetchRunsOf(ctx, c.httpURL, httpToken, v.Table)
 	if runsErr != nil || c.httpURL == "" {
 		runs = nil
 	}

@@ -83,7 +83,15 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		if !ok {
 			return
 		}
-		all := registry.Status() // sorted by table, then run
+		// ?table=T: that table's runs alone (is-final's and wait's why):
+		// its trackers' statuses only, not every tracker's.
+		only := r.URL.Query().Get("table")
+		var all []finalizer.TrackerStatus
+		if only != "" {
+			all = registry.StatusOf(only) // sorted by run
+		} else {
+			all = registry.Status() // sorted by table, then run
+		}
 		after := r.URL.Query().Get("after")
 		start := sort.Search(len(all), func(i int) bool { return runCursor(all[i]) > after })
 		page, next := all[start:], ""
@@ -94,7 +102,12 @@ func newHTTPHandler(svc *service.Service) http.Handler {
 		if after == "" {
 			// The runs waiting to join a table's feeders before they are
 			// tracked, and holding it meanwhile: on the first page.
-			waits := registry.JoinWaits()
+			var waits []finalizer.JoinWait
+			if only != "" {
+				waits = registry.JoinWaitsOf(only)
+			} else {
+				waits = registry.JoinWaits()
+			}
 			if waits == nil {
 				waits = []finalizer.JoinWait{}
 			}
@@ -300,7 +313,7 @@ func serviceWhy(ctx context.Context, store *control.Store, registry *finalizer.R
 	if ws := registry.JoinWaitsOf(v.Table); ws != nil {
 		waits = map[string][]finalizer.JoinWait{v.Table: ws}
 	}
-	return holdWhy(v, fs, registry.Status(), waits)
+	return holdWhy(v, fs, registry.StatusOf(v.Table), waits)
 }
 
 // setFinal sets the answer of GET /v1/tables/{table}/final from the

@@ -965,12 +965,20 @@ func joinWaitsWithoutTables(ctx context.Context, stdout io.Writer, base, token, 
 // fetchRuns reads the tracked runs, and the feeder joins the tables wait
 // for, from the service's HTTP API.
 func fetchRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, []finalizer.JoinWait, error) {
+	return fetchRunsOf(ctx, base, token, "")
+}
+
+// fetchRunsOf is fetchRuns for table alone (all tables for ""): the
+// service reads only that table's trackers (GET /v1/runs?table=). A
+// service of an earlier release ignores the parameter and answers every
+// run, which the callers filter by table as before.
+func fetchRunsOf(ctx context.Context, base, token, table string) ([]finalizer.TrackerStatus, []finalizer.JoinWait, error) {
 	if base == "" {
 		return []finalizer.TrackerStatus{}, nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	runs, waits, err := getRuns(ctx, base, token)
+	runs, waits, err := getRuns(ctx, base, token, table)
 	return runs, waits, redact.Error(err, base)
 }
 
@@ -992,13 +1000,16 @@ func (e *statusError) Error() string {
 }
 
 // getRuns is fetchRuns before its error is redacted.
-func getRuns(ctx context.Context, base, token string) ([]finalizer.TrackerStatus, []finalizer.JoinWait, error) {
+func getRuns(ctx context.Context, base, token, table string) ([]finalizer.TrackerStatus, []finalizer.JoinWait, error) {
 	runs := []finalizer.TrackerStatus{}
 	var waits []finalizer.JoinWait
 	shown := redact.URLs(base)
 	after := ""
 	for { // every page of GET /v1/runs
 		u := strings.TrimRight(base, "/") + "/v1/runs?limit=" + strconv.Itoa(clientPage)
+		if table != "" {
+			u += "&table=" + url.QueryEscape(table)
+		}
 		if after != "" {
 			u += "&after=" + url.QueryEscape(after)
 		}
