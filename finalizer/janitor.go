@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/finalizer-dev/finalizer/internal/lograte"
 )
 
 // janitorLoop marks stale runs and stops trackers of runs silent for
@@ -42,7 +40,7 @@ func (r *Registry) janitorLoop() {
 func (r *Registry) reportHeld(all bool) {
 	r.refuseLog.Report(r.log, "registry", all)
 	r.markWaits.every.Report(r.log, "stream_state", all)
-	lograte.LogHeld(r.log, "sampled", sampleEvery, r.sampler.flush(all))
+	r.sampler.Report(r.log, "sampled", all)
 }
 
 // sweep counts the stale trackers and stops the expired ones, then prunes

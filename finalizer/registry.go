@@ -1096,7 +1096,7 @@ type Registry struct {
 	refuseLog *lograte.Limiter
 	// sampler rate-limits the lines every run logs in the normal course
 	// (TrackerConfig.Sampler), shared by the registry and its trackers.
-	sampler *logSampler
+	sampler *lograte.Limiter
 	// counted is what finalizer_rewinds_seen_total counted (countRewind).
 	counted rewindCount
 	// markWaits is what markStream's failed reads logged (markReadFailed).
@@ -1172,7 +1172,7 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 		rescanEvery: minRescanEvery,
 
 		refuseLog: lograte.New(cfg.Clock.Now, refuseLogEvery),
-		sampler:   newLogSampler(cfg.Clock.Now, sampleEvery, sampleBurst),
+		sampler:   lograte.NewBurst(cfg.Clock.Now, sampleEvery, sampleBurst),
 		markWaits: markWaits{every: lograte.New(cfg.Clock.Now, markWaitEvery)},
 	}
 	r.stopCtx, r.stopCancel = context.WithCancel(ctx)
@@ -2098,7 +2098,7 @@ func (r *Registry) logSampled(lvl zapcore.Level, class, msg string, fields ...za
 // when the line, sampled down to DEBUG, is not written), with how many
 // lines of its class were held back since the last one let through.
 func (r *Registry) checkSampled(lvl zapcore.Level, class, msg string) (*zapcore.CheckedEntry, int) {
-	ok, n := r.sampler.allow(lvl, class)
+	ok, n := r.sampler.Allow(lvl, class)
 	if !ok {
 		lvl, n = zapcore.DebugLevel, 0
 	}

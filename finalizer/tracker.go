@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/finalizer-dev/finalizer/control"
+	"github.com/finalizer-dev/finalizer/internal/lograte"
 	"github.com/finalizer-dev/finalizer/listener"
 	"github.com/finalizer-dev/finalizer/progress"
 )
@@ -81,7 +82,7 @@ type TrackerConfig struct {
 	// level, the others at DEBUG, and the next one logged says how many
 	// were (or, when none comes, the registry's janitor: reportHeld). nil
 	// logs each at its level.
-	sampler        *logSampler
+	sampler        *lograte.Limiter
 	Metrics        *Metrics      // nil = unregistered collectors
 	RetryDelay     time.Duration // 0 = DefaultRetryDelay
 	Retries        int           // 0 = DefaultRetries; negative = no retry
@@ -497,7 +498,7 @@ type trackerShared struct {
 	Reader         VerdictReader
 	Clock          Clock
 	Logger         *zap.Logger
-	sampler        *logSampler
+	sampler        *lograte.Limiter
 	Metrics        *Metrics
 	RetryDelay     time.Duration
 	Retries        int
@@ -1714,7 +1715,7 @@ func (t *Tracker) sample(lvl zapcore.Level, class string) (zapcore.Level, int) {
 	if t.cfg.sampler == nil {
 		return lvl, 0
 	}
-	ok, n := t.cfg.sampler.allow(lvl, class)
+	ok, n := t.cfg.sampler.Allow(lvl, class)
 	if !ok {
 		return zapcore.DebugLevel, 0
 	}

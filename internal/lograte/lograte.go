@@ -19,32 +19,41 @@ import (
 // were held back when no later line of the class went out to say it.
 const HeldMsg = "log lines held back"
 
-// Limiter lets at most one line per class through every interval and
-// counts the ones it held back. It is safe for concurrent use. Classes are
-// remembered for the Limiter's lifetime, so a class must come from a small
-// set (an outcome, a kind), never from input.
+// Limiter lets at most burst lines per class through every interval (one
+// with New) and counts the ones it held back. It is safe for concurrent
+// use. Classes are remembered for the Limiter's lifetime, so a class must
+// come from a small set (an outcome, a kind), never from input.
 type Limiter struct {
 	now   func() time.Time
 	every time.Duration
+	burst int
 
 	mu      sync.Mutex
 	classes map[string]*class
 }
 
 type class struct {
-	last       time.Time
-	seen       time.Time // of the last line held back
-	suppressed int
+	start      time.Time     // of the current interval
+	n          int           // lines let through in it
+	seen       time.Time     // of the last line held back
+	suppressed int           // held back since the last line let through
 	level      zapcore.Level // of the lines held back
 }
 
 // New returns a Limiter that lets one line per class through every
 // interval; now nil means time.Now.
 func New(now func() time.Time, every time.Duration) *Limiter {
+	return NewBurst(now, every, 1)
+}
+
+// NewBurst returns a Limiter that lets burst lines per class through
+// every interval (at least one): the registry's sampler of the lines
+// every run logs (ADR 0022). now nil means time.Now.
+func NewBurst(now func() time.Time, every time.Duration, burst int) *Limiter {
 	if now == nil {
 		now = time.Now
 	}
-	return &Limiter{now: now, every: every, classes: make(map[string]*class)}
+	return &Limiter{now: now, every: every, burst: max(burst, 1), classes: make(map[string]*class)}
 }
 
 // Every returns the Limiter's interval.
@@ -60,16 +69,20 @@ func (w *Limiter) Allow(lvl zapcore.Level, c string) (ok bool, suppressed int) {
 	defer w.mu.Unlock()
 	cl := w.classes[c]
 	if cl == nil {
-		w.classes[c] = &class{last: now, level: lvl}
-		return true, 0
+		cl = &class{start: now}
+		w.classes[c] = cl
 	}
-	if now.Sub(cl.last) < w.every {
+	if now.Sub(cl.start) >= w.every {
+		cl.start, cl.n = now, 0
+	}
+	if cl.n >= w.burst {
 		cl.suppressed++
 		cl.level, cl.seen = lvl, now
 		return false, 0
 	}
+	cl.n++
 	n := cl.suppressed
-	cl.last, cl.suppressed = now, 0
+	cl.suppressed = 0
 	return true, n
 }
 
@@ -87,9 +100,9 @@ type Held struct {
 // interval, say the count with the subject and error the summary lacks;
 // a review found a sparse burst's summaries taking every interval's line
 // from it), and resets its count: the line its
-// caller logs for the class (Report) counts as the class's line of a new
-// interval, so a class has at most one line per interval, whether a line
-// of its own or Flush's. It returns nil when no class has lines to say.
+// caller logs for the class (Report) counts as the first of a new
+// interval's lines, so Flush's line comes at most once per interval and a
+// class still has at most burst lines in one. It returns nil when no class has lines to say.
 // Classes come in no particular order. With all (the last round, at a
 // stop) it returns every class with lines held back, its interval ended
 // or not: nothing comes after it to say them.
@@ -99,11 +112,11 @@ func (w *Limiter) Flush(all bool) []Held {
 	defer w.mu.Unlock()
 	var held []Held
 	for c, cl := range w.classes {
-		if cl.suppressed == 0 || (!all && (now.Sub(cl.last) < w.every || now.Sub(cl.seen) < w.every)) {
+		if cl.suppressed == 0 || (!all && (now.Sub(cl.start) < w.every || now.Sub(cl.seen) < w.every)) {
 			continue
 		}
 		held = append(held, Held{Class: c, Level: cl.level, Suppressed: cl.suppressed})
-		cl.last, cl.suppressed = now, 0
+		cl.start, cl.n, cl.suppressed = now, 1, 0
 	}
 	return held
 }
